@@ -1,0 +1,307 @@
+"""Machine description files (TOML): parsing and validation.
+
+A description holds ``[model]`` (name, gravity), ``[[bodies]]``, ``[[joints]]``,
+``[[actuators]]`` and an optional ``[assembly]`` (actuator values of the guess). Body poses
+are the assembly guess: they select the branch. Every error names the file, the table and the
+field. Units are SI: m, kg, kg m^2, rad.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .joints import ACTUATABLE, JOINT_TYPES
+
+
+class ModelError(ValueError):
+    """A machine description is invalid; the message names file, table and field."""
+
+
+GROUND = "ground"
+MACHINES_DIR = Path(__file__).resolve().parent / "machines"
+
+
+@dataclass(frozen=True)
+class Body:
+    name: str
+    mass: float  # kg
+    com: np.ndarray  # centre of mass in the body frame (m)
+    inertia: np.ndarray  # about the centre of mass, body frame (kg m^2)
+    position: np.ndarray  # body frame origin in world at the guess (m)
+    rotation: np.ndarray  # body to world rotation matrix at the guess
+
+
+@dataclass(frozen=True)
+class JointSpec:
+    name: str
+    type: str
+    body1: str
+    body2: str
+    point1: np.ndarray  # in body 1 frame (m)
+    point2: np.ndarray
+    axis1: np.ndarray  # unit, body 1 frame
+    axis2: np.ndarray
+    ref1: np.ndarray
+    ref2: np.ndarray
+
+
+@dataclass(frozen=True)
+class ActuatorSpec:
+    name: str
+    joint: str
+    range: tuple[float, float]
+    offset: float  # joint value = theta + offset
+    unit: str
+
+
+@dataclass(frozen=True)
+class Description:
+    name: str
+    path: str
+    content_hash: str  # sha256 of the file bytes
+    gravity: np.ndarray
+    bodies: tuple[Body, ...]
+    joints: tuple[JointSpec, ...]
+    actuators: tuple[ActuatorSpec, ...]
+    theta_guess: np.ndarray
+    singular_threshold: float  # trees: boxes with a smaller singularity measure are out of domain
+
+
+def resolve_model_path(name_or_path: str) -> Path:
+    """A built-in machine name (``fourbar``) or a path to a TOML file."""
+    p = Path(name_or_path)
+    if p.suffix == "" and not p.exists():
+        p = MACHINES_DIR / f"{name_or_path}.toml"
+        if not p.exists():
+            known = sorted(x.stem for x in MACHINES_DIR.glob("*.toml") if "-" not in x.stem)
+            raise ModelError(f"{name_or_path}: no such model file or built-in model (built-in: {', '.join(known)})")
+    if not p.exists():
+        raise ModelError(f"{p}: no such file")
+    return p
+
+
+def rotation_from_vector(rv) -> np.ndarray:
+    """Rotation matrix of a rotation vector (axis times angle, rad)."""
+    rv = np.asarray(rv, dtype=float)
+    a = np.linalg.norm(rv)
+    if a < 1e-300:
+        return np.eye(3)
+    k = rv / a
+    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + np.sin(a) * K + (1 - np.cos(a)) * K @ K
+
+
+class _Reader:
+    """Typed field access with errors that name file, table and field."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, field: str | None, msg: str):
+        loc = f"{self.path}: {where}" + (f", field '{field}'" if field else "")
+        raise ModelError(f"{loc}: {msg}")
+
+    def number(self, tbl, where, field, default=None, positive=False):
+        if field not in tbl:
+            if default is None:
+                self.fail(where, field, "missing")
+            return float(default)
+        v = tbl[field]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            self.fail(where, field, f"must be a finite number, got {v!r}")
+        if positive and v <= 0:
+            self.fail(where, field, f"must be positive, got {v!r}")
+        return float(v)
+
+    def string(self, tbl, where, field, default=None):
+        if field not in tbl:
+            if default is None:
+                self.fail(where, field, "missing")
+            return default
+        v = tbl[field]
+        if not isinstance(v, str) or not v:
+            self.fail(where, field, f"must be a non-empty string, got {v!r}")
+        return v
+
+    def vector(self, tbl, where, field, n=3, default=None, unit=False):
+        if field not in tbl:
+            if default is None:
+                self.fail(where, field, "missing")
+            return None if isinstance(default, str) else np.asarray(default, dtype=float)
+        v = tbl[field]
+        if (not isinstance(v, list) or len(v) != n
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
+            self.fail(where, field, f"must be a list of {n} numbers, got {v!r}")
+        a = np.asarray(v, dtype=float)
+        if not np.all(np.isfinite(a)):
+            self.fail(where, field, "must be finite")
+        if unit:
+            nrm = np.linalg.norm(a)
+            if nrm < 1e-12:
+                self.fail(where, field, "must be a non-zero vector")
+            a = a / nrm
+        return a
+
+    def table_list(self, doc, key):
+        v = doc.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            self.fail(f"[[{key}]]", None, "must be an array of tables")
+        return v
+
+
+def load_description(name_or_path: str) -> Description:
+    """Read and validate a machine description (no assembly)."""
+    path = resolve_model_path(name_or_path)
+    raw = path.read_bytes()
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not a valid TOML file: {e}") from None
+    r = _Reader(str(path))
+
+    model = doc.get("model")
+    if not isinstance(model, dict):
+        r.fail("[model]", None, "table missing")
+    name = r.string(model, "[model]", "name")
+    gravity = r.vector(model, "[model]", "gravity")
+    sing = r.number(model, "[model]", "singular_threshold", default=1e-3, positive=True)
+
+    bodies: list[Body] = []
+    for i, b in enumerate(r.table_list(doc, "bodies")):
+        bname = b.get("name") if isinstance(b.get("name"), str) else f"#{i + 1}"
+        where = f"[[bodies]] '{bname}'"
+        r.string(b, where, "name")
+        if bname == GROUND:
+            r.fail(where, "name", "'ground' is reserved for the fixed frame")
+        if any(x.name == bname for x in bodies):
+            r.fail(where, "name", "duplicate body name")
+        mass = r.number(b, where, "mass", positive=True)
+        inertia = _inertia(r, b, where)
+        bodies.append(Body(bname, mass, r.vector(b, where, "com", default=(0, 0, 0)), inertia,
+                           r.vector(b, where, "position", default=(0, 0, 0)),
+                           rotation_from_vector(r.vector(b, where, "rotation", default=(0, 0, 0)))))
+    if not bodies:
+        r.fail("[[bodies]]", None, "no bodies")
+    by_name = {b.name: b for b in bodies}
+
+    joints: list[JointSpec] = []
+    for i, j in enumerate(r.table_list(doc, "joints")):
+        jname = j.get("name") if isinstance(j.get("name"), str) else f"#{i + 1}"
+        where = f"[[joints]] '{jname}'"
+        r.string(j, where, "name")
+        if any(x.name == jname for x in joints):
+            r.fail(where, "name", "duplicate joint name")
+        jtype = r.string(j, where, "type")
+        if jtype not in JOINT_TYPES:
+            r.fail(where, "type", f"unknown joint type '{jtype}' (known: {', '.join(JOINT_TYPES)})")
+        names = []
+        for field in ("body1", "body2"):
+            bn = r.string(j, where, field)
+            if bn != GROUND and bn not in by_name:
+                r.fail(where, field, f"no body named '{bn}' (bodies: {', '.join(by_name)}, ground)")
+            names.append(bn)
+        if names[0] == names[1]:
+            r.fail(where, "body2", "a joint must connect two different bodies")
+        joints.append(_joint_frames(r, j, where, jname, jtype, names, by_name))
+    if not joints:
+        r.fail("[[joints]]", None, "no joints")
+    jby = {j.name: j for j in joints}
+
+    actuators: list[ActuatorSpec] = []
+    for i, a in enumerate(r.table_list(doc, "actuators")):
+        aname = a.get("name") if isinstance(a.get("name"), str) else f"#{i + 1}"
+        where = f"[[actuators]] '{aname}'"
+        r.string(a, where, "name")
+        jn = r.string(a, where, "joint")
+        if jn not in jby:
+            r.fail(where, "joint", f"no joint named '{jn}'")
+        if jby[jn].type not in ACTUATABLE:
+            r.fail(where, "joint", f"joint '{jn}' is {jby[jn].type}; only {' and '.join(ACTUATABLE)} joints can be actuated")
+        if any(x.joint == jn for x in actuators):
+            r.fail(where, "joint", f"joint '{jn}' is already actuated")
+        rng = r.vector(a, where, "range", n=2)
+        if not rng[0] < rng[1]:
+            r.fail(where, "range", f"empty range [{rng[0]}, {rng[1]}] (need lower < upper)")
+        unit = "rad" if jby[jn].type == "revolute" else "m"
+        actuators.append(ActuatorSpec(aname, jn, (float(rng[0]), float(rng[1])),
+                                      r.number(a, where, "offset", default=0.0), unit))
+    if not actuators:
+        r.fail("[[actuators]]", None, "no actuators")
+
+    asm = doc.get("assembly", {})
+    if not isinstance(asm, dict):
+        r.fail("[assembly]", None, "must be a table")
+    mid = [0.5 * (a.range[0] + a.range[1]) for a in actuators]
+    theta = r.vector(asm, "[assembly]", "theta", n=len(actuators), default=mid)
+    return Description(name, str(path), hashlib.sha256(raw).hexdigest(), gravity, tuple(bodies),
+                       tuple(joints), tuple(actuators), theta, sing)
+
+
+def _inertia(r: _Reader, b, where) -> np.ndarray:
+    if "inertia" not in b:
+        r.fail(where, "inertia", "missing")
+    v = b["inertia"]
+    try:
+        a = np.asarray(v, dtype=float)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.shape not in ((3,), (3, 3)) or not np.all(np.isfinite(a)):
+        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix, got {v!r}")
+    if a.shape == (3,):
+        a = np.diag(a)
+    if not np.allclose(a, a.T, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max())):
+        r.fail(where, "inertia", "not symmetric")
+    if np.linalg.eigvalsh(a).min() <= 0:
+        r.fail(where, "inertia", f"not positive definite (eigenvalues {np.linalg.eigvalsh(a).round(12).tolist()})")
+    return a
+
+
+def _joint_frames(r: _Reader, j, where, name, jtype, names, by_name) -> JointSpec:
+    """Joint frames on each body: explicit (point1/axis1/ref1 in body 1, ...) or from world
+    values at the guess (``at``, ``axis``, ``ref``), mapped into each body's frame."""
+
+    def pose(bn):
+        if bn == GROUND:
+            return np.zeros(3), np.eye(3)
+        return by_name[bn].position, by_name[bn].rotation
+
+    (x1, R1), (x2, R2) = pose(names[0]), pose(names[1])
+    at = r.vector(j, where, "at", default="none")
+    axis = r.vector(j, where, "axis", default="none", unit=True)
+    ref = r.vector(j, where, "ref", default="none", unit=True)
+
+    def local(field, world, x, R, default_world, is_point):
+        v = r.vector(j, where, field, default="none", unit=not is_point)
+        if v is not None:
+            return v
+        w = world if world is not None else default_world
+        if w is None:
+            r.fail(where, field, f"missing (give '{field}' or the world value '{'at' if is_point else field[:-1]}')")
+        return R.T @ (w - x) if is_point else R.T @ w
+
+    p1 = local("point1", at, x1, R1, None, True)
+    p2 = local("point2", at, x2, R2, x1 + R1 @ p1, True)
+    needs_axis = jtype != "spherical"
+    a1 = local("axis1", axis, x1, R1, np.array([0.0, 0.0, 1.0]) if not needs_axis else None, False)
+    a2 = local("axis2", None, x2, R2, R1 @ a1, False)
+    if jtype == "universal" and "axis2" not in j:
+        r.fail(where, "axis2", "missing (a universal joint needs its second axis, in body 2)")
+    if jtype == "universal" and abs((R1 @ a1) @ (R2 @ a2)) > 1e-6:
+        r.fail(where, "axis2", "universal joint axes must be perpendicular at the guess")
+    rf1 = local("ref1", ref, x1, R1, _any_perp(R1 @ a1), False)
+    rf2 = local("ref2", None, x2, R2, R1 @ rf1, False)
+    for field, ax, rv in (("ref1", a1, rf1), ("ref2", a2, rf2)):
+        if jtype in ("revolute", "prismatic", "fixed") and abs(ax @ rv) > 1 - 1e-9:
+            r.fail(where, field, "must not be parallel to the joint axis")
+    return JointSpec(name, jtype, names[0], names[1], p1, p2, a1, a2, rf1, rf2)
+
+
+def _any_perp(a: np.ndarray) -> np.ndarray:
+    h = np.array([1.0, 0.0, 0.0]) if abs(a[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    u = np.cross(h, a)
+    return u / np.linalg.norm(u)

@@ -1,0 +1,276 @@
+"""A compiled mechanism: immutable arrays, the reference assembly, redundancy and mobility.
+
+``load_mechanism(path_or_name)`` reads a description, stacks the joints' constraint
+primitives, assembles the guess (Gauss-Newton on all rows), finds the redundant constraints
+by a rank-revealing QR of the constraint Jacobian, and checks the mobility.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from . import constraints as C
+from .description import GROUND, Description, ModelError, load_description
+from .joints import JOINT_TYPES
+
+
+class AssemblyError(ModelError):
+    """A configuration cannot be assembled (message gives residual and conditioning)."""
+
+
+def rotvec_to_matrix(rv: np.ndarray) -> np.ndarray:
+    a = float(np.sqrt(rv @ rv))
+    if a < 1e-14:
+        K = np.array([[0, -rv[2], rv[1]], [rv[2], 0, -rv[0]], [-rv[1], rv[0], 0]])
+        return np.eye(3) + K + 0.5 * K @ K
+    k = rv / a
+    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + np.sin(a) * K + (1 - np.cos(a)) * (K @ K)
+
+
+@dataclass
+class Config:
+    """Body positions X (nb x 3, centres of mass, m) and rotations R (nb x 3 x 3)."""
+    X: np.ndarray
+    R: np.ndarray
+
+    def copy(self) -> "Config":
+        return Config(self.X.copy(), self.R.copy())
+
+    def step(self, dq: np.ndarray) -> "Config":
+        """Move by dq = (dx_b, dpsi_b) per body; rotations on SO(3)."""
+        d = dq.reshape(-1, 6)
+        R = np.empty_like(self.R)
+        for b in range(len(R)):
+            R[b] = rotvec_to_matrix(d[b, 3:]) @ self.R[b]
+        return Config(self.X + d[:, :3], R)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Immutable compiled model (Pinocchio-style): arrays only, no per-call state."""
+    description: Description
+    body_names: tuple[str, ...]
+    masses: np.ndarray  # (nb,) kg
+    inertias: np.ndarray  # (nb, 3, 3) about the centre of mass, body frame, kg m^2
+    gravity: np.ndarray  # (3,) m/s^2
+    prim_i: np.ndarray  # all primitives: passive first, then actuator rows
+    prim_f: np.ndarray
+    n_rows: int  # all scalar constraint rows (passive + actuator)
+    n_passive: int
+    independent: np.ndarray  # passive rows kept after eliminating redundant ones
+    square_rows: np.ndarray  # independent passive rows + actuator rows (n of them)
+    ref_config: Config  # assembled at theta_ref
+    theta_ref: np.ndarray
+    mass_diag: np.ndarray = field(repr=False)  # (nb, 3) diag of the translational mass blocks
+
+    @property
+    def name(self) -> str:
+        return self.description.name
+
+    @property
+    def n_bodies(self) -> int:
+        return len(self.body_names)
+
+    @property
+    def n_coords(self) -> int:
+        return 6 * self.n_bodies
+
+    @property
+    def n_act(self) -> int:
+        return len(self.description.actuators)
+
+    @property
+    def n_redundant(self) -> int:
+        return self.n_passive - len(self.independent)
+
+    @property
+    def ranges(self) -> np.ndarray:
+        return np.array([a.range for a in self.description.actuators], dtype=float)
+
+    @property
+    def actuator_names(self) -> list[str]:
+        return [a.name for a in self.description.actuators]
+
+    @property
+    def actuator_units(self) -> list[str]:
+        return [a.unit for a in self.description.actuators]
+
+    @property
+    def content_hash(self) -> str:
+        return self.description.content_hash
+
+    # -- constraint evaluation ------------------------------------------------------------
+    def evaluate(self, cfg: Config, theta: np.ndarray):
+        """phi (all rows), Phi_q (rows x n), Phi_theta (rows x s)."""
+        phi = np.empty(self.n_rows)
+        jac = np.empty((self.n_rows, self.n_coords))
+        jt = np.empty((self.n_rows, self.n_act))
+        C.evaluate(self.prim_i, self.prim_f, cfg.X, cfg.R, np.asarray(theta, float), phi, jac, jt)
+        return phi, jac, jt
+
+    def drift(self, cfg: Config, qdot: np.ndarray, theta: np.ndarray, theta_dot: np.ndarray):
+        gamma = np.empty(self.n_rows)
+        v = qdot.reshape(-1, 6)
+        C.drift(self.prim_i, self.prim_f, cfg.X, cfg.R, np.ascontiguousarray(v[:, :3]),
+                np.ascontiguousarray(v[:, 3:]), np.asarray(theta, float),
+                np.asarray(theta_dot, float), gamma)
+        return gamma
+
+    def world_inertias(self, cfg: Config) -> np.ndarray:
+        return cfg.R @ self.inertias @ cfg.R.transpose(0, 2, 1)
+
+    def mass_matrix(self, cfg: Config) -> np.ndarray:
+        """Block-diagonal M (n x n): m I on translations, R I R^T on rotations (world)."""
+        n = self.n_coords
+        M = np.zeros((n, n))
+        Iw = self.world_inertias(cfg)
+        for b in range(self.n_bodies):
+            i = 6 * b
+            M[i:i + 3, i:i + 3] = np.diag(self.mass_diag[b])
+            M[i + 3:i + 6, i + 3:i + 6] = Iw[b]
+        return M
+
+    def gyroscopic(self, cfg: Config, qdot: np.ndarray) -> np.ndarray:
+        """Complementary inertia forces g_iner = (0, w x I w) per body (N, N m)."""
+        v = qdot.reshape(-1, 6)
+        w = v[:, 3:]
+        Iw = self.world_inertias(cfg)
+        g = np.zeros_like(v)
+        g[:, 3:] = np.cross(w, np.einsum("bij,bj->bi", Iw, w))
+        return g.ravel()
+
+    def external_forces(self) -> np.ndarray:
+        """Gravity forces g_ext at the centres of mass (N), zero moments."""
+        g = np.zeros((self.n_bodies, 6))
+        g[:, :3] = self.masses[:, None] * self.gravity[None, :]
+        return g.ravel()
+
+    def energy(self, cfg: Config, qdot: np.ndarray) -> float:
+        """Kinetic plus gravitational potential energy (J)."""
+        M = self.mass_matrix(cfg)
+        return float(0.5 * qdot @ M @ qdot - np.sum(self.masses * (cfg.X @ self.gravity)))
+
+    def singularity_measure(self, cfg: Config, theta: np.ndarray) -> float:
+        """Smallest singular value of the square constraint Jacobian (with actuator rows)."""
+        _, jac, _ = self.evaluate(cfg, theta)
+        return float(np.linalg.svd(jac[self.square_rows], compute_uv=False)[-1])
+
+    def platform_point(self, cfg: Config, body: str, point=(0.0, 0.0, 0.0)) -> np.ndarray:
+        """World position of a point given in a body's centre-of-mass frame (m)."""
+        b = self.body_names.index(body)
+        return cfg.X[b] + cfg.R[b] @ np.asarray(point, float)
+
+
+def gauss_newton(mech_rows, evaluate, cfg: Config, theta, tol=1e-12, max_iter=60,
+                 max_step=0.2) -> tuple[Config, float, int]:
+    """Damped Gauss-Newton on the rows ``mech_rows`` with a step cap (m or rad) and
+    backtracking. Returns the configuration, final residual norm and iterations."""
+    phi, jac, _ = evaluate(cfg, theta)
+    res = float(np.linalg.norm(phi[mech_rows]))
+    it = 0
+    while res > tol and it < max_iter:
+        it += 1
+        J = jac[mech_rows]
+        if J.shape[0] == J.shape[1]:
+            try:
+                dq = -np.linalg.solve(J, phi[mech_rows])
+            except np.linalg.LinAlgError:
+                dq = -np.linalg.lstsq(J, phi[mech_rows], rcond=1e-12)[0]
+        else:
+            dq = -np.linalg.lstsq(J, phi[mech_rows], rcond=1e-12)[0]
+        big = np.abs(dq).max()
+        if big > max_step:
+            dq *= max_step / big
+        lam = 1.0
+        while True:
+            trial = cfg.step(lam * dq)
+            p2, j2, _ = evaluate(trial, theta)
+            r2 = float(np.linalg.norm(p2[mech_rows]))
+            if r2 < res or lam < 1e-3:
+                break
+            lam *= 0.5
+        cfg, phi, jac, res = trial, p2, j2, r2
+        if lam < 1e-3 and r2 >= res:
+            break
+    return cfg, res, it
+
+
+def _body_index(desc: Description, name: str) -> int:
+    return -1 if name == GROUND else [b.name for b in desc.bodies].index(name)
+
+
+def compile_mechanism(desc: Description) -> Mechanism:
+    """Stack primitives, assemble the guess, eliminate redundant rows, check mobility."""
+    bodies = desc.bodies
+    nb = len(bodies)
+    # body frames are re-centred on the centre of mass
+    com = {b.name: b.com for b in bodies}
+    com[GROUND] = np.zeros(3)
+    act_of = {a.joint: k for k, a in enumerate(desc.actuators)}
+    passive, active = [], []
+    for j in desc.joints:
+        cls = JOINT_TYPES[j.type]
+        a = act_of.get(j.name, -1)
+        off = desc.actuators[a].offset if a >= 0 else 0.0
+        joint = cls(j.name, _body_index(desc, j.body1), _body_index(desc, j.body2),
+                    j.point1 - com[j.body1], j.point2 - com[j.body2], j.axis1, j.axis2,
+                    j.ref1, j.ref2, off)
+        rows = joint.primitives()
+        passive += rows
+        if a >= 0:
+            active += joint.primitives(a)[len(rows):]
+    prims = passive + active
+    prim_i = np.array([p[0] for p in prims], dtype=np.int64)
+    prim_f = np.array([p[1] for p in prims], dtype=np.float64)
+    n_passive = C.count_rows(prim_i[: len(passive)])
+    n_rows = C.count_rows(prim_i)
+
+    X = np.array([b.position + b.rotation @ b.com for b in bodies])
+    R = np.array([b.rotation for b in bodies])
+    masses = np.array([b.mass for b in bodies])
+    mech = Mechanism(desc, tuple(b.name for b in bodies), masses,
+                     np.array([b.inertia for b in bodies]), desc.gravity, prim_i, prim_f,
+                     n_rows, n_passive, np.arange(n_passive), np.arange(n_rows),
+                     Config(X, R), desc.theta_guess.copy(), np.repeat(masses[:, None], 3, 1))
+
+    all_rows = np.arange(n_rows)
+    cfg, res, _ = gauss_newton(all_rows, mech.evaluate, Config(X, R), desc.theta_guess, max_iter=100)
+    _, jac, _ = mech.evaluate(cfg, desc.theta_guess)
+    if res > 1e-9:
+        sv = np.linalg.svd(jac, compute_uv=False)
+        raise AssemblyError(
+            f"{desc.path}: [assembly]: the guess cannot be assembled at theta = "
+            f"{desc.theta_guess.tolist()} (residual {res:.3g}, smallest singular value "
+            f"{sv[min(len(sv), jac.shape[1]) - 1]:.3g}); check body poses and joint frames")
+
+    # rank-revealing QR of Phi_q^T picks independent passive rows
+    Jp = jac[:n_passive]
+    _, Rq, piv = scipy.linalg.qr(Jp.T, mode="economic", pivoting=True)
+    d = np.abs(np.diag(Rq))
+    tol = max(Jp.shape) * np.finfo(float).eps * 1e4 * (d[0] if len(d) else 1.0)
+    rank = int(np.sum(d > tol))
+    independent = np.sort(piv[:rank])
+    n = 6 * nb
+    mobility = n - rank
+    s = len(desc.actuators)
+    if mobility != s:
+        raise ModelError(
+            f"{desc.path}: [[actuators]]: mobility is {mobility} but {s} actuator(s) are declared "
+            f"(rank analysis: {n} coordinates, {n_passive} constraint rows of rank {rank}, "
+            f"{n_passive - rank} redundant)")
+    square = np.concatenate([independent, np.arange(n_passive, n_rows)])
+    if np.linalg.matrix_rank(jac[square]) < n:
+        raise ModelError(
+            f"{desc.path}: [[actuators]]: the actuators do not determine the configuration at "
+            f"the guess (singular with the actuators locked)")
+    return Mechanism(desc, mech.body_names, masses, mech.inertias, desc.gravity, prim_i, prim_f,
+                     n_rows, n_passive, independent, square, cfg, desc.theta_guess.copy(),
+                     mech.mass_diag)
+
+
+def load_mechanism(name_or_path: str) -> Mechanism:
+    return compile_mechanism(load_description(name_or_path))

@@ -1,0 +1,206 @@
+"""Assembly at any actuator configuration, and the exact reduced model H, D, p_ext.
+
+Equation of motion in actuator coordinates (``shared/reference-models.md``):
+H(theta) thetadd + D(theta) [td td] - p_ext(theta) = tau, with
+[td td] = (td1^2, td1 td2, ..., td1 ts, td2^2, ..., ts^2) (upper triangle, row by row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .mechanism import AssemblyError, Config, Mechanism
+
+
+def velocity_pairs(s: int) -> list[tuple[int, int]]:
+    """Index pairs (j, k), j <= k, in the order of [td td]."""
+    return [(j, k) for j in range(s) for k in range(j, s)]
+
+
+def quadratic_velocities(theta_dot: np.ndarray) -> np.ndarray:
+    """[td td] of ``shared/reference-models.md``."""
+    s = len(theta_dot)
+    return np.array([theta_dot[j] * theta_dot[k] for j, k in velocity_pairs(s)])
+
+
+class Assembler:
+    """Newton-Raphson assembly with prediction from the last solution (paper eq. 12),
+    damping, step caps and sub-stepping so the solution stays on the guess's branch.
+
+    Holds mutable warm-start state; one per thread or process.
+    """
+
+    def __init__(self, mech: Mechanism, substep: float = 0.05, tol: float = 1e-12,
+                 max_iter: int = 25):
+        self.mech = mech
+        self.tol = tol
+        self.max_iter = max_iter
+        self.max_substep = substep * (mech.ranges[:, 1] - mech.ranges[:, 0])
+        self.reset()
+
+    def reset(self) -> None:
+        self.theta = self.mech.theta_ref.copy()
+        self.cfg = self.mech.ref_config.copy()
+
+    def q_theta(self, cfg: Config, theta: np.ndarray) -> np.ndarray:
+        _, jac, jt = self.mech.evaluate(cfg, theta)
+        rows = self.mech.square_rows
+        return -np.linalg.solve(jac[rows], jt[rows])
+
+    def _newton(self, cfg: Config, theta: np.ndarray) -> tuple[Config, float, float]:
+        rows = self.mech.square_rows
+        res = np.inf
+        for _ in range(self.max_iter):
+            phi, jac, _ = self.mech.evaluate(cfg, theta)
+            res = float(np.abs(phi).max())
+            if res < self.tol:
+                return cfg, res, 0.0
+            try:
+                dq = -np.linalg.solve(jac[rows], phi[rows])
+            except np.linalg.LinAlgError:
+                break
+            big = np.abs(dq).max()
+            if big > 0.1:  # step cap (m or rad)
+                dq *= 0.1 / big
+            cfg = cfg.step(dq)
+        _, jac, _ = self.mech.evaluate(cfg, theta)
+        sv = np.linalg.svd(jac[rows], compute_uv=False)
+        return cfg, res, float(sv[-1] / sv[0])
+
+    def solve(self, theta) -> Config:
+        """Assemble at theta, walking from the last solution in sub-steps."""
+        theta = np.asarray(theta, dtype=float)
+        start_theta, start_cfg = self.theta, self.cfg
+        n = int(np.ceil(np.max(np.abs(theta - start_theta) / self.max_substep))) if len(theta) else 1
+        n = max(n, 1)
+        cfg, th = start_cfg, start_theta
+        k, halvings = 0, 0
+        while k < n:
+            target = start_theta + (theta - start_theta) * (k + 1) / n
+            pred = cfg.step(self.q_theta(cfg, th) @ (target - th))
+            new, res, cond = self._newton(pred, target)
+            if res >= self.tol:
+                if halvings < 6:
+                    # restart the walk with twice as many sub-steps from the last good point
+                    start_theta, start_cfg = th, cfg
+                    n, k, halvings = 2 * (n - k), 0, halvings + 1
+                    continue
+                raise AssemblyError(
+                    f"cannot assemble {self.mech.name} at theta = {np.round(theta, 9).tolist()}: "
+                    f"Newton residual {res:.3g} after {self.max_iter} iterations, "
+                    f"Jacobian inverse condition number {cond:.3g}")
+            cfg, th = new, target
+            k += 1
+        self.theta, self.cfg = theta.copy(), cfg
+        return cfg.copy()
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """Exact reduced model at one configuration (SI; N or N m per actuator)."""
+    theta: np.ndarray
+    H: np.ndarray  # (s, s)
+    D: np.ndarray  # (s, s(s+1)/2)
+    p_ext: np.ndarray  # (s,)
+    q_theta: np.ndarray  # (n, s)
+    config: Config
+
+    def h(self, theta_dot) -> np.ndarray:
+        return self.D @ quadratic_velocities(np.asarray(theta_dot, float))
+
+    def tau(self, theta_dot, theta_ddot) -> np.ndarray:
+        return self.H @ np.asarray(theta_ddot, float) + self.h(theta_dot) - self.p_ext
+
+
+def reduce_at(mech: Mechanism, cfg: Config, theta: np.ndarray) -> Reduced:
+    """q_theta (eq. 11), H (eq. 18), D = q_theta^T (A + M B) (eq. 28) and p_ext (eq. 16).
+
+    A and B are the quadratic forms of the gyroscopic forces and of the analytic constraint
+    drift, extracted exactly by polarisation (they are quadratic in theta_dot).
+    """
+    theta = np.asarray(theta, float)
+    s = mech.n_act
+    rows = mech.square_rows
+    _, jac, jt = mech.evaluate(cfg, theta)
+    lu = scipy.linalg.lu_factor(jac[rows])
+    qt = -scipy.linalg.lu_solve(lu, jt[rows])
+    M = mech.mass_matrix(cfg)
+    Mq = M @ qt
+    H = qt.T @ Mq
+    H = 0.5 * (H + H.T)
+    pairs = velocity_pairs(s)
+    gam = {}
+    giner = {}
+    zero = np.zeros(s)
+
+    def quad(e):
+        qd = qt @ e
+        return mech.drift(cfg, qd, theta, e)[rows], mech.gyroscopic(cfg, qd)
+
+    for j in range(s):
+        e = zero.copy()
+        e[j] = 1.0
+        gam[j, j], giner[j, j] = quad(e)
+    G = np.empty((len(rows), len(pairs)))
+    A = np.empty((mech.n_coords, len(pairs)))
+    for c, (j, k) in enumerate(pairs):
+        if j == k:
+            G[:, c], A[:, c] = gam[j, j], giner[j, j]
+        else:
+            e = zero.copy()
+            e[j] = e[k] = 1.0
+            g, a = quad(e)
+            G[:, c] = g - gam[j, j] - gam[k, k]
+            A[:, c] = a - giner[j, j] - giner[k, k]
+    B = -scipy.linalg.lu_solve(lu, G)
+    D = qt.T @ (A + M @ B)
+    p_ext = qt.T @ mech.external_forces()
+    return Reduced(theta.copy(), H, D, p_ext, qt, cfg)
+
+
+class ExactModel:
+    """theta -> exact Reduced, assembling with warm starts (one per process)."""
+
+    def __init__(self, mech: Mechanism):
+        self.mech = mech
+        self.assembler = Assembler(mech)
+
+    def __call__(self, theta) -> Reduced:
+        theta = np.asarray(theta, float)
+        return reduce_at(self.mech, self.assembler.solve(theta), theta)
+
+    def outputs(self, theta) -> np.ndarray:
+        """Flat output vector f = (H upper triangle row by row, D row by row, p_ext)."""
+        r = self(theta)
+        return flatten_outputs(r.H, r.D, r.p_ext)
+
+
+def output_layout(s: int) -> list[str]:
+    """Names of the flat outputs, in order: H_jk (j <= k), D_i_c, p_ext_i."""
+    names = [f"H[{j},{k}]" for j, k in velocity_pairs(s)]
+    names += [f"D[{i},{c}]" for i in range(s) for c in range(s * (s + 1) // 2)]
+    names += [f"p_ext[{i}]" for i in range(s)]
+    return names
+
+
+def flatten_outputs(H: np.ndarray, D: np.ndarray, p_ext: np.ndarray) -> np.ndarray:
+    s = H.shape[0]
+    iu = np.triu_indices(s)
+    return np.concatenate([H[iu], D.ravel(), p_ext])
+
+
+def unflatten_outputs(f: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    m = s * (s + 1) // 2
+    H = np.empty((s, s))
+    iu = np.triu_indices(s)
+    H[iu] = f[:m]
+    H.T[iu] = f[:m]
+    D = f[m:m + s * m].reshape(s, m)
+    return H, D, f[m + s * m:m + s * m + s].copy()
+
+
+__all__ = ["Assembler", "AssemblyError", "ExactModel", "Reduced", "reduce_at", "output_layout",
+           "flatten_outputs", "unflatten_outputs", "quadratic_velocities", "velocity_pairs"]
