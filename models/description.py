@@ -15,10 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pkrt.rt.errors import UserError
+
 from .joints import ACTUATABLE, JOINT_TYPES
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """A machine description is invalid; the message names file, table and field."""
 
 

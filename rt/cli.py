@@ -1,2 +1,168 @@
-def main():
-    print("pkrt")
+"""The ``pkrt`` command line.
+
+Each verb lives in its own module, imported only when that verb runs, which exposes
+``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 success, 1 a fault or failed
+check at run time, 2 bad input or usage (``pkrt: error: ...`` on stderr; ``--debug`` shows the
+traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+import traceback
+
+import numpy as np
+
+from .errors import Fault, UserError
+
+# verb -> (module, one-line help). Two-word verbs are written "model check".
+COMMANDS: dict[str, tuple[str, str]] = {
+    "model check": ("pkrt.models.commands", "check a machine description: coordinates, constraints, mobility, singularity"),
+    "model eval": ("pkrt.models.commands", "evaluate H, D, p_ext (and h, tau) of a model or a tree"),
+    "build": ("pkrt.models.treecommands", "build a reduced-dynamics tree from a model"),
+    "tree info": ("pkrt.models.treecommands", "show a tree file's header"),
+    "tree verify": ("pkrt.models.treecommands", "compare a tree with the exact model"),
+    "run": ("pkrt.rt.runcommand", "run a machine under control (default: the Orthoglide demo on the simulated plant)"),
+    "hil": ("pkrt.hil.command", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
+    "replay": ("pkrt.rt.replaycommand", "replay a logged run and compare"),
+    "log info": ("pkrt.rt.logcommands", "summary of a run log"),
+    "log export": ("pkrt.rt.logcommands", "export a run log as CSV"),
+    "log plot": ("pkrt.rt.logcommands", "plot a run log to PNG"),
+    "bench": ("pkrt.rt.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
+}
+
+_NUM = re.compile(r"^-[0-9.]")
+
+
+def vector(text: str) -> np.ndarray:
+    """argparse type for comma-separated numbers."""
+    try:
+        v = np.array([float(x) for x in text.split(",") if x.strip() != ""], dtype=float)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
+    if v.size == 0:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return v
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """Turn ``--opt -0.1,0.2`` into ``--opt=-0.1,0.2`` so argparse accepts negative vectors."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--") and "=" not in a and i + 1 < len(argv) and _NUM.match(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
+def to_jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return to_jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if np.isfinite(v) else None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def emit(result: dict, as_json: bool, text: str | None = None) -> None:
+    """Print one JSON object (``--json``) or the human-readable text."""
+    if as_json:
+        print(json.dumps(to_jsonable(result)))
+    else:
+        print(text if text is not None else _plain(result))
+
+
+def _plain(d: dict, indent: str = "") -> str:
+    lines = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines.append(f"{indent}{k}:")
+            lines.append(_plain(v, indent + "  "))
+        else:
+            if isinstance(v, np.ndarray):
+                v = np.array2string(v, precision=6, suppress_small=False)
+            lines.append(f"{indent}{k}: {v}")
+    return "\n".join(lines)
+
+
+def _find_verb(argv: list[str]) -> str | None:
+    words = [a for a in argv if not a.startswith("-")][:2]
+    if len(words) >= 2 and f"{words[0]} {words[1]}" in COMMANDS:
+        return f"{words[0]} {words[1]}"
+    if words and words[0] in COMMANDS:
+        return words[0]
+    return None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(f"{self.prog.split(' ', 1)[-1]}: {message}")
+
+
+def _usage() -> str:
+    w = max(len(k) for k in COMMANDS)
+    rows = "\n".join(f"  pkrt {k:<{w}}  {h}" for k, (_, h) in COMMANDS.items())
+    return ("usage: pkrt VERB [options] [--json] [--debug]\n\nverbs:\n" + rows +
+            "\n\nEvery verb takes --help. Exit codes: 0 ok, 1 fault at run time, 2 bad input.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(_usage())
+            return 0 if argv else 2
+        verb = _find_verb(argv)
+        if verb is None:
+            raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
+                            f"(try 'pkrt --help')")
+        module = importlib.import_module(COMMANDS[verb][0])
+        parser = _Parser(prog=f"pkrt {verb}", description=COMMANDS[verb][1])
+        parser.add_argument("--debug", action="store_true", help="show tracebacks")
+        getattr(module, "add_arguments_" + verb.replace(" ", "_"))(parser)
+        # drop the verb words wherever they stood
+        rest = list(argv)
+        for w in verb.split():
+            rest.remove(w)
+        args = parser.parse_args(_join_negative_values(rest))
+        args.debug = debug
+        return int(getattr(module, "run_" + verb.replace(" ", "_"))(args) or 0)
+    except (UserError, Fault) as e:
+        if debug:
+            traceback.print_exc()
+        print(f"pkrt: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("pkrt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as e:
+        # files that cannot be read or written are the user's to fix
+        if debug:
+            traceback.print_exc()
+        print(f"pkrt: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

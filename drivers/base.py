@@ -1,0 +1,114 @@
+"""The drive interface every backend implements (ros2_control-style lifecycle).
+
+A ``Drives`` object is the group of s axes of one machine, in actuator order, in SI units at the
+actuator (m or rad; N or N m). The loop calls, every cycle, ``read(t)`` then ``write(tau)``.
+
+Lifecycle: UNCONFIGURED -configure()-> CONFIGURED -enable()-> ENABLED; any fault -> FAULTED;
+``disable()`` (idempotent, never raises) -> DISABLED: torque off. Leaving the loop for any
+reason disables the drives.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from pkrt.rt.errors import Fault, UserError
+
+
+class DriveState(enum.Enum):
+    UNCONFIGURED = "unconfigured"
+    CONFIGURED = "configured"
+    ENABLED = "enabled"
+    FAULTED = "faulted"
+    DISABLED = "disabled"
+
+
+class DriveError(Fault):
+    """A drive or bus fault at run time (the loop stops safely, exit 1)."""
+
+
+class DriveConfigError(UserError):
+    """Bad drive settings in a machine configuration (exit 2)."""
+
+
+class Feedback:
+    """Preallocated feedback of one read: positions (m or rad), velocities (m/s or rad/s),
+    ``fresh`` true when this read brought new data from every axis, ``stamp`` the loop time
+    (s) of the read."""
+
+    def __init__(self, n_axes: int):
+        self.position = np.zeros(n_axes)
+        self.velocity = np.zeros(n_axes)
+        self.fresh = False
+        self.stamp = 0.0
+
+
+class Drives:
+    """Base class of the drive backends. Subclasses implement the ``_do_*`` hooks."""
+
+    backend = "base"
+
+    def __init__(self, n_axes: int):
+        self.n_axes = n_axes
+        self.state = DriveState.UNCONFIGURED
+        self.fault_reason: str | None = None
+        self.feedback = Feedback(n_axes)
+        self.torque_on = False  # True while torque commands reach the actuators
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def configure(self) -> None:
+        self._do_configure()
+        self.state = DriveState.CONFIGURED
+
+    def enable(self) -> None:
+        if self.state is not DriveState.CONFIGURED:
+            raise DriveError(f"cannot enable drives in state {self.state.value}")
+        self._do_enable()
+        self.state = DriveState.ENABLED
+        self.torque_on = True
+
+    def disable(self) -> None:
+        """Torque off. Idempotent; never raises (called on every way out of the loop)."""
+        try:
+            self._do_disable()
+        except Exception as e:  # noqa: BLE001 - a failing disable must not mask the cause
+            if self.fault_reason is None:
+                self.fault_reason = f"disable failed: {e}"
+        self.torque_on = False
+        if self.state is not DriveState.FAULTED:
+            self.state = DriveState.DISABLED
+
+    def close(self) -> None:
+        self.disable()
+        self._do_close()
+
+    def fault(self, reason: str) -> None:
+        """Record a fault (first reason wins) and take torque off."""
+        if self.fault_reason is None:
+            self.fault_reason = reason
+        self.disable()
+        self.state = DriveState.FAULTED
+
+    # -- cyclic ------------------------------------------------------------------------------
+    def read(self, t: float) -> Feedback:
+        """Fill and return ``self.feedback`` for loop time t (s)."""
+        raise NotImplementedError
+
+    def write(self, tau: np.ndarray) -> None:
+        """Command actuator torques/forces (N or N m), SI, actuator order."""
+        raise NotImplementedError
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _do_configure(self) -> None:
+        pass
+
+    def _do_enable(self) -> None:
+        pass
+
+    def _do_disable(self) -> None:
+        pass
+
+    def _do_close(self) -> None:
+        pass
