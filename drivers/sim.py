@@ -1,0 +1,255 @@
+"""The simulated plant and the ``sim`` drive backend.
+
+Plant: H(theta) thetadd = tau - h(theta, thetadot) + p_ext(theta) - friction(thetadot), with
+H, D, p_ext from a reduced-dynamics tree finer than the controller's (the plant's physics; the
+controller never sees it), all scaled by ``mass_scale`` (every mass and inertia times K).
+Friction per actuator: viscous b thetadot + Coulomb Fc tanh(thetadot / v_eps); the applied
+force is clipped to +/- force_limit. RK4 with ``substeps`` steps per period.
+Units: m or rad, N or N m, s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model, quad_velocities
+
+from .base import DriveConfigError, DriveError, Drives
+
+V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing
+
+
+@njit(cache=True)
+def _solve_spd(A, b, x):
+    """x = A^-1 b for a small symmetric positive definite A (Cholesky, no allocation of A)."""
+    n = b.shape[0]
+    L = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            acc = A[i, j]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            if i == j:
+                if acc <= 0.0:
+                    return False
+                L[i, i] = np.sqrt(acc)
+            else:
+                L[i, j] = acc / L[j, j]
+    y = np.empty(n)
+    for i in range(n):
+        acc = b[i]
+        for k in range(i):
+            acc -= L[i, k] * y[k]
+        y[i] = acc / L[i, i]
+    for i in range(n - 1, -1, -1):
+        acc = y[i]
+        for k in range(i + 1, n):
+            acc -= L[k, i] * x[k]
+        x[i] = acc / L[i, i]
+    return True
+
+
+@njit(cache=True)
+def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out):
+    """Forward dynamics acceleration; returns the tree status (or 3 if H is not SPD)."""
+    ms, visc, coul = params[0], params[1], params[2]
+    status = eval_model(T, th, H, D, p)
+    quad_velocities(thd, w)
+    s = th.shape[0]
+    for i in range(s):
+        acc = tau[i] + ms * p[i] - visc * thd[i] - coul * np.tanh(thd[i] / params[4])
+        for c in range(w.shape[0]):
+            acc -= ms * D[i, c] * w[c]
+        rhs[i] = acc
+        for j in range(s):
+            H[i, j] *= ms
+    if not _solve_spd(H, rhs, out):
+        return 3
+    return status
+
+
+@njit(cache=True)
+def plant_step(T, x, tau_cmd, dt, n_sub, params):
+    """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps; return the worst status.
+
+    params = (mass_scale, viscous, coulomb, force_limit, v_eps).
+    """
+    s = tau_cmd.shape[0]
+    m = s * (s + 1) // 2
+    H = np.empty((s, s))
+    D = np.empty((s, m))
+    p = np.empty(s)
+    w = np.empty(m)
+    rhs = np.empty(s)
+    tau = np.empty(s)
+    for i in range(s):
+        tau[i] = min(max(tau_cmd[i], -params[3]), params[3])
+    k = np.empty((4, 2 * s))
+    xs = np.empty(2 * s)
+    a = np.empty(s)
+    h = dt / n_sub
+    worst = 0
+    for _ in range(n_sub):
+        for stage in range(4):
+            c = 0.0 if stage == 0 else (0.5 if stage < 3 else 1.0)
+            for i in range(2 * s):
+                xs[i] = x[i] if stage == 0 else x[i] + c * h * k[stage - 1, i]
+            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a)
+            worst = max(worst, st)
+            for i in range(s):
+                k[stage, i] = xs[s + i]
+                k[stage, s + i] = a[i]
+        for i in range(2 * s):
+            x[i] += h / 6.0 * (k[0, i] + 2.0 * k[1, i] + 2.0 * k[2, i] + k[3, i])
+    return worst
+
+
+class Plant:
+    """The simulated machine (state, parameters, one tree)."""
+
+    def __init__(self, tree, viscous: float, coulomb: float, force_limit: float,
+                 mass_scale: float = 1.0, substeps: int = 4, theta0=None):
+        self.tree = tree
+        self.s = tree.s
+        self.params = np.array([mass_scale, viscous, coulomb, force_limit, V_EPS], dtype=float)
+        self.substeps = int(substeps)
+        self.x = np.zeros(2 * self.s)
+        if theta0 is not None:
+            self.x[: self.s] = theta0
+        self.status = 0
+        self.warm_up()
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.x[: self.s]
+
+    @property
+    def theta_dot(self) -> np.ndarray:
+        return self.x[self.s:]
+
+    def reset(self, theta, theta_dot=None) -> None:
+        self.x[: self.s] = theta
+        self.x[self.s:] = 0.0 if theta_dot is None else theta_dot
+
+    def step(self, tau: np.ndarray, dt: float) -> int:
+        """Integrate over dt (s) with tau held (N or N m); returns the tree status."""
+        if dt <= 0.0:
+            return 0
+        self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params)
+        return self.status
+
+    def warm_up(self) -> None:
+        x = self.x.copy()
+        plant_step(self.tree.arrays, x, np.zeros(self.s), 1e-4, 1, self.params)
+
+    @classmethod
+    def from_config(cls, config, mass_scale: float | None = None) -> "Plant":
+        """The plant of a machine configuration's ``[drives]`` table (``plant_tree`` ...)."""
+        from pkrt.rt.treefile import load_tree
+
+        d = config.drives
+        if "plant_tree" not in d and "plant_tree" not in config.raw.get("emulator", {}):
+            raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': missing")
+        path = d.get("plant_tree") or config.raw["emulator"]["plant_tree"]
+        tree = load_tree(config.resolve(path))
+        src = {**config.raw.get("emulator", {}), **d}
+
+        def num(key, default):
+            v = src.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise DriveConfigError(f"{config.path}: [drives], field '{key}': expected a number >= 0, got {v!r}")
+            return float(v)
+
+        ms = num("mass_scale", 1.0) if mass_scale is None else float(mass_scale)
+        if ms <= 0:
+            raise DriveConfigError(f"{config.path}: mass scale must be positive, got {ms}")
+        return cls(tree, num("viscous", 0.0), num("coulomb", 0.0), num("force_limit", 1e9), ms,
+                   int(num("substeps", 4)) or 1)
+
+
+class SimDrives(Drives):
+    """Drive backend on the simulated plant, with sensor quantisation, noise and transport
+    delay, and fault injection for tests (``inject``)."""
+
+    backend = "sim"
+
+    def __init__(self, plant: Plant, noise: float = 0.0, quantization: float = 0.0,
+                 delay_cycles: int = 0, seed: int = 0):
+        super().__init__(plant.s)
+        self.plant = plant
+        self.noise = noise
+        self.quantization = quantization
+        self.rng = np.random.default_rng(seed)
+        self._t = None
+        self._tau = np.zeros(plant.s)
+        self._hist = np.zeros((delay_cycles + 1, 2 * plant.s))
+        self._hist_n = 0
+        self.injections: list[tuple[str, float, float]] = []  # (kind, at time s, value)
+
+    @classmethod
+    def from_config(cls, config, overrides: dict) -> "SimDrives":
+        d = {**config.drives, **overrides}
+        plant = Plant.from_config(config, mass_scale=d.get("mass_scale"))
+        return cls(plant, float(d.get("noise", 0.0)), float(d.get("quantization", 0.0)),
+                   int(d.get("delay_cycles", 0)), int(d.get("seed", 0)))
+
+    def inject(self, kind: str, at: float, value: float = 0.0) -> None:
+        """Fault injection: ``nan`` (feedback NaN from time ``at``), ``stale`` (no fresh
+        feedback), ``push`` (an external force ``value`` N on every axis), ``freeze`` (the
+        plant stops: feedback no longer changes)."""
+        if kind not in ("nan", "stale", "push", "freeze"):
+            raise DriveConfigError(f"unknown sim fault '{kind}' (nan, stale, push, freeze)")
+        self.injections.append((kind, float(at), float(value)))
+
+    def _active(self, kind: str, t: float):
+        for k, at, v in self.injections:
+            if k == kind and t >= at:
+                return v
+        return None
+
+    def _do_configure(self) -> None:
+        self._t = None
+        self._hist_n = 0
+
+    def _do_disable(self) -> None:
+        self._tau[:] = 0.0
+
+    def read(self, t: float):
+        fb = self.feedback
+        if self._t is not None and self._active("freeze", t) is None:
+            push = self._active("push", t)
+            tau = self._tau if push is None else self._tau + push
+            if self.plant.step(tau, t - self._t) == OUT_OF_DOMAIN:
+                raise DriveError("simulated plant left its model's domain")
+        self._t = t
+        x = self.plant.x
+        if not np.all(np.isfinite(x)):
+            raise DriveError("simulated plant state is not finite")
+        # transport delay: a ring of past states
+        n = len(self._hist)
+        self._hist[self._hist_n % n] = x
+        idx = max(self._hist_n - (n - 1), 0) % n
+        self._hist_n += 1
+        s = self.n_axes
+        fb.position[:] = self._hist[idx, :s]
+        fb.velocity[:] = self._hist[idx, s:]
+        if self.noise > 0.0:
+            fb.position += self.rng.normal(0.0, self.noise, s)
+        if self.quantization > 0.0:
+            np.round(fb.position / self.quantization, out=fb.position)
+            fb.position *= self.quantization
+        if self._active("nan", t) is not None:
+            fb.position[0] = np.nan
+        fb.fresh = self._active("stale", t) is None
+        fb.stamp = t
+        return fb
+
+    def write(self, tau: np.ndarray) -> None:
+        if self.torque_on:
+            self._tau[:] = tau
+        else:
+            self._tau[:] = 0.0
+
+
+__all__ = ["Plant", "SimDrives", "plant_step", "CLAMPED", "OUT_OF_DOMAIN"]

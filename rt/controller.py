@@ -1,0 +1,92 @@
+"""Controllers: computed torque on the reduced-dynamics tree, and PD plus gravity.
+
+Computed torque (per axis gains Kp (1/s^2), Kd (1/s)):
+  tau = H(theta) (thetadd_ref + Kd e_dot + Kp e) + D(theta) [td td] - p_ext(theta) + f(td_ref)
+PD plus gravity with the same gains, made forces by the nominal inertia H0 (the diagonal of H
+at the centre of the range): tau = diag(H0) (Kd e_dot + Kp e) - p_ext(theta) + f(td_ref).
+f is the friction feedforward (viscous b, Coulomb Fc tanh(v / v_eps)); zero unless the
+configuration gives it. e = theta_ref - theta. tau is saturated at +/- tau_max.
+One numba call a cycle; the workspace arrays are preallocated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model, quad_velocities
+
+CT, PD = 0, 1
+FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE = 1, 2, 4, 8
+
+
+@njit(cache=True)
+def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
+            tau_model, tau):
+    """Fill tau_model (before saturation) and tau; return (flags, tree status).
+
+    gains rows: 0 kp, 1 kd, 2 tau_max, 3 H0 diagonal, 4 viscous, 5 coulomb, 6 v_eps.
+    """
+    s = theta.shape[0]
+    status = eval_model(T, theta, H, D, p)
+    quad_velocities(theta_dot, w)
+    flags = 0
+    if status != 0:
+        flags |= FLAG_TREE
+    for i in range(s):
+        fb = gains[1, i] * (ref_vel[i] - theta_dot[i]) + gains[0, i] * (ref_pos[i] - theta[i])
+        v[i] = ref_acc[i] + fb if kind == CT else fb
+    for i in range(s):
+        acc = -p[i] + gains[4, i] * ref_vel[i] + gains[5, i] * np.tanh(ref_vel[i] / gains[6, i])
+        if kind == CT:
+            for j in range(s):
+                acc += H[i, j] * v[j]
+            for c in range(w.shape[0]):
+                acc += D[i, c] * w[c]
+        else:
+            acc += gains[3, i] * v[i]
+        tau_model[i] = acc
+        lim = gains[2, i]
+        if acc > lim:
+            acc = lim
+            flags |= FLAG_SATURATED
+        elif acc < -lim:
+            acc = -lim
+            flags |= FLAG_SATURATED
+        tau[i] = acc
+    return flags, status
+
+
+class Controller:
+    """A controller bound to its tree, gains and preallocated workspace."""
+
+    def __init__(self, tree: Tree, kind: str, kp, kd, tau_max, viscous=0.0, coulomb=0.0):
+        if kind not in ("ct", "pd"):
+            raise ValueError(kind)
+        s = tree.s
+        self.tree = tree
+        self.arrays = tree.arrays
+        self.kind_name = kind
+        self.kind = CT if kind == "ct" else PD
+        self.H = np.zeros((s, s))
+        self.D = np.zeros((s, s * (s + 1) // 2))
+        self.p = np.zeros(s)
+        self.w = np.zeros(s * (s + 1) // 2)
+        self.v = np.zeros(s)
+        self.tau_model = np.zeros(s)
+        self.tau = np.zeros(s)
+        # nominal inertia at the centre of the tree's box (plan once)
+        centre = 0.5 * (tree.lo + tree.hi)
+        H0 = np.zeros((s, s))
+        eval_model(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s))
+        self.gains = np.vstack([np.broadcast_to(np.asarray(x, float), (s,)) for x in
+                                (kp, kd, tau_max, np.diag(H0), viscous, coulomb, 1e-3)]).copy()
+
+    def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
+        """Compute ``self.tau``; returns (flags, tree status)."""
+        return control(self.arrays, self.kind, theta, theta_dot, ref_pos, ref_vel, ref_acc,
+                       self.gains, self.H, self.D, self.p, self.w, self.v, self.tau_model, self.tau)
+
+
+__all__ = ["Controller", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
+           "FLAG_STALE", "CLAMPED", "OUT_OF_DOMAIN"]

@@ -1,0 +1,133 @@
+"""Fixed-rate timing: absolute deadlines on the monotonic clock, sleep then a short spin;
+real-time settings (SCHED_FIFO, CPU affinity, mlockall, gc.freeze), each reported applied or
+not; a virtual clock for lockstep runs. Times in seconds unless named _us.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import time
+
+import numpy as np
+
+SPIN_S = 150e-6  # spin the last part of each period (the kernel throttles a FIFO task that spins for good)
+
+
+class RealClock:
+    """Wall clock: ``wait_until(t)`` sleeps to ``t - SPIN_S`` then spins; returns the wake
+    latency (s) past the deadline."""
+
+    lockstep = False
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def wait_until(self, t: float) -> float:
+        t_abs = self.t0 + t
+        rest = t_abs - time.monotonic() - SPIN_S
+        if rest > 0:
+            time.sleep(rest)
+        while True:
+            now = time.monotonic()
+            if now >= t_abs:
+                return now - t_abs
+
+
+class VirtualClock:
+    """Lockstep clock: time is the deadline; no sleeping."""
+
+    lockstep = True
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait_until(self, t: float) -> float:
+        self.t = t
+        return 0.0
+
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+
+
+def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
+                   gc_freeze: bool = True) -> dict:
+    """Apply what is asked and permitted; report each setting as applied, skipped or why not."""
+    rep: dict[str, str] = {}
+    if priority > 0:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            rep["sched_fifo"] = f"applied (priority {priority})"
+        except (PermissionError, OSError, AttributeError) as e:
+            rep["sched_fifo"] = f"not applied: {e}"
+    else:
+        rep["sched_fifo"] = "not requested"
+    if cpu >= 0:
+        try:
+            os.sched_setaffinity(0, {cpu})
+            rep["cpu_affinity"] = f"applied (cpu {cpu})"
+        except (OSError, ValueError, AttributeError) as e:
+            rep["cpu_affinity"] = f"not applied: {e}"
+    else:
+        rep["cpu_affinity"] = "not requested"
+    if mlockall:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+                rep["mlockall"] = f"not applied: {os.strerror(ctypes.get_errno())}"
+            else:
+                rep["mlockall"] = "applied"
+        except OSError as e:
+            rep["mlockall"] = f"not applied: {e}"
+    else:
+        rep["mlockall"] = "not requested"
+    if gc_freeze:
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        rep["gc_freeze"] = "applied (collector frozen and disabled during the loop)"
+    else:
+        rep["gc_freeze"] = "not requested"
+    return rep
+
+
+def restore_realtime(report: dict) -> None:
+    """Undo what ``apply_realtime`` changed that would outlive the loop."""
+    if report.get("gc_freeze", "").startswith("applied"):
+        gc.enable()
+        gc.unfreeze()
+    if report.get("sched_fifo", "").startswith("applied"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:
+            pass
+    if report.get("mlockall", "").startswith("applied"):
+        try:
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").munlockall()
+        except OSError:
+            pass
+
+
+def percentiles_us(x: np.ndarray) -> dict:
+    """p50, p99, p99.9 and max of a sample in seconds, as microseconds."""
+    if len(x) == 0:
+        return {"p50": None, "p99": None, "p99.9": None, "max": None}
+    q = np.percentile(x, [50, 99, 99.9]) * 1e6
+    return {"p50": float(q[0]), "p99": float(q[1]), "p99.9": float(q[2]), "max": float(x.max() * 1e6)}
+
+
+def bare_loop_latency(period: float, cycles: int) -> np.ndarray:
+    """Wake latencies (s) of a bare sleep-then-spin loop, for comparison with the runtime's."""
+    clock = RealClock()
+    out = np.empty(cycles)
+    for k in range(cycles):
+        out[k] = clock.wait_until((k + 1) * period)
+    return out
