@@ -1,0 +1,90 @@
+"""Live telemetry: msgpack maps over UDP at a bounded rate, for PlotJuggler or any listener.
+
+Each datagram is one msgpack map of flat names to numbers: ``timestamp`` (loop time, s),
+``cycle``, and one entry per logged value, ``<channel>`` for width-1 channels and
+``<channel>/<axis>`` for per-axis ones (e.g. ``pos/q1``, ``tau/q3``, ``wake_us``). Units are the
+log's (SI at the actuators, microseconds for timing).
+
+PlotJuggler: Streaming -> "UDP Server", port 9870 (or the one given), Message Protocol
+"msgpack", tick "use field as timestamp if available" and pick ``timestamp``.
+
+Rate is bounded in loop time: at most one datagram per 1/rate_hz seconds of the loop's clock
+(so a lockstep run sends rate_hz datagrams per simulated second). The socket is non-blocking;
+a datagram the kernel will not take right now is dropped and counted, never waited for.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import msgpack
+import numpy as np
+
+from .errors import UserError
+
+
+class Telemetry:
+    """UDP msgpack sender. ``maybe_send`` is called every cycle; when it is not time to send
+    it costs one float comparison."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9870, rate_hz: float = 50.0,
+                 axes: list[str] | None = None):
+        if not (isinstance(port, int) and 0 < port < 65536):
+            raise UserError(f"telemetry: port must be in 1..65535, got {port!r}")
+        if not rate_hz > 0:
+            raise UserError(f"telemetry: rate must be positive, got {rate_hz!r} Hz")
+        try:
+            info = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        except (socket.gaierror, UnicodeError) as e:
+            raise UserError(f"telemetry: cannot resolve host '{host}': {e}") from None
+        self.address = info[4]
+        self.period = 1.0 / float(rate_hz)
+        self.rate_hz = float(rate_hz)
+        self.axes = list(axes) if axes else None
+        self.sent = 0
+        self.dropped = 0
+        self._next_t = -np.inf
+        self._keys: list[tuple[str, int]] | None = None
+        self._sock = socket.socket(info[0], socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def _layout(self, slices: dict[str, slice]) -> list[tuple[str, int]]:
+        keys = []
+        for name, sl in slices.items():
+            n = sl.stop - sl.start
+            if n == 1:
+                keys.append((name, sl.start))
+            else:
+                for i in range(n):
+                    ax = self.axes[i] if self.axes and len(self.axes) == n else str(i)
+                    keys.append((f"{name}/{ax}", sl.start + i))
+        return keys
+
+    def maybe_send(self, cycle: int, t: float, row: np.ndarray, slices: dict[str, slice]) -> bool:
+        """Send the row if 1/rate_hz of loop time (s) has passed since the last send. Never
+        blocks; returns True when a datagram left."""
+        if t < self._next_t:
+            return False
+        # next slot on the rate grid, skipping slots missed (no bursts after a pause)
+        nxt = self._next_t + self.period
+        self._next_t = nxt if nxt > t else t + self.period
+        if self._keys is None:
+            self._keys = self._layout(slices)
+        msg = {"timestamp": float(t), "cycle": int(cycle)}
+        for key, i in self._keys:
+            msg[key] = float(row[i])
+        try:
+            self._sock.sendto(self._packer.pack(msg), self.address)
+        except OSError:  # EAGAIN (buffer full), ECONNREFUSED, ENETUNREACH: drop
+            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def stats(self) -> dict:
+        return {"address": f"{self.address[0]}:{self.address[1]}", "rate_hz": self.rate_hz,
+                "sent": self.sent, "dropped": self.dropped}
+
+    def close(self) -> None:
+        self._sock.close()
