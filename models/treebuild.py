@@ -1,0 +1,357 @@
+"""Build reduced-dynamics trees from the exact model (paper section 4, plus adaptive splits).
+
+Boxes live in unit coordinates of the root box (exact ``Fraction`` per axis, 0 = lo, 1 = hi).
+Each box is sampled with a central composite design in box-normalised coordinates z in
+[-1, 1]^s: the 2^s corners, the 2 s face centres (star points on the box sides, as in the
+paper) and the centre; for s = 1 that is z = -1, 0, 1. Held-out points, not used in the fit,
+are the star points at z_d = +/-0.5 (which become the centres of the children if the box is
+split along d). Samples are keyed by their exact rational coordinates, so neighbouring boxes
+share them and each is computed once. A quadratic is least-squares fitted per output.
+
+Held-out error of a box: max over its held-out points and outputs of |fit - f| / scale_o,
+scale_o being the largest |f_o| over all in-domain samples (``treeverify.output_scale``).
+A box is out of domain (``leaf_ok = 0``) when any of its samples cannot be assembled or has a
+singularity measure below the threshold.
+
+Uniform build: N intervals per axis (N^s leaves), split in a balanced binary tree.
+Adaptive build: start from the root box; each round, among the in-domain leaves whose held-out
+error exceeds ``tol``, split the worst ones (those within a factor 4 of the worst, worst
+first, at most ``max_leaves`` leaves in all) at their middle along the axis whose held-out
+points err most. Out-of-domain leaves are not split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from pkrt.rt.errors import UserError
+from pkrt.rt.tree import Tree, n_basis, n_outputs
+
+from .mechanism import Mechanism
+from .reduction import output_layout
+from .treeverify import SampleEvaluator, output_scale, verify_tree
+
+FORMAT_BUILDER = "pkrt.models.treebuild 1"
+DEFAULT_VERIFY_SAMPLES = 1000
+
+Point = tuple[Fraction, ...]
+
+
+class BuildError(UserError):
+    """Impossible build settings."""
+
+
+# -- designs in box-normalised coordinates ----------------------------------------------------
+
+def ccd_points(s: int) -> list[tuple[float, ...]]:
+    """Fit points: corners, face centres (star points on the sides), centre; z in {-1, 0, 1}."""
+    pts = list(itertools.product((-1.0, 1.0), repeat=s))
+    for d in range(s):
+        for v in (-1.0, 1.0):
+            z = [0.0] * s
+            z[d] = v
+            pts.append(tuple(z))
+    pts.append(tuple([0.0] * s))
+    return list(dict.fromkeys(pts))  # s = 1: face centres are the corners
+
+
+def heldout_points(s: int) -> list[tuple[float, ...]]:
+    """Held-out points: star points at z_d = -0.5, +0.5 (order: axis 0 -, axis 0 +, ...)."""
+    pts = []
+    for d in range(s):
+        for v in (-0.5, 0.5):
+            z = [0.0] * s
+            z[d] = v
+            pts.append(tuple(z))
+    return pts
+
+
+def basis_matrix(z: np.ndarray) -> np.ndarray:
+    """Rows u(z) in the kernel's order: 1, z_1..z_s, z_j z_k (j <= k) row by row."""
+    z = np.atleast_2d(z)
+    n, s = z.shape
+    cols = [np.ones(n)] + [z[:, i] for i in range(s)]
+    cols += [z[:, j] * z[:, k] for j in range(s) for k in range(j, s)]
+    return np.stack(cols, axis=1)
+
+
+@dataclass
+class Design:
+    s: int
+    fit_z: np.ndarray  # (n_fit, s)
+    ho_z: np.ndarray  # (2 s, s)
+    pinv: np.ndarray  # (n_basis, n_fit): coef = pinv @ F_fit
+    U_ho: np.ndarray  # (2 s, n_basis)
+
+    @classmethod
+    def of(cls, s: int) -> "Design":
+        fz = np.array(ccd_points(s))
+        hz = np.array(heldout_points(s))
+        return cls(s, fz, hz, np.linalg.pinv(basis_matrix(fz)), basis_matrix(hz))
+
+
+# -- boxes and nodes ----------------------------------------------------------------------------
+
+@dataclass
+class Node:
+    """A box [a, b] in unit coordinates; inner nodes split ``dim`` at ``at``."""
+    a: Point
+    b: Point
+    dim: int = -1
+    at: Fraction | None = None
+    children: tuple["Node", "Node"] | None = None
+    # leaf data
+    ok: bool = True
+    coef: np.ndarray | None = None  # (n_out, n_basis)
+    resid: np.ndarray | None = None  # (s, n_out): max |fit - f| at the held-out points per axis
+
+    def points(self, zs: np.ndarray) -> list[Point]:
+        """Exact unit coordinates of box-normalised points (z in {-1, -0.5, 0, 0.5, 1})."""
+        half = [(self.b[d] - self.a[d]) / 2 for d in range(len(self.a))]
+        mid = [(self.a[d] + self.b[d]) / 2 for d in range(len(self.a))]
+        return [tuple(mid[d] + half[d] * Fraction(z[d]) for d in range(len(self.a))) for z in zs]
+
+    def split(self, d: int, at: Fraction) -> None:
+        b0 = list(self.b)
+        b0[d] = at
+        a1 = list(self.a)
+        a1[d] = at
+        self.dim, self.at = d, at
+        self.children = (Node(self.a, tuple(b0)), Node(tuple(a1), self.b))
+        self.coef = self.resid = None
+
+    def leaves(self) -> list["Node"]:
+        if self.children is None:
+            return [self]
+        return self.children[0].leaves() + self.children[1].leaves()
+
+
+def to_theta(x: Fraction, lo: float, hi: float) -> float:
+    """Unit coordinate -> actuator value (exact at the ends)."""
+    if x == 0:
+        return lo
+    if x == 1:
+        return hi
+    return lo + (hi - lo) * float(x)
+
+
+class _Samples:
+    """Exact-model samples keyed by exact unit coordinates, computed once each."""
+
+    def __init__(self, mech: Mechanism, ev: SampleEvaluator):
+        self.mech = mech
+        self.ev = ev
+        self.lo, self.hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
+        self.f: dict[Point, np.ndarray] = {}
+        self.sing: dict[Point, float] = {}
+
+    def theta(self, p: Point) -> np.ndarray:
+        return np.array([to_theta(x, self.lo[d], self.hi[d]) for d, x in enumerate(p)])
+
+    def ensure(self, pts) -> None:
+        new = sorted(set(p for p in pts if p not in self.f))  # lexicographic: coherent walks
+        if not new:
+            return
+        F, sing = self.ev.evaluate(np.array([self.theta(p) for p in new]))
+        for p, f, g in zip(new, F, sing):
+            self.f[p], self.sing[p] = f, float(g)
+
+    def scale(self, threshold: float) -> np.ndarray:
+        keys = [p for p in self.f if self.sing[p] >= threshold]
+        F = np.array([self.f[p] for p in keys]) if keys else np.zeros((0, len(next(iter(self.f.values())))))
+        return output_scale(F, self.mech.n_act) if len(F) else np.ones(F.shape[1])
+
+
+def _fit_leaf(node: Node, smp: _Samples, design: Design, threshold: float) -> None:
+    fit_p, ho_p = node.points(design.fit_z), node.points(design.ho_z)
+    F = np.array([smp.f[p] for p in fit_p])
+    Fh = np.array([smp.f[p] for p in ho_p])
+    sing = min(smp.sing[p] for p in fit_p + ho_p)
+    finite = bool(np.all(np.isfinite(F)) and np.all(np.isfinite(Fh)))
+    node.ok = finite and sing >= threshold
+    n_out = F.shape[1]
+    if not finite:
+        node.coef = np.full((n_out, design.pinv.shape[0]), np.nan)
+        node.resid = np.full((design.s, n_out), np.nan)
+        return
+    node.coef = (design.pinv @ F).T
+    r = np.abs(design.U_ho @ node.coef.T - Fh)  # (2 s, n_out)
+    node.resid = r.reshape(design.s, 2, n_out).max(axis=1)
+
+
+def _leaf_error(node: Node, scale: np.ndarray) -> tuple[float, int]:
+    """(held-out relative error, worst axis)."""
+    per_axis = (node.resid / scale).max(axis=1)
+    d = int(np.argmax(per_axis))
+    return float(per_axis[d]), d
+
+
+# -- tree layouts ---------------------------------------------------------------------------
+
+def _uniform_nodes(node: Node, idx_lo: list[int], idx_hi: list[int], n: int) -> None:
+    """Split a box covering grid intervals [idx_lo, idx_hi) until single cells, halving the
+    axis with the most intervals (lowest axis on ties)."""
+    counts = [h - l for l, h in zip(idx_lo, idx_hi)]
+    d = int(np.argmax(counts))
+    if counts[d] <= 1:
+        return
+    mid = idx_lo[d] + counts[d] // 2
+    node.split(d, Fraction(mid, n))
+    h0 = list(idx_hi)
+    h0[d] = mid
+    l1 = list(idx_lo)
+    l1[d] = mid
+    _uniform_nodes(node.children[0], idx_lo, h0, n)
+    _uniform_nodes(node.children[1], l1, idx_hi, n)
+
+
+def _to_tree(root: Node, mech: Mechanism, header: dict) -> Tree:
+    """Flatten the node tree (depth first, low child first) into the kernel arrays."""
+    s = mech.n_act
+    lo, hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
+    nodes: list[Node] = []
+    stack = [root]
+    while stack:
+        nd = stack.pop()
+        nodes.append(nd)
+        if nd.children is not None:
+            stack.append(nd.children[1])
+            stack.append(nd.children[0])
+    index = {id(nd): k for k, nd in enumerate(nodes)}
+    leaves = [nd for nd in nodes if nd.children is None]
+    leaf_index = {id(nd): k for k, nd in enumerate(leaves)}
+    node_dim = np.full(len(nodes), -1, dtype=np.int32)
+    node_split = np.zeros(len(nodes))
+    node_child = np.zeros((len(nodes), 2), dtype=np.int32)
+    for k, nd in enumerate(nodes):
+        if nd.children is None:
+            node_child[k, 0] = leaf_index[id(nd)]
+        else:
+            node_dim[k] = nd.dim
+            node_split[k] = to_theta(nd.at, lo[nd.dim], hi[nd.dim])
+            node_child[k] = (index[id(nd.children[0])], index[id(nd.children[1])])
+    leaf_box = np.array([[[to_theta(x, lo[d], hi[d]) for d, x in enumerate(p)]
+                          for p in (nd.a, nd.b)] for nd in leaves])
+    leaf_ok = np.array([1 if nd.ok else 0 for nd in leaves], dtype=np.uint8)
+    coef = np.ascontiguousarray(np.array([nd.coef for nd in leaves]))
+    return Tree(lo, hi, node_dim, node_split, node_child, leaf_box, leaf_ok, coef, header=header)
+
+
+@dataclass
+class BuildSettings:
+    """What determines a tree (recorded in its header; ``jobs`` is not: it changes nothing)."""
+    boxes: int | None = None  # uniform: intervals per axis
+    tol: float | None = None  # adaptive: held-out relative error target
+    max_leaves: int = 4096
+    sing_threshold: float | None = None  # default: the model's singular_threshold
+    verify_samples: int = DEFAULT_VERIFY_SAMPLES
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def check(self, s: int) -> None:
+        if (self.boxes is None) == (self.tol is None):
+            raise BuildError("give exactly one of --boxes N (uniform) or --tol REL (adaptive)")
+        if self.boxes is not None and not 1 <= self.boxes:
+            raise BuildError(f"--boxes must be at least 1, got {self.boxes}")
+        if self.boxes is not None and self.boxes ** s > 10 ** 6:
+            raise BuildError(f"--boxes {self.boxes} gives {self.boxes ** s} leaves for {s} "
+                             f"actuators; at most 10^6 are supported")
+        if self.tol is not None and not (np.isfinite(self.tol) and self.tol > 0):
+            raise BuildError(f"--tol must be a positive relative error, got {self.tol}")
+        if not 1 <= self.max_leaves <= 10 ** 6:
+            raise BuildError(f"--max-leaves must be in 1..10^6, got {self.max_leaves}")
+        if self.sing_threshold is not None and not (self.sing_threshold >= 0):
+            raise BuildError(f"--sing-threshold must be >= 0, got {self.sing_threshold}")
+        if self.verify_samples < 0:
+            raise BuildError("--verify-samples must be >= 0")
+
+
+def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None,
+               progress: bool | None = None) -> tuple[Tree, dict]:
+    """Build, verify and return (tree, stats). Deterministic for any ``jobs``."""
+    s = mech.n_act
+    settings.check(s)
+    t0 = time.perf_counter()
+    thr = mech.description.singular_threshold if settings.sing_threshold is None else settings.sing_threshold
+    design = Design.of(s)
+    zero, one = tuple([Fraction(0)] * s), tuple([Fraction(1)] * s)
+    root = Node(zero, one)
+    rounds = 0
+    with SampleEvaluator(mech, jobs, progress, desc="build") as ev:
+        smp = _Samples(mech, ev)
+        if settings.boxes is not None:
+            n = settings.boxes
+            _uniform_nodes(root, [0] * s, [n] * s, n)
+            leaves = root.leaves()
+            smp.ensure(p for nd in leaves for p in nd.points(design.fit_z) + nd.points(design.ho_z))
+            for nd in leaves:
+                _fit_leaf(nd, smp, design, thr)
+            stop = "uniform"
+        else:
+            new = [root]
+            while True:
+                rounds += 1
+                smp.ensure(p for nd in new for p in nd.points(design.fit_z) + nd.points(design.ho_z))
+                for nd in new:
+                    _fit_leaf(nd, smp, design, thr)
+                scale = smp.scale(thr)
+                leaves = root.leaves()
+                errs = {id(nd): _leaf_error(nd, scale) for nd in leaves if nd.ok}
+                failing = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
+                if not failing:
+                    stop = "tolerance met"
+                    break
+                budget = settings.max_leaves - len(leaves)
+                if budget <= 0:
+                    stop = "max_leaves reached"
+                    break
+                failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
+                worst = errs[id(failing[0])][0]
+                pick = [nd for nd in failing if errs[id(nd)][0] >= worst / 4][:budget]
+                new = []
+                for nd in pick:
+                    d = errs[id(nd)][1]
+                    nd.split(d, (nd.a[d] + nd.b[d]) / 2)
+                    new.extend(nd.children)
+        leaves = root.leaves()
+        scale = smp.scale(thr)
+        heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
+        n_samples = len(smp.f)
+        n_failed = sum(1 for f in smp.f.values() if not np.all(np.isfinite(f)))
+        header = {
+            "model": {"name": mech.name, "content_hash": mech.content_hash},
+            "actuators": {"names": mech.actuator_names, "units": mech.actuator_units,
+                          "ranges": mech.ranges.tolist()},
+            "outputs": output_layout(s),
+            "output_scale": scale.tolist(),
+            "build": {
+                "builder": FORMAT_BUILDER,
+                "mode": "uniform" if settings.boxes is not None else "adaptive",
+                "boxes": settings.boxes, "tol": settings.tol,
+                "max_leaves": settings.max_leaves if settings.tol is not None else None,
+                "sing_threshold": thr, "design": "ccd+star(0.5) held-out",
+                "stop": stop, "rounds": rounds,
+                "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
+                "samples": n_samples, "samples_failed": n_failed,
+                "max_heldout_error": max(heldout) if heldout else None,
+                **settings.extra,
+            },
+            "verification": {},
+        }
+        tree = _to_tree(root, mech, header)
+        build_time = time.perf_counter() - t0
+        if settings.verify_samples > 0:
+            header["verification"] = verify_tree(tree, mech, settings.verify_samples,
+                                                 settings.seed, evaluator=ev)
+    stats = {"build_seconds": build_time, "total_seconds": time.perf_counter() - t0,
+             "exact_evaluations": ev.n_evaluated, "tree_bytes_in_memory": tree.nbytes}
+    return tree, stats
+
+
+__all__ = ["BuildSettings", "BuildError", "build_tree", "ccd_points", "heldout_points",
+           "basis_matrix", "Design", "to_theta"]
