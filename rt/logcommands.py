@@ -1,0 +1,340 @@
+"""``pkrt log info | export | plot``: summaries, CSV export and plots of run logs.
+
+Channel names are the runtime's (``pkrt.rt.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
+``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``.
+Every tool works on whatever subset a log holds.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from .cli import emit
+from .errors import UserError
+from .logfile import Log, LogFileError, read_log
+
+FLAG_BITS = {"saturated": 1, "clamped_or_out_of_domain": 2, "overrun": 4, "stale_feedback": 8}
+
+
+# -- statistics ------------------------------------------------------------------------------
+def _cols(a: np.ndarray) -> np.ndarray:
+    return a[:, None] if a.ndim == 1 else a
+
+
+def channel_units(log: Log, name: str) -> list[str]:
+    """One unit per column of a channel: the channel's unit, or its comma-separated list."""
+    w = log.widths[name]
+    u = log.units.get(name, "")
+    parts = [p.strip() for p in u.split(",")]
+    return parts if len(parts) == w else [u] * w
+
+
+def column_names(log: Log, name: str) -> list[str]:
+    """CSV column names of a channel: ``name [unit]`` or ``name_axis [unit]`` per axis."""
+    w = log.widths[name]
+    units = channel_units(log, name)
+    axes = log.axes()
+    if w == 1:
+        labels = [name]
+    else:
+        labels = [f"{name}_{axes[i] if len(axes) == w else i}" for i in range(w)]
+    return [f"{lab} [{u}]" if u else lab for lab, u in zip(labels, units)]
+
+
+def measured_rate(log: Log) -> float | None:
+    t = log.get("t")
+    if t is None or len(t) < 2 or not t[-1] > t[0]:
+        return None
+    return float((log.cycles[-1] - log.cycles[0]) / (t[-1] - t[0]))
+
+
+def tracking_stats(log: Log) -> dict:
+    """Per axis RMS and max |ref_pos - pos| (the axis's unit)."""
+    ref, pos = log.get("ref_pos"), log.get("pos")
+    if ref is None or pos is None or len(pos) == 0:
+        return {}
+    e = _cols(ref) - _cols(pos)
+    axes = log.axes()
+    units = channel_units(log, "pos")
+    out = {}
+    for i in range(e.shape[1]):
+        name = axes[i] if len(axes) == e.shape[1] else str(i)
+        out[name] = {"rms": float(np.sqrt(np.mean(e[:, i] ** 2))), "max": float(np.max(np.abs(e[:, i]))),
+                     "unit": units[i]}
+    return out
+
+
+def timing_stats(log: Log) -> dict:
+    """p50, p99 and max of ``wake_us`` and ``compute_us`` (microseconds)."""
+    out = {}
+    for name in ("wake_us", "compute_us"):
+        a = log.get(name)
+        if a is not None and len(a):
+            out[name] = {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
+                         "max": float(np.max(a))}
+    return out
+
+
+def flag_counts(log: Log) -> dict:
+    f = log.get("flags")
+    if f is None:
+        return {}
+    bits = np.nan_to_num(f).astype(np.int64)
+    return {k: int(np.count_nonzero(bits & b)) for k, b in FLAG_BITS.items()}
+
+
+def _machine_name(h: dict) -> str | None:
+    """The configuration's path, else its [machine] name."""
+    if h.get("machine_path"):
+        return str(h["machine_path"])
+    m = h.get("machine")
+    if isinstance(m, dict) and isinstance(m.get("machine"), dict):
+        return m["machine"].get("name")
+    return None
+
+
+def log_summary(log: Log) -> dict:
+    """Everything ``pkrt log info`` reports, as a dict."""
+    h = log.header
+    t = log.get("t")
+    duration = float(t[-1] - t[0]) if t is not None and len(t) >= 2 else 0.0
+    nominal = h.get("rate_hz")
+    return {
+        "path": log.path,
+        "format": f"{h.get('format')} v{h.get('version')}",
+        "created": h.get("created"),
+        "software": h.get("software"),
+        "machine": _machine_name(h),
+        "model": {"name": h.get("model_name"), "hash": h.get("model_hash")},
+        "tree": {"path": h.get("tree_path"), "hash": h.get("tree_hash")},
+        "axes": log.axes(),
+        "controller": h.get("controller"),
+        "trajectory": h.get("trajectory"),
+        "lockstep": h.get("lockstep"),
+        "plant": h.get("plant"),
+        "cycles": log.n_cycles,
+        "duration_s": duration,
+        "rate_hz": {"nominal": nominal, "measured": measured_rate(log)},
+        "events": log.events,
+        "faults": [e for e in log.events if "fault" in str(e.get("kind", "")).lower()],
+        "tracking": tracking_stats(log),
+        "timing_us": timing_stats(log),
+        "flags": flag_counts(log),
+        "complete": log.summary is not None and not log.truncated,
+        "truncated": log.truncated,
+        "bad_blocks": log.bad_blocks,
+        "dropped_blocks": log.dropped_blocks,
+        "summary": log.summary,
+    }
+
+
+def _info_text(s: dict) -> str:
+    L = [f"log        {s['path']} ({s['format']}, created {s['created']})"]
+    sw = s.get("software") or {}
+    if sw:
+        L.append("software   " + ", ".join(f"{k} {v}" for k, v in sw.items()))
+    L.append(f"machine    {s['machine']}   model {s['model']['name']} {s['model']['hash'] or ''}".rstrip())
+    if s["tree"]["path"] or s["tree"]["hash"]:
+        L.append(f"tree       {s['tree']['path']} {s['tree']['hash'] or ''}".rstrip())
+    if s["controller"]:
+        c = s["controller"]
+        L.append("controller " + (", ".join(f"{k}={v}" for k, v in c.items()) if isinstance(c, dict) else str(c)))
+    r = s["rate_hz"]
+    meas = f"{r['measured']:.3f}" if r["measured"] else "-"
+    L.append(f"run        {s['cycles']} cycles, {s['duration_s']:.3f} s, rate nominal {r['nominal']} Hz, "
+             f"measured {meas} Hz{', lockstep' if s['lockstep'] else ''}")
+    state = "complete" if s["complete"] else "TRUNCATED (no end record: run cut off)"
+    L.append(f"file       {state}; bad blocks {s['bad_blocks']}, dropped blocks {s['dropped_blocks']}")
+    if s["tracking"]:
+        L.append("tracking error (ref_pos - pos):")
+        for ax, v in s["tracking"].items():
+            L.append(f"  {ax:<8} rms {v['rms']:.4g} {v['unit']}   max {v['max']:.4g} {v['unit']}")
+    if s["timing_us"]:
+        L.append("timing (us):")
+        for k, v in s["timing_us"].items():
+            L.append(f"  {k:<11} p50 {v['p50']:8.1f}   p99 {v['p99']:8.1f}   max {v['max']:8.1f}")
+    if s["flags"]:
+        L.append("flagged cycles: " + ", ".join(f"{k} {v}" for k, v in s["flags"].items()))
+    L.append(f"events     {len(s['events'])}" + ("" if s["events"] else " (none)"))
+    for e in s["events"]:
+        L.append(f"  cycle {e['cycle']}: {e['kind']}: {e['message']}")
+    if s["summary"]:
+        L.append("summary    " + ", ".join(f"{k}={v}" for k, v in s["summary"].items()
+                                         if not isinstance(v, (dict, list))))
+    return "\n".join(L)
+
+
+# -- export ----------------------------------------------------------------------------------
+def export_csv(log: Log, out: str) -> list[str]:
+    """One row per logged cycle: ``cycle``, then every channel in log order. Returns the
+    column names."""
+    names = ["cycle"]
+    cols = [log.cycles[:, None].astype(float)]
+    for name in log.channels:
+        names += column_names(log, name)
+        cols.append(_cols(log.channels[name]))
+    data = np.hstack(cols) if log.n_cycles else np.zeros((0, len(names)))
+    int_cols = {0} | {i for i, n in enumerate(names) if n.split(" ")[0] == "flags"}
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for r in data:
+            w.writerow([str(int(v)) if i in int_cols and np.isfinite(v) else repr(float(v))
+                        for i, v in enumerate(r)])
+    return names
+
+
+def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
+    """A ``--traj`` CSV: header ``t`` and the actuator names; t (s) from 0, positions from the
+    logged reference (``ref_pos``) or, with ``measured``, the measured ``pos``."""
+    name = "pos" if measured else "ref_pos"
+    t, p = log.get("t"), log.get(name)
+    if t is None or p is None:
+        raise LogFileError(f"{log.path}: the log has no '{'t' if t is None else name}' channel")
+    if len(t) < 2:
+        raise LogFileError(f"{log.path}: the log holds {len(t)} cycle(s), too few for a trajectory")
+    p = _cols(p)
+    axes = log.axes()
+    if len(axes) != p.shape[1]:
+        axes = [f"q{i + 1}" for i in range(p.shape[1])]
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t"] + axes)
+        for ti, row in zip(t - t[0], p):
+            w.writerow([repr(float(ti))] + [repr(float(v)) for v in row])
+    return ["t"] + axes
+
+
+# -- plot ------------------------------------------------------------------------------------
+PLOT_SIZE_PX = (1600, 1000)
+PLOT_DPI = 100
+
+
+def plot_log(log: Log, out_path) -> str:
+    """Write a 1600 x 1000 px PNG: tracking error per axis, commanded and model torques,
+    histogram of wake latency and compute time, and a text summary. Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    s = log_summary(log)
+    t = log.get("t")
+    x = t - t[0] if t is not None and len(t) else log.cycles.astype(float)
+    xlabel = "t [s]" if t is not None else "cycle"
+    axes = log.axes()
+    fig, ax = plt.subplots(2, 2, figsize=(PLOT_SIZE_PX[0] / PLOT_DPI, PLOT_SIZE_PX[1] / PLOT_DPI),
+                           dpi=PLOT_DPI)
+    a = ax[0, 0]
+    ref, pos = log.get("ref_pos"), log.get("pos")
+    if ref is not None and pos is not None and len(x):
+        e = _cols(ref) - _cols(pos)
+        u = channel_units(log, "pos")
+        for i in range(e.shape[1]):
+            a.plot(x, e[:, i], lw=1, label=f"{axes[i] if i < len(axes) else i} [{u[i]}]")
+        a.legend(loc="upper right")
+    a.set_title("tracking error ref_pos - pos")
+    a.set_xlabel(xlabel)
+    a.grid(alpha=0.3)
+
+    a = ax[0, 1]
+    tau, tau_m = log.get("tau"), log.get("tau_model")
+    if tau is not None and len(x):
+        u = channel_units(log, "tau")
+        for i in range(_cols(tau).shape[1]):
+            line, = a.plot(x, _cols(tau)[:, i], lw=1, label=f"tau {axes[i] if i < len(axes) else i} [{u[i]}]")
+            if tau_m is not None:
+                a.plot(x, _cols(tau_m)[:, i], lw=1, ls="--", color=line.get_color(), alpha=0.7)
+        a.legend(loc="upper right", title="solid: commanded, dashed: model" if tau_m is not None else None)
+    a.set_title("actuator torques / forces")
+    a.set_xlabel(xlabel)
+    a.grid(alpha=0.3)
+
+    for e in log.events:  # faults and state changes as vertical lines on the time plots
+        if isinstance(e.get("cycle"), int) and len(x):
+            k = min(int(np.searchsorted(log.cycles, e["cycle"])), len(x) - 1)
+            for a in (ax[0, 0], ax[0, 1]):
+                a.axvline(x[k], color="red" if "fault" in str(e.get("kind")) else "gray", lw=1, ls=":")
+
+    a = ax[1, 0]
+    drew = False
+    for name, color in (("wake_us", "tab:blue"), ("compute_us", "tab:orange")):
+        v = log.get(name)
+        if v is not None and len(v):
+            v = v[np.isfinite(v)]
+            hi = max(float(np.max(v)), 1.0) if len(v) else 1.0
+            a.hist(v, bins=np.linspace(0.0, hi * 1.02, 80), alpha=0.6, color=color, label=name,
+                   log=True)
+            drew = True
+    if drew:
+        a.legend(loc="upper right")
+    a.set_title("cycle timing histogram")
+    a.set_xlabel("microseconds")
+    a.set_ylabel("cycles")
+    a.grid(alpha=0.3)
+
+    a = ax[1, 1]
+    a.axis("off")
+    a.text(0.0, 1.0, _info_text(s), va="top", ha="left", family="monospace", fontsize=9,
+           transform=a.transAxes, wrap=True)
+    fig.suptitle(f"{Path(log.path).name}: {s['model']['name'] or ''} {s['cycles']} cycles, "
+                 f"{s['duration_s']:.3f} s", fontsize=13)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=PLOT_DPI, format="png")
+    plt.close(fig)
+    return str(out_path)
+
+
+# -- CLI -------------------------------------------------------------------------------------
+def add_arguments_log_info(p) -> None:
+    p.add_argument("log", help="run log file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_log_info(args) -> int:
+    log = read_log(args.log)
+    s = log_summary(log)
+    emit(s, args.json, _info_text(s))
+    return 0
+
+
+def add_arguments_log_export(p) -> None:
+    p.add_argument("log", help="run log file")
+    p.add_argument("--csv", metavar="OUT", help="write every cycle as CSV (columns 'name_axis [unit]')")
+    p.add_argument("--traj", metavar="OUT", help="write a trajectory CSV that 'pkrt run --traj' accepts")
+    p.add_argument("--measured", action="store_true", help="--traj from measured positions, not the reference")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_log_export(args) -> int:
+    if not args.csv and not args.traj:
+        raise UserError("log export: give --csv OUT and/or --traj OUT")
+    log = read_log(args.log)
+    result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated}
+    if args.csv:
+        result["csv"] = {"path": args.csv, "columns": export_csv(log, args.csv)}
+    if args.traj:
+        result["traj"] = {"path": args.traj, "columns": export_trajectory(log, args.traj, args.measured),
+                          "source": "pos" if args.measured else "ref_pos"}
+    text = "\n".join(f"wrote {v['path']} ({log.n_cycles} rows, {len(v['columns'])} columns)"
+                     for k, v in result.items() if k in ("csv", "traj"))
+    emit(result, args.json, text)
+    return 0
+
+
+def add_arguments_log_plot(p) -> None:
+    p.add_argument("log", help="run log file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_log_plot(args) -> int:
+    log = read_log(args.log)
+    if log.n_cycles == 0:
+        raise LogFileError(f"{log.path}: the log holds no complete block of cycles; nothing to plot")
+    out = plot_log(log, args.output)
+    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX)}, args.json, f"wrote {out}")
+    return 0

@@ -1,0 +1,166 @@
+"""pkrt log info / export / plot on logs written through LogWriter."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pkrt.rt.cli import main
+from pkrt.rt.logcommands import plot_log
+from pkrt.rt.logfile import read_log
+from test_logfile import AXES, CHANNELS, write_demo_log
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    p = tmp_path_factory.mktemp("logs") / "demo.pkl"
+    data = write_demo_log(p, n=2000, events={700: ("fault", "following error on q2: 0.012 m > 0.01 m")})
+    return p, data
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main([*map(str, argv), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_info_json(demo, capsys):
+    p, d = demo
+    s = run_json(capsys, "log", "info", p)
+    assert s["cycles"] == 2000 and s["complete"] and not s["truncated"]
+    assert s["duration_s"] == pytest.approx(1.999)
+    assert s["rate_hz"]["nominal"] == 1000.0 and s["rate_hz"]["measured"] == pytest.approx(1000.0)
+    assert s["machine"] == "models/machines/orthoglide-sim.toml" and s["axes"] == AXES
+    e = d["ref_pos"] - d["pos"]
+    for i, ax in enumerate(AXES):
+        assert s["tracking"][ax]["rms"] == pytest.approx(np.sqrt(np.mean(e[:, i] ** 2)), rel=1e-12)
+        assert s["tracking"][ax]["max"] == pytest.approx(np.abs(e[:, i]).max(), rel=1e-12)
+        assert s["tracking"][ax]["unit"] == "m"
+    assert s["timing_us"]["wake_us"]["p99"] == pytest.approx(np.percentile(d["wake_us"], 99))
+    assert s["timing_us"]["compute_us"]["max"] == pytest.approx(d["compute_us"].max())
+    assert s["flags"] == {"saturated": 10, "clamped_or_out_of_domain": 0, "overrun": 1, "stale_feedback": 0}
+    assert len(s["faults"]) == 1 and s["faults"][0]["cycle"] == 700
+    assert s["summary"]["cycles"] == 2000
+
+
+def test_info_text_and_truncated(demo, tmp_path, capsys):
+    p, _ = demo
+    cut = tmp_path / "cut.pkl"
+    raw = p.read_bytes()
+    cut.write_bytes(raw[: len(raw) * 2 // 3])
+    assert main(["log", "info", str(cut)]) == 0
+    out = capsys.readouterr().out
+    assert "TRUNCATED" in out and "tracking error" in out and "p99" in out
+    s = run_json(capsys, "log", "info", cut)
+    assert s["truncated"] and s["summary"] is None and s["cycles"] % 256 == 0
+
+
+def test_info_degrades_without_optional_channels(tmp_path, capsys):
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "min.pkl"
+    w = LogWriter(p, {}, [("t", 1, "s"), ("pos", 2, "rad")])
+    for i in range(10):
+        w.row[:] = (i * 0.01, i, -i)
+        w.commit()
+    w.close({})
+    s = run_json(capsys, "log", "info", p)
+    assert s["tracking"] == {} and s["timing_us"] == {} and s["flags"] == {}
+    assert s["rate_hz"] == {"nominal": None, "measured": pytest.approx(100.0)}
+    assert main(["log", "info", str(p)]) == 0
+
+
+def test_export_csv_columns_and_values(demo, tmp_path, capsys):
+    p, d = demo
+    out = tmp_path / "run.csv"
+    r = run_json(capsys, "log", "export", p, "--csv", out)
+    with open(out) as f:
+        rows = list(csv.reader(f))
+    head = rows[0]
+    assert head[:5] == ["cycle", "t [s]", "ref_pos_q1 [m]", "ref_pos_q2 [m]", "ref_pos_q3 [m]"]
+    assert "tau_model_q3 [N]" in head and "wake_us [us]" in head and head[-1] == "flags"
+    assert r["csv"]["columns"] == head and len(rows) == 2001
+    body = np.array(rows[1:], dtype=float)
+    np.testing.assert_array_equal(body[:, 0], np.arange(2000))
+    np.testing.assert_array_equal(body[:, head.index("vel_q2 [m/s]")], d["vel"][:, 1])  # exact
+    assert rows[101][-1] == "1"  # flags are integers
+
+
+def test_export_traj_round_trip(demo, tmp_path, capsys):
+    p, d = demo
+    ref, meas = tmp_path / "ref.csv", tmp_path / "meas.csv"
+    assert main(["log", "export", str(p), "--traj", str(ref)]) == 0
+    assert main(["log", "export", str(p), "--traj", str(meas), "--measured"]) == 0
+    capsys.readouterr()
+    for path, key in ((ref, "ref_pos"), (meas, "pos")):
+        with open(path) as f:
+            rows = list(csv.reader(f))
+        assert rows[0] == ["t"] + AXES
+        a = np.array(rows[1:], dtype=float)
+        np.testing.assert_array_equal(a[:, 0], d["t"] - d["t"][0])
+        np.testing.assert_array_equal(a[:, 1:], d[key])
+
+
+def test_export_traj_loads_as_runtime_trajectory(demo, tmp_path):
+    trajectory = pytest.importorskip("pkrt.rt.trajectory")
+    if not hasattr(trajectory, "load_trajectory_csv"):
+        pytest.skip("pkrt.rt.trajectory.load_trajectory_csv not there yet")
+    p, d = demo
+    out = tmp_path / "ref.csv"
+    assert main(["log", "export", str(p), "--traj", str(out)]) == 0
+    tr = trajectory.load_trajectory_csv(str(out), 1000.0, AXES)  # spline resampled at 1 kHz
+    n = min(tr.n, 2000)
+    assert n >= 1999
+    np.testing.assert_allclose(tr.pos[:n], d["ref_pos"][:n], atol=1e-12)
+
+
+def test_export_errors(demo, tmp_path, capsys):
+    p, _ = demo
+    assert main(["log", "export", str(p)]) == 2
+    assert "give --csv OUT and/or --traj OUT" in capsys.readouterr().err
+    bad = tmp_path / "bad.pkl"
+    bad.write_text("t,q1\n0,0\n")
+    assert main(["log", "export", str(bad), "--csv", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error:") and "not a pkrt log" in err and "Traceback" not in err
+    assert main(["log", "export", str(p), "--csv", str(tmp_path / "no" / "dir.csv")]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_plot_png_size(demo, tmp_path, capsys):
+    p, _ = demo
+    out = tmp_path / "run.png"
+    r = run_json(capsys, "log", "plot", p, "-o", out)
+    assert r["png"] == str(out)
+    with Image.open(out) as im:
+        im.verify()
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == (1600, 1000)
+        px = np.asarray(im.convert("L"), dtype=float)
+    assert px.std() > 10  # not a blank canvas
+
+
+def test_plot_log_api_and_minimal_log(tmp_path):
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "min.pkl"
+    w = LogWriter(p, {}, [("t", 1, "s"), ("tau", 1, "N m")])
+    for i in range(50):
+        w.row[:] = (i * 1e-3, np.sin(i))
+        w.commit()
+    w.close({})
+    out = plot_log(read_log(p), tmp_path / "m.png")
+    with Image.open(out) as im:
+        assert im.size == (1600, 1000)
+
+
+def test_plot_refuses_empty_log(tmp_path, capsys):
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "e.pkl"
+    LogWriter(p, {}, CHANNELS).close({})
+    assert main(["log", "plot", str(p), "-o", str(tmp_path / "e.png")]) == 2
+    assert "nothing to plot" in capsys.readouterr().err
