@@ -204,6 +204,201 @@ def drift(prim_i, prim_f, X, R, V, W, theta, theta_dot, gamma):
             row += 1
 
 
+@njit(cache=True)
+def step_config(X, R, dq, X_out, R_out):
+    """X_out[b] = X[b] + dx_b and R_out[b] = exp([dpsi_b]x) R[b] (Rodrigues), dq = (dx_b, dpsi_b)
+    per body (m, rad, world frame). The outputs may not alias the inputs."""
+    for b in range(X.shape[0]):
+        i = 6 * b
+        for k in range(3):
+            X_out[b, k] = X[b, k] + dq[i + k]
+        x, y, z = dq[i + 3], dq[i + 4], dq[i + 5]
+        a2 = x * x + y * y + z * z
+        if a2 < 1e-8:  # series of sin(a)/a and (1 - cos a)/a^2, exact to rounding here
+            sa = 1.0 - a2 / 6.0 + a2 * a2 / 120.0
+            ca = 0.5 - a2 / 24.0 + a2 * a2 / 720.0
+        else:
+            a = np.sqrt(a2)
+            sa = np.sin(a) / a
+            ca = (1.0 - np.cos(a)) / a2
+        # E = I + sa K + ca K^2, K = [dpsi]x
+        e00 = 1.0 - ca * (y * y + z * z)
+        e11 = 1.0 - ca * (x * x + z * z)
+        e22 = 1.0 - ca * (x * x + y * y)
+        e01 = -sa * z + ca * x * y
+        e10 = sa * z + ca * x * y
+        e02 = sa * y + ca * x * z
+        e20 = -sa * y + ca * x * z
+        e12 = -sa * x + ca * y * z
+        e21 = sa * x + ca * y * z
+        for c in range(3):
+            r0, r1, r2 = R[b, 0, c], R[b, 1, c], R[b, 2, c]
+            R_out[b, 0, c] = e00 * r0 + e01 * r1 + e02 * r2
+            R_out[b, 1, c] = e10 * r0 + e11 * r1 + e12 * r2
+            R_out[b, 2, c] = e20 * r0 + e21 * r1 + e22 * r2
+
+
+@njit(cache=True)
+def _square(jac, rows, A):
+    for i in range(rows.shape[0]):
+        A[i, :] = jac[rows[i], :]
+
+
+@njit(cache=True)
+def newton(prim_i, prim_f, rows, X, R, theta_from, theta, tol, max_iter, cap, phi, jac, jac_theta):
+    """Assemble at theta starting from (X, R), assembled at theta_from; X and R are updated in
+    place. First the linear prediction dq = q_theta (theta - theta_from) (paper eq. 12), then
+    Newton-Raphson on the square system ``rows`` with steps capped at ``cap`` (m or rad), until
+    max |phi| over all rows < tol. Returns (max |phi| at the final X, R; Newton iterations).
+    phi, jac and jac_theta are work arrays (all rows); on return they hold the values at the
+    final configuration. Raises LinAlgError if the square Jacobian is exactly singular."""
+    n = rows.shape[0]
+    s = theta.shape[0]
+    A = np.empty((n, n))
+    rhs = np.empty((n, s))
+    r = np.empty(n)
+    dq = np.zeros(n)
+    X_new = np.empty_like(X)
+    R_new = np.empty_like(R)
+    evaluate(prim_i, prim_f, X, R, theta_from, phi, jac, jac_theta)
+    _square(jac, rows, A)
+    for i in range(n):
+        for k in range(s):
+            rhs[i, k] = -jac_theta[rows[i], k]
+    qt = np.linalg.solve(A, rhs)
+    for i in range(n):
+        dq[i] = 0.0
+        for k in range(s):
+            dq[i] += qt[i, k] * (theta[k] - theta_from[k])
+    it = 0
+    while True:
+        step_config(X, R, dq, X_new, R_new)
+        X[:, :] = X_new
+        R[:, :, :] = R_new
+        evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta)
+        res = np.max(np.abs(phi))
+        if res < tol or it == max_iter:
+            return res, it
+        it += 1
+        _square(jac, rows, A)
+        for i in range(n):
+            r[i] = -phi[rows[i]]
+        dq = np.linalg.solve(A, r)
+        big = np.max(np.abs(dq))
+        if big > cap:
+            dq *= cap / big
+
+
+@njit(cache=True)
+def _mass_times(masses, Iw, Y, out):
+    """out = M Y for the block-diagonal mass matrix (m I, Iw[b] per body), Y (6 nb x k)."""
+    for b in range(masses.shape[0]):
+        i = 6 * b
+        for c in range(Y.shape[1]):
+            for k in range(3):
+                out[i + k, c] = masses[b] * Y[i + k, c]
+                out[i + 3 + k, c] = (Iw[b, k, 0] * Y[i + 3, c] + Iw[b, k, 1] * Y[i + 4, c]
+                                     + Iw[b, k, 2] * Y[i + 5, c])
+
+
+@njit(cache=True)
+def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, q_theta, H, D,
+                  p_ext):
+    """Exact reduced model at an assembled configuration (X, R) (see ``reduction.reduce_at``).
+
+    Writes q_theta (n x s), H (s x s), D (s x s(s+1)/2, columns in [td td] order) and p_ext (s).
+    The quadratic-velocity terms are the gyroscopic forces A and the analytic constraint drift
+    G, both quadratic in theta_dot; their bilinear parts are taken by polarisation:
+    column (j, k) = Q(e_j + e_k) - Q(e_j) - Q(e_k) for j < k, Q(e_j) for j = k.
+    """
+    nb = X.shape[0]
+    n = 6 * nb
+    s = theta.shape[0]
+    n_all = 0
+    for k in range(prim_i.shape[0]):
+        n_all += 3 if prim_i[k, 0] == POINT else 1
+    phi = np.empty(n_all)
+    jac = np.empty((n_all, n))
+    jt = np.empty((n_all, s))
+    evaluate(prim_i, prim_f, X, R, theta, phi, jac, jt)
+    A = np.empty((n, n))
+    _square(jac, rows, A)
+    rhs = np.empty((n, s))
+    for i in range(n):
+        for k in range(s):
+            rhs[i, k] = -jt[rows[i], k]
+    q_theta[:, :] = np.linalg.solve(A, rhs)
+
+    Iw = np.empty((nb, 3, 3))
+    for b in range(nb):
+        Iw[b] = R[b] @ inertias[b] @ R[b].T
+    Mq = np.empty((n, s))
+    _mass_times(masses, Iw, q_theta, Mq)
+    H[:, :] = q_theta.T @ Mq
+    for j in range(s):
+        for k in range(j + 1, s):
+            m = 0.5 * (H[j, k] + H[k, j])
+            H[j, k] = m
+            H[k, j] = m
+    for j in range(s):
+        p = 0.0
+        for b in range(nb):
+            for k in range(3):
+                p += masses[b] * gravity[k] * q_theta[6 * b + k, j]
+        p_ext[j] = p
+
+    # quadratic forms Q(e) = (drift, gyroscopic) at theta_dot = e for e_j and e_j + e_k
+    nq = s * (s + 1) // 2
+    G = np.empty((n, nq))
+    Ag = np.zeros((n, nq))
+    Gd = np.empty((n, s))  # Q(e_j), kept for the polarisation
+    Ad = np.zeros((n, s))
+    e = np.zeros(s)
+    V = np.empty((nb, 3))
+    W = np.empty((nb, 3))
+    gamma = np.empty(n_all)
+    for sweep in range(2):
+        c = 0
+        for j in range(s):
+            for k in range(j, s):
+                if (sweep == 0) != (j == k):
+                    c += 1
+                    continue
+                e[:] = 0.0
+                e[j] = 1.0
+                e[k] = 1.0
+                for b in range(nb):
+                    for i in range(3):
+                        v = 0.0
+                        w = 0.0
+                        for a in range(s):
+                            v += q_theta[6 * b + i, a] * e[a]
+                            w += q_theta[6 * b + 3 + i, a] * e[a]
+                        V[b, i] = v
+                        W[b, i] = w
+                drift(prim_i, prim_f, X, R, V, W, theta, e, gamma)
+                for i in range(n):
+                    G[i, c] = gamma[rows[i]]
+                for b in range(nb):
+                    w = W[b]
+                    Lw = Iw[b] @ w
+                    Ag[6 * b + 3, c] = w[1] * Lw[2] - w[2] * Lw[1]
+                    Ag[6 * b + 4, c] = w[2] * Lw[0] - w[0] * Lw[2]
+                    Ag[6 * b + 5, c] = w[0] * Lw[1] - w[1] * Lw[0]
+                if j == k:
+                    Gd[:, j] = G[:, c]
+                    Ad[:, j] = Ag[:, c]
+                else:
+                    G[:, c] -= Gd[:, j] + Gd[:, k]
+                    Ag[:, c] -= Ad[:, j] + Ad[:, k]
+                c += 1
+    # qdd = q_theta thetadd + B [td td] with Phi_q B = -G; D = q_theta^T (A + M B)
+    B = np.linalg.solve(A, -G)
+    MB = np.empty((n, nq))
+    _mass_times(masses, Iw, B, MB)
+    D[:, :] = q_theta.T @ (Ag + MB)
+
+
 def count_rows(prim_i: np.ndarray) -> int:
     """Number of scalar constraint rows of a primitive table."""
     return int(sum(ROWS[t] for t in prim_i[:, 0]))

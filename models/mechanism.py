@@ -42,11 +42,9 @@ class Config:
 
     def step(self, dq: np.ndarray) -> "Config":
         """Move by dq = (dx_b, dpsi_b) per body; rotations on SO(3)."""
-        d = dq.reshape(-1, 6)
-        R = np.empty_like(self.R)
-        for b in range(len(R)):
-            R[b] = rotvec_to_matrix(d[b, 3:]) @ self.R[b]
-        return Config(self.X + d[:, :3], R)
+        X, R = np.empty_like(self.X), np.empty_like(self.R)
+        C.step_config(self.X, self.R, np.ascontiguousarray(dq, dtype=float), X, R)
+        return Config(X, R)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from . import constraints as C
 from .mechanism import AssemblyError, Config, Mechanism
 
 
@@ -39,6 +40,8 @@ class Assembler:
         self.tol = tol
         self.max_iter = max_iter
         self.max_substep = substep * (mech.ranges[:, 1] - mech.ranges[:, 0])
+        self._work = (np.empty(mech.n_rows), np.empty((mech.n_rows, mech.n_coords)),
+                      np.empty((mech.n_rows, mech.n_act)))
         self.reset()
 
     def reset(self) -> None:
@@ -50,25 +53,28 @@ class Assembler:
         rows = self.mech.square_rows
         return -np.linalg.solve(jac[rows], jt[rows])
 
-    def _newton(self, cfg: Config, theta: np.ndarray) -> tuple[Config, float, float]:
-        rows = self.mech.square_rows
-        res = np.inf
-        for _ in range(self.max_iter):
-            phi, jac, _ = self.mech.evaluate(cfg, theta)
-            res = float(np.abs(phi).max())
-            if res < self.tol:
-                return cfg, res, 0.0
-            try:
-                dq = -np.linalg.solve(jac[rows], phi[rows])
-            except np.linalg.LinAlgError:
-                break
-            big = np.abs(dq).max()
-            if big > 0.1:  # step cap (m or rad)
-                dq *= 0.1 / big
-            cfg = cfg.step(dq)
-        _, jac, _ = self.mech.evaluate(cfg, theta)
+    def _newton(self, cfg: Config, theta_from: np.ndarray, theta: np.ndarray
+                ) -> tuple[Config, float, float]:
+        """Predict from cfg (assembled at theta_from) and correct at theta. Returns the
+        configuration, max |phi| and, on failure only, the inverse condition number of the
+        square Jacobian there (0.0 on success)."""
+        mech = self.mech
+        rows = mech.square_rows
+        X, R = cfg.X.copy(), cfg.R.copy()
+        phi, jac, jt = self._work
+        try:
+            res, _ = C.newton(mech.prim_i, mech.prim_f, rows, X, R, theta_from, theta, self.tol,
+                              self.max_iter, 0.1, phi, jac, jt)
+        except np.linalg.LinAlgError:
+            res = np.inf
+        new = Config(X, R)
+        if res < self.tol:
+            return new, res, 0.0
+        _, jac, _ = mech.evaluate(new, theta)
         sv = np.linalg.svd(jac[rows], compute_uv=False)
-        return cfg, res, float(sv[-1] / sv[0])
+        if not np.isfinite(res):
+            res = float(np.abs(mech.evaluate(new, theta)[0]).max())
+        return new, float(res), float(sv[-1] / sv[0])
 
     def solve(self, theta) -> Config:
         """Assemble at theta, walking from the last solution in sub-steps."""
@@ -80,8 +86,7 @@ class Assembler:
         k, halvings = 0, 0
         while k < n:
             target = start_theta + (theta - start_theta) * (k + 1) / n
-            pred = cfg.step(self.q_theta(cfg, th) @ (target - th))
-            new, res, cond = self._newton(pred, target)
+            new, res, cond = self._newton(cfg, th, target)
             if res >= self.tol:
                 if halvings < 6:
                     # restart the walk with twice as many sub-steps from the last good point
@@ -121,44 +126,15 @@ def reduce_at(mech: Mechanism, cfg: Config, theta: np.ndarray) -> Reduced:
     A and B are the quadratic forms of the gyroscopic forces and of the analytic constraint
     drift, extracted exactly by polarisation (they are quadratic in theta_dot).
     """
-    theta = np.asarray(theta, float)
+    theta = np.array(theta, dtype=float)
     s = mech.n_act
-    rows = mech.square_rows
-    _, jac, jt = mech.evaluate(cfg, theta)
-    lu = scipy.linalg.lu_factor(jac[rows])
-    qt = -scipy.linalg.lu_solve(lu, jt[rows])
-    M = mech.mass_matrix(cfg)
-    Mq = M @ qt
-    H = qt.T @ Mq
-    H = 0.5 * (H + H.T)
-    pairs = velocity_pairs(s)
-    gam = {}
-    giner = {}
-    zero = np.zeros(s)
-
-    def quad(e):
-        qd = qt @ e
-        return mech.drift(cfg, qd, theta, e)[rows], mech.gyroscopic(cfg, qd)
-
-    for j in range(s):
-        e = zero.copy()
-        e[j] = 1.0
-        gam[j, j], giner[j, j] = quad(e)
-    G = np.empty((len(rows), len(pairs)))
-    A = np.empty((mech.n_coords, len(pairs)))
-    for c, (j, k) in enumerate(pairs):
-        if j == k:
-            G[:, c], A[:, c] = gam[j, j], giner[j, j]
-        else:
-            e = zero.copy()
-            e[j] = e[k] = 1.0
-            g, a = quad(e)
-            G[:, c] = g - gam[j, j] - gam[k, k]
-            A[:, c] = a - giner[j, j] - giner[k, k]
-    B = -scipy.linalg.lu_solve(lu, G)
-    D = qt.T @ (A + M @ B)
-    p_ext = qt.T @ mech.external_forces()
-    return Reduced(theta.copy(), H, D, p_ext, qt, cfg)
+    qt = np.empty((mech.n_coords, s))
+    H = np.empty((s, s))
+    D = np.empty((s, s * (s + 1) // 2))
+    p_ext = np.empty(s)
+    C.reduce_kernel(mech.prim_i, mech.prim_f, mech.square_rows, cfg.X, cfg.R, mech.masses,
+                    mech.inertias, mech.gravity, theta, qt, H, D, p_ext)
+    return Reduced(theta, H, D, p_ext, qt, cfg)
 
 
 class ExactModel:
