@@ -34,31 +34,56 @@ NF = 19  # floats per primitive
 P1, P2, A1, B2, U1, V1, C0 = 0, 3, 6, 9, 12, 15, 18
 
 
+# 3-vectors are tuples inside the kernels: they live on the stack (no allocation per use).
+
 @njit(cache=True)
 def _cross(a, b):
-    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+@njit(cache=True)
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@njit(cache=True)
+def _add(a, b):
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+@njit(cache=True)
+def _sub(a, b):
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+@njit(cache=True)
+def _lin(s, a, t, b):
+    """s a + t b."""
+    return (s * a[0] + t * b[0], s * a[1] + t * b[1], s * a[2] + t * b[2])
+
+
+@njit(cache=True)
+def _vec(f, i):
+    """f[i:i + 3] as a tuple."""
+    return (f[i], f[i + 1], f[i + 2])
 
 
 @njit(cache=True)
 def _rot(R, b, v):
     """R[b] @ v, or v itself for ground (b = -1)."""
     if b < 0:
-        return v.copy()
-    return R[b] @ v
+        return v
+    return (R[b, 0, 0] * v[0] + R[b, 0, 1] * v[1] + R[b, 0, 2] * v[2],
+            R[b, 1, 0] * v[0] + R[b, 1, 1] * v[1] + R[b, 1, 2] * v[2],
+            R[b, 2, 0] * v[0] + R[b, 2, 1] * v[1] + R[b, 2, 2] * v[2])
 
 
 @njit(cache=True)
-def _pos(X, b):
+def _row(X, b):
+    """X[b] as a tuple, zero for ground (positions and velocities of body b)."""
     if b < 0:
-        return np.zeros(3)
-    return X[b].copy()
-
-
-@njit(cache=True)
-def _vel(V, b):
-    if b < 0:
-        return np.zeros(3)
-    return V[b].copy()
+        return (0.0, 0.0, 0.0)
+    return (X[b, 0], X[b, 1], X[b, 2])
 
 
 @njit(cache=True)
@@ -79,9 +104,9 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
         c1 = 6 * b1
         c2 = 6 * b2
         if t == POINT:
-            r1 = _rot(R, b1, f[P1:P1 + 3])
-            r2 = _rot(R, b2, f[P2:P2 + 3])
-            d = _pos(X, b1) + r1 - _pos(X, b2) - r2
+            r1 = _rot(R, b1, _vec(f, P1))
+            r2 = _rot(R, b2, _vec(f, P2))
+            d = _sub(_add(_row(X, b1), r1), _add(_row(X, b2), r2))
             for i in range(3):
                 phi[row + i] = d[i]
             # d/dt (R r) = w x r = -[r]x w
@@ -105,9 +130,9 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
                 jac[row + 2, c2 + 4] = r2[0]
             row += 3
         elif t == PERP:
-            u = _rot(R, b1, f[A1:A1 + 3])
-            w = _rot(R, b2, f[B2:B2 + 3])
-            phi[row] = u @ w - f[C0]
+            u = _rot(R, b1, _vec(f, A1))
+            w = _rot(R, b2, _vec(f, B2))
+            phi[row] = _dot(u, w) - f[C0]
             uw = _cross(u, w)
             if b1 >= 0:
                 for i in range(3):
@@ -117,11 +142,11 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
                     jac[row, c2 + 3 + i] = -uw[i]
             row += 1
         elif t == DIST:
-            r1 = _rot(R, b1, f[P1:P1 + 3])
-            r2 = _rot(R, b2, f[P2:P2 + 3])
-            a = _rot(R, b1, f[A1:A1 + 3])
-            d = _pos(X, b2) + r2 - _pos(X, b1) - r1
-            phi[row] = d @ a - f[C0]
+            r1 = _rot(R, b1, _vec(f, P1))
+            r2 = _rot(R, b2, _vec(f, P2))
+            a = _rot(R, b1, _vec(f, A1))
+            d = _sub(_add(_row(X, b2), r2), _add(_row(X, b1), r1))
+            phi[row] = _dot(d, a) - f[C0]
             if act >= 0:
                 phi[row] -= theta[act]
                 jac_theta[row, act] = -1.0
@@ -140,12 +165,12 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
             row += 1
         else:  # ANGLE
             ang = theta[act] + f[C0]
-            u = _rot(R, b2, f[B2:B2 + 3])
-            wl = -np.sin(ang) * f[U1:U1 + 3] + np.cos(ang) * f[V1:V1 + 3]
-            wd = -np.cos(ang) * f[U1:U1 + 3] - np.sin(ang) * f[V1:V1 + 3]
-            w = _rot(R, b1, wl)
-            phi[row] = u @ w
-            jac_theta[row, act] = u @ _rot(R, b1, wd)
+            sn, cs = np.sin(ang), np.cos(ang)
+            u = _rot(R, b2, _vec(f, B2))
+            w = _rot(R, b1, _lin(-sn, _vec(f, U1), cs, _vec(f, V1)))
+            wd = _rot(R, b1, _lin(-cs, _vec(f, U1), -sn, _vec(f, V1)))
+            phi[row] = _dot(u, w)
+            jac_theta[row, act] = _dot(u, wd)
             uw = _cross(u, w)
             if b2 >= 0:
                 for i in range(3):
@@ -166,41 +191,43 @@ def drift(prim_i, prim_f, X, R, V, W, theta, theta_dot, gamma):
         b2 = prim_i[k, 2]
         act = prim_i[k, 3]
         f = prim_f[k]
-        w1 = _vel(W, b1)
-        w2 = _vel(W, b2)
+        w1 = _row(W, b1)
+        w2 = _row(W, b2)
         if t == POINT:
-            r1 = _rot(R, b1, f[P1:P1 + 3])
-            r2 = _rot(R, b2, f[P2:P2 + 3])
-            g = _cross(w1, _cross(w1, r1)) - _cross(w2, _cross(w2, r2))
+            r1 = _rot(R, b1, _vec(f, P1))
+            r2 = _rot(R, b2, _vec(f, P2))
+            g = _sub(_cross(w1, _cross(w1, r1)), _cross(w2, _cross(w2, r2)))
             for i in range(3):
                 gamma[row + i] = g[i]
             row += 3
         elif t == PERP:
-            u = _rot(R, b1, f[A1:A1 + 3])
-            w = _rot(R, b2, f[B2:B2 + 3])
-            gamma[row] = (_cross(w1, _cross(w1, u)) @ w + 2.0 * (_cross(w1, u) @ _cross(w2, w))
-                          + u @ _cross(w2, _cross(w2, w)))
+            u = _rot(R, b1, _vec(f, A1))
+            w = _rot(R, b2, _vec(f, B2))
+            gamma[row] = (_dot(_cross(w1, _cross(w1, u)), w) + 2.0 * _dot(_cross(w1, u), _cross(w2, w))
+                          + _dot(u, _cross(w2, _cross(w2, w))))
             row += 1
         elif t == DIST:
-            r1 = _rot(R, b1, f[P1:P1 + 3])
-            r2 = _rot(R, b2, f[P2:P2 + 3])
-            a = _rot(R, b1, f[A1:A1 + 3])
-            d = _pos(X, b2) + r2 - _pos(X, b1) - r1
-            dd = _vel(V, b2) + _cross(w2, r2) - _vel(V, b1) - _cross(w1, r1)
-            ddd = _cross(w2, _cross(w2, r2)) - _cross(w1, _cross(w1, r1))
-            gamma[row] = ddd @ a + 2.0 * (dd @ _cross(w1, a)) + d @ _cross(w1, _cross(w1, a))
+            r1 = _rot(R, b1, _vec(f, P1))
+            r2 = _rot(R, b2, _vec(f, P2))
+            a = _rot(R, b1, _vec(f, A1))
+            d = _sub(_add(_row(X, b2), r2), _add(_row(X, b1), r1))
+            dd = _sub(_add(_row(V, b2), _cross(w2, r2)), _add(_row(V, b1), _cross(w1, r1)))
+            ddd = _sub(_cross(w2, _cross(w2, r2)), _cross(w1, _cross(w1, r1)))
+            gamma[row] = (_dot(ddd, a) + 2.0 * _dot(dd, _cross(w1, a))
+                          + _dot(d, _cross(w1, _cross(w1, a))))
             row += 1
         else:  # ANGLE
             ang = theta[act] + f[C0]
             td = theta_dot[act]
-            u = _rot(R, b2, f[B2:B2 + 3])
-            w = _rot(R, b1, -np.sin(ang) * f[U1:U1 + 3] + np.cos(ang) * f[V1:V1 + 3])
-            wd = _rot(R, b1, -np.cos(ang) * f[U1:U1 + 3] - np.sin(ang) * f[V1:V1 + 3])
+            sn, cs = np.sin(ang), np.cos(ang)
+            u = _rot(R, b2, _vec(f, B2))
+            w = _rot(R, b1, _lin(-sn, _vec(f, U1), cs, _vec(f, V1)))
+            wd = _rot(R, b1, _lin(-cs, _vec(f, U1), -sn, _vec(f, V1)))
             w2u = _cross(w2, u)
-            gamma[row] = (_cross(w2, w2u) @ w + 2.0 * (w2u @ _cross(w1, w))
-                          + u @ _cross(w1, _cross(w1, w))
-                          + 2.0 * td * (w2u @ wd + u @ _cross(w1, wd))
-                          - td * td * (u @ w))
+            gamma[row] = (_dot(_cross(w2, w2u), w) + 2.0 * _dot(w2u, _cross(w1, w))
+                          + _dot(u, _cross(w1, _cross(w1, w)))
+                          + 2.0 * td * (_dot(w2u, wd) + _dot(u, _cross(w1, wd)))
+                          - td * td * _dot(u, w))
             row += 1
 
 
