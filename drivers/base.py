@@ -91,6 +91,10 @@ class Drives:
         self.disable()
         self.state = DriveState.FAULTED
 
+    def prepare(self, theta0: np.ndarray) -> None:
+        """Before enabling: a simulated backend starts its plant at theta0 (at rest); real
+        drives leave the machine where it is."""
+
     # -- cyclic ------------------------------------------------------------------------------
     def read(self, t: float) -> Feedback:
         """Fill and return ``self.feedback`` for loop time t (s)."""

@@ -71,7 +71,8 @@ def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out):
 
 @njit(cache=True)
 def plant_step(T, x, tau_cmd, dt, n_sub, params):
-    """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps; return the worst status.
+    """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps; return the worst status
+    (0 ok, 1 clamped to the tree's box, 2 out of domain, 3 singular or non-finite).
 
     params = (mass_scale, viscous, coulomb, force_limit, v_eps).
     """
@@ -102,6 +103,8 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params):
                 k[stage, s + i] = a[i]
         for i in range(2 * s):
             x[i] += h / 6.0 * (k[0, i] + 2.0 * k[1, i] + 2.0 * k[2, i] + k[3, i])
+            if not np.isfinite(x[i]):
+                worst = 3
     return worst
 
 
@@ -208,6 +211,11 @@ class SimDrives(Drives):
                 return v
         return None
 
+    def prepare(self, theta0: np.ndarray) -> None:
+        self.plant.reset(theta0)
+        self._t = None
+        self._hist_n = 0
+
     def _do_configure(self) -> None:
         self._t = None
         self._hist_n = 0
@@ -217,31 +225,34 @@ class SimDrives(Drives):
 
     def read(self, t: float):
         fb = self.feedback
-        if self._t is not None and self._active("freeze", t) is None:
-            push = self._active("push", t)
-            tau = self._tau if push is None else self._tau + push
-            if self.plant.step(tau, t - self._t) == OUT_OF_DOMAIN:
+        inj = bool(self.injections)
+        if self._t is not None and not (inj and self._active("freeze", t) is not None):
+            push = self._active("push", t) if inj else None
+            st = self.plant.step(self._tau if push is None else self._tau + push, t - self._t)
+            if st == OUT_OF_DOMAIN:
                 raise DriveError("simulated plant left its model's domain")
+            if st == 3:
+                raise DriveError("simulated plant state is not finite")
         self._t = t
-        x = self.plant.x
-        if not np.all(np.isfinite(x)):
-            raise DriveError("simulated plant state is not finite")
-        # transport delay: a ring of past states
-        n = len(self._hist)
-        self._hist[self._hist_n % n] = x
-        idx = max(self._hist_n - (n - 1), 0) % n
-        self._hist_n += 1
         s = self.n_axes
-        fb.position[:] = self._hist[idx, :s]
-        fb.velocity[:] = self._hist[idx, s:]
+        x = self.plant.x
+        if len(self._hist) > 1:  # transport delay: a ring of past states
+            n = len(self._hist)
+            self._hist[self._hist_n % n] = x
+            x = self._hist[max(self._hist_n - (n - 1), 0) % n]
+            self._hist_n += 1
+        fb.position[:] = x[:s]
+        fb.velocity[:] = x[s:]
         if self.noise > 0.0:
             fb.position += self.rng.normal(0.0, self.noise, s)
         if self.quantization > 0.0:
             np.round(fb.position / self.quantization, out=fb.position)
             fb.position *= self.quantization
-        if self._active("nan", t) is not None:
-            fb.position[0] = np.nan
-        fb.fresh = self._active("stale", t) is None
+        fb.fresh = True
+        if inj:
+            if self._active("nan", t) is not None:
+                fb.position[0] = np.nan
+            fb.fresh = self._active("stale", t) is None
         fb.stamp = t
         return fb
 

@@ -61,6 +61,12 @@ class MachineConfig:
     def directory(self) -> Path:
         return Path(self.path).parent
 
+    @property
+    def model_path(self) -> str:
+        """The model file (a built-in name maps to models/machines/NAME.toml)."""
+        p = Path(self.model)
+        return str(p if p.suffix == ".toml" else MACHINES_DIR / f"{self.model}.toml")
+
     def resolve(self, p: str) -> str:
         """A path from the configuration, relative to the configuration file."""
         q = Path(p)

@@ -1,0 +1,296 @@
+"""One controlled run of a machine: plan, then the fixed-rate read -> safety -> control ->
+write -> log cycle, then a summary. The same cycle code runs in real time and in lockstep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from pkrt.drivers.base import DriveError, Drives
+
+from .config import MachineConfig
+from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
+from .errors import Fault, UserError
+from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
+from .safety import Supervisor
+from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
+from .tree import OUT_OF_DOMAIN, Tree, find_leaf
+
+
+@njit(cache=True)
+def domain_mask(T, pos):
+    """True where each row of pos lies in an in-domain leaf of the tree's box."""
+    out = np.empty(pos.shape[0], dtype=np.bool_)
+    th = np.empty(pos.shape[1])
+    for k in range(pos.shape[0]):
+        leaf, status = find_leaf(T, pos[k], th)
+        out[k] = status == 0
+    return out
+
+
+def load_controller_tree(config: MachineConfig) -> Tree:
+    """The configuration's tree, checked against its model file's content hash."""
+    from .treefile import load_tree
+
+    tree = load_tree(config.tree)
+    want = tree.header.get("model_hash")
+    try:
+        have = hashlib.sha256(Path(config.model_path).read_bytes()).hexdigest()
+    except OSError:
+        raise UserError(f"{config.path}: [machine], field 'model': cannot read {config.model_path}") from None
+    if want != have:
+        raise UserError(f"{config.tree}: tree was built from a different model file than "
+                        f"{config.model_path} (hash {str(want)[:12]} vs {have[:12]}); rebuild it with pkrt build")
+    return tree
+
+
+def is_orthoglide(config: MachineConfig) -> bool:
+    return Path(config.model_path).stem == "orthoglide"
+
+
+def leg_length(config: MachineConfig) -> float:
+    return float(config.raw.get("cartesian", {}).get("leg_length", 0.31))
+
+
+def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
+                    duration: float | None) -> Planned:
+    """The reference at the loop rate: the Orthoglide demo, a CSV file or a given plan;
+    validated against ranges, domain and limits before anything moves."""
+    rate = config.rate_hz
+    axes = list(tree.header.get("actuator_names", [f"q{i + 1}" for i in range(tree.s)]))
+    if isinstance(traj, Planned):
+        plan = traj
+    elif traj is None or traj == "demo":
+        if not is_orthoglide(config):
+            raise UserError(f"{config.path}: no demo trajectory for this machine; give --traj FILE.csv")
+        plan = orthoglide_demo(rate, L=leg_length(config))
+    else:
+        ik = None
+        if is_orthoglide(config):
+            L = leg_length(config)
+
+            def ik(P, Pd, Pdd):
+                return orthoglide_ik(P, Pd, Pdd, L)
+        plan = load_trajectory_csv(traj, rate, axes, ik)
+    if abs(plan.rate_hz - rate) > 1e-9:
+        raise UserError(f"trajectory planned at {plan.rate_hz} Hz, loop runs at {rate} Hz")
+    if duration is not None:
+        if duration <= 0:
+            raise UserError("--duration must be positive")
+        plan = plan.extended(duration)
+    lim = config.limits
+    T = tree.arrays
+    validate(plan, lim.position[:, 0], lim.position[:, 1], lim.velocity, lim.acceleration, axes,
+             in_domain=lambda pos: domain_mask(T, np.ascontiguousarray(pos)))
+    return plan
+
+
+CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), ("ref_acc", None, "acc"),
+            ("pos", None, "pos"), ("vel", None, "vel"), ("tau", None, "force"),
+            ("tau_model", None, "force"), ("wake_us", 1, "us"), ("compute_us", 1, "us"),
+            ("flags", 1, "bits")]
+
+
+def channel_list(s: int, unit: str) -> list[tuple[str, int, str]]:
+    force = "N" if unit == "m" else "N m"
+    names = {"pos": unit, "vel": f"{unit}/s", "acc": f"{unit}/s^2", "force": force}
+    return [(n, w or s, names.get(u, u)) for n, w, u in CHANNELS]
+
+
+def _versions() -> dict:
+    out = {}
+    for pkg in ("pkrt", "numpy", "numba"):
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
+                lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
+                telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
+    """Run the machine over the reference; disable the drives on every way out.
+
+    ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
+    summary (errors in actuator units, times in microseconds). A fault stops the run and is
+    reported in ``fault``; it does not raise.
+    """
+    tree = tree if tree is not None else load_controller_tree(config)
+    s = tree.s
+    plan = plan_trajectory(config, tree, trajectory, duration)
+    axes = list(tree.header.get("actuator_names", [f"q{i + 1}" for i in range(s)]))
+    units = list(tree.header.get("actuator_units", ["m"] * s))
+    kind = controller or config.controller.kind
+    if kind not in ("ct", "pd"):
+        raise UserError(f"unknown controller '{kind}' (ct or pd)")
+    c = config.controller
+    fric = config.raw.get("controller", {})
+    ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, fric.get("viscous", 0.0), fric.get("coulomb", 0.0))
+    sup = Supervisor(config.limits, axes, units)
+    period = 1.0 / config.rate_hz
+    N = plan.n
+    ref_pos, ref_vel, ref_acc = plan.pos, plan.vel, plan.acc
+
+    # preallocated per-cycle records
+    wake = np.zeros(N)
+    comp = np.zeros(N)
+    err = np.zeros((N, s))
+    ran = np.zeros(N, dtype=bool)
+
+    writer = None
+    if log_path:
+        from .logfile import LogWriter
+
+        header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model_name"),
+                  "model_hash": tree.header.get("model_hash"), "tree_path": config.tree,
+                  "tree_hash": tree.header.get("checksum"), "rate_hz": config.rate_hz, "axes": axes,
+                  "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
+                                                 "tau_max": c.tau_max.tolist()},
+                  "trajectory": plan.description, "lockstep": lockstep, "versions": _versions(),
+                  "plant": {k: v for k, v in config.drives.items() if not isinstance(v, dict)}}
+        writer = LogWriter(log_path, header, channel_list(s, units[0]))
+        sl = writer.slices
+
+    # warm up the kernels (compile or load from cache) before the first deadline
+    ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
+    sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
+    sup.stale = 0
+
+    rt_report = {}
+    fault = None
+    fault_cycle = torque_off_cycle = None
+    overruns = saturated = cycles = 0
+    drives.prepare(ref_pos[0].copy())
+    drives.configure()
+    drives.enable()
+    clock = VirtualClock() if lockstep else RealClock()
+    if not lockstep and realtime:
+        r = config.realtime
+        rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
+    wall0 = time.perf_counter()
+    k = 0
+    try:
+        if not lockstep:
+            clock.t0 = time.monotonic() + 2 * period  # start on a clean boundary
+        while k < N:
+            wake_s = clock.wait_until(k * period)
+            t_start = time.perf_counter()
+            t = k * period
+            if on_cycle is not None:
+                on_cycle(k, t)
+            flags = 0
+            try:
+                fb = drives.read(t)
+                reason = sup.check(fb, ref_pos[k])
+                if not fb.fresh:
+                    flags |= FLAG_STALE
+                if reason is None:
+                    f, status = ctrl.update(fb.position, fb.velocity, ref_pos[k], ref_vel[k], ref_acc[k])
+                    flags |= f
+                    if status == OUT_OF_DOMAIN:
+                        reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
+                                  f"tree box marked out of domain")
+                    elif not np.all(np.isfinite(ctrl.tau)):
+                        reason = "controller produced a non-finite torque"
+                if reason is None:
+                    drives.write(ctrl.tau)
+            except DriveError as e:
+                reason = f"drive: {e}"
+            if reason is not None:
+                fault, fault_cycle = reason, k
+                drives.fault(reason)
+                if not drives.torque_on:
+                    torque_off_cycle = k
+                if writer:
+                    writer.event(k, "fault", reason)
+            saturated += flags & 1
+            err[k] = ref_pos[k] - fb.position
+            wake[k] = wake_s
+            ran[k] = True
+            cycles += 1
+            late = False
+            nxt = k + 1
+            if not lockstep:
+                now = clock.now()
+                if now > nxt * period:
+                    late = True
+                    overruns += 1
+                    flags |= FLAG_OVERRUN
+                    nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
+            comp[k] = time.perf_counter() - t_start
+            if writer:
+                row = writer.row
+                row[sl["t"]] = t
+                row[sl["ref_pos"]] = ref_pos[k]
+                row[sl["ref_vel"]] = ref_vel[k]
+                row[sl["ref_acc"]] = ref_acc[k]
+                row[sl["pos"]] = fb.position
+                row[sl["vel"]] = fb.velocity
+                row[sl["tau"]] = ctrl.tau if drives.torque_on else 0.0
+                row[sl["tau_model"]] = ctrl.tau_model
+                row[sl["wake_us"]] = wake_s * 1e6
+                row[sl["compute_us"]] = comp[k] * 1e6
+                row[sl["flags"]] = flags
+                writer.commit()
+                if telemetry is not None:
+                    telemetry.maybe_send(k, t, row, sl)
+            if fault is not None:
+                break
+            wd = sup.overrun(late)
+            if wd is not None:
+                fault, fault_cycle = wd, k
+                drives.fault(wd)
+                torque_off_cycle = k if not drives.torque_on else None
+                if writer:
+                    writer.event(k, "fault", wd)
+                break
+            k = nxt
+    except KeyboardInterrupt:
+        fault, fault_cycle = "interrupted by the user", k
+        if writer:
+            writer.event(k, "fault", fault)
+    finally:
+        drives.disable()
+        wall = time.perf_counter() - wall0
+        if rt_report:
+            restore_realtime(rt_report)
+    e = err[ran]
+    summary = {
+        "machine": config.name, "controller": kind, "lockstep": lockstep, "rate_hz": config.rate_hz,
+        "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
+        "overruns": overruns, "faults": int(fault is not None), "fault": fault,
+        "fault_cycle": fault_cycle, "torque_off_cycle": torque_off_cycle,
+        "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
+        "max_error": float(np.max(np.abs(e))) if len(e) else None,
+        "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
+        "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
+        "units": units, "saturated_cycles": saturated,
+        "compute_us": percentiles_us(comp[ran]), "wake_latency_us": percentiles_us(wake[ran]),
+        "realtime_factor": (cycles * period / wall) if wall > 0 else None,
+        "realtime": rt_report or {"mode": "lockstep" if lockstep else "not requested"},
+        "trajectory": plan.description.get("kind"), "log": log_path,
+    }
+    if writer:
+        writer.close({k2: v for k2, v in summary.items() if k2 != "realtime"})
+    return summary
+
+
+class _Probe:
+    """Feedback-shaped object for warming up the safety kernel."""
+
+    def __init__(self, pos, vel):
+        self.position, self.velocity, self.fresh = pos, vel, True
+
+
+def check_run(summary: dict) -> None:
+    """Raise Fault (exit 1) when a run ended on a fault."""
+    if summary.get("fault"):
+        raise Fault(f"run stopped at cycle {summary['fault_cycle']}: {summary['fault']}")

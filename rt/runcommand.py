@@ -1,0 +1,136 @@
+"""CLI verb ``pkrt run``: a machine under control, by default the Orthoglide demo on the
+simulated plant in real time at 1 kHz."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from .cli import emit
+from .config import load_machine
+from .errors import UserError
+
+SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
+
+
+def add_arguments_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--machine", default="orthoglide",
+                   help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
+    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z); default: the demo")
+    p.add_argument("--rate", type=float, help="loop rate in Hz (default: the configuration's)")
+    p.add_argument("--duration", type=float, help="run time in s (cut the trajectory or hold its end)")
+    p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
+    p.add_argument("--controller", choices=("ct", "pd"), help="ct: computed torque; pd: PD plus gravity")
+    p.add_argument("--mass-scale", type=float, help="simulated plant: scale every mass and inertia (model mismatch)")
+    p.add_argument("--log", default="pkrt-run.pktlog", help="run log file (default: %(default)s)")
+    p.add_argument("--no-log", action="store_true", help="write no log and no plot")
+    p.add_argument("--plot", help="plot PNG (default: the log path with .png)")
+    p.add_argument("--rt", action="store_true",
+                   help="ask for SCHED_FIFO priority 80, CPU 1 and mlockall (reported applied or not)")
+    p.add_argument("--inject", metavar="KIND@T",
+                   help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
+    p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
+    p.add_argument("--telemetry-rate", type=float, default=50.0, help="telemetry messages per second")
+    p.add_argument("--interface", help="CAN: python-can interface (socketcan, virtual, pcan, ...)")
+    p.add_argument("--channel", help="CAN: channel (can0, ...)")
+    p.add_argument("--port", help="serial: port or pyserial URL")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _inject(drives, spec: str, rate: float):
+    """Parse KIND@T[=VALUE]; returns an on_cycle hook for 'slow' (a watchdog test)."""
+    try:
+        kind, rest = spec.split("@", 1)
+        at, _, val = rest.partition("=")
+        at_s = float(at)
+        value = float(val) if val else 200.0
+    except ValueError:
+        raise UserError(f"--inject: expected KIND@T or push@T=FORCE, got '{spec}'") from None
+    if kind not in SIM_FAULTS:
+        raise UserError(f"--inject: unknown fault '{kind}' ({', '.join(SIM_FAULTS)})")
+    if kind == "slow":
+        import time
+
+        def hook(k, t):
+            if t >= at_s:
+                time.sleep(2.5 / rate)  # the cycle overruns by more than a period
+        return hook
+    if not hasattr(drives, "inject"):
+        raise UserError("--inject works with the simulated plant only (use pkrt hil --fault for drives)")
+    drives.inject(kind, at_s, value)
+    return None
+
+
+def run_run(args) -> int:
+    from pkrt.drivers import open_drives
+
+    from .run import check_run, load_controller_tree, run_session
+
+    config = load_machine(args.machine)
+    if args.rate is not None:
+        if not 1 <= args.rate <= 100000:
+            raise UserError("--rate must be in [1, 100000] Hz")
+        config = dataclasses.replace(config, rate_hz=float(args.rate))
+    if args.rt:
+        config = dataclasses.replace(config, realtime=dataclasses.replace(
+            config.realtime, priority=80, cpu=1, mlockall=True))
+    overrides = {k: v for k, v in (("interface", args.interface), ("channel", args.channel),
+                                   ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
+    if args.mass_scale is not None and args.mass_scale <= 0:
+        raise UserError("--mass-scale must be positive")
+    tree = load_controller_tree(config)
+    drives = open_drives(config, overrides)
+    hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
+    telemetry = None
+    if args.telemetry:
+        from .telemetry import Telemetry
+
+        host, _, port = args.telemetry.rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
+        telemetry = Telemetry(host, int(port), args.telemetry_rate)
+    log = None if args.no_log else args.log
+    try:
+        summary = run_session(config, drives, trajectory=args.traj, duration=args.duration,
+                              lockstep=args.lockstep, log_path=log, controller=args.controller,
+                              telemetry=telemetry, on_cycle=hook, tree=tree)
+    finally:
+        drives.close()
+    if log:
+        plot = args.plot or str(Path(log).with_suffix(".png"))
+        try:
+            from .logcommands import plot_log
+            from .logfile import read_log
+
+            plot_log(read_log(log), plot)
+            summary["plot"] = plot
+        except (ImportError, OSError, UserError) as e:
+            summary["plot"] = None
+            summary["plot_error"] = str(e)
+    emit(summary, args.json, _text(summary))
+    check_run(summary)
+    return 0
+
+
+def _text(r: dict) -> str:
+    u = r["units"][0] if r.get("units") else ""
+    mode = "lockstep" if r["lockstep"] else "real time"
+    lines = [
+        f"{r['machine']}: {r['controller']} control, {r['trajectory']} trajectory, {mode} at {r['rate_hz']:g} Hz",
+        f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
+        f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
+    ]
+    if r["rms_error"] is not None:
+        lines.append(f"  tracking error: RMS {r['rms_error'] * 1e3:.4f} m{u}, max {r['max_error'] * 1e3:.4f} m{u}")
+    c, w = r["compute_us"], r["wake_latency_us"]
+    if c["p50"] is not None:
+        lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
+                     f"wake latency us: p50 {w['p50']:.1f}, p99 {w['p99']:.1f}, max {w['max']:.1f}")
+    for k, v in r.get("realtime", {}).items():
+        if k != "mode":
+            lines.append(f"  {k}: {v}")
+    if r.get("log"):
+        lines.append(f"  log {r['log']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
+    lines.append(f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults")
+    return "\n".join(lines)
