@@ -1,5 +1,8 @@
 """CLI verb ``pkrt hil``: the Orthoglide demo in real time through a real driver, a bus and a
-drive emulator backed by the simulated plant, optionally with an injected fault."""
+drive emulator backed by the simulated plant, optionally with an injected fault.
+
+Exit 0 when the run completes, or when an injected fault is detected and torque is off
+within 3 cycles; exit 1 otherwise."""
 
 from __future__ import annotations
 
@@ -47,4 +50,9 @@ def run_hil(args) -> int:
         raise Fault(f"HIL run stopped at cycle {r.get('fault_cycle')}: {r['fault']}")
     if args.fault and not r.get("fault"):
         raise Fault(f"injected fault '{args.fault}' was not detected")
+    if args.fault:
+        off, at = r.get("torque_off_cycle"), r.get("fault_cycle")
+        if off is None or at is None or off - at > 3:
+            raise Fault(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
+                        f"(fault cycle {at}, torque off cycle {off})")
     return 0
