@@ -67,6 +67,12 @@ def run_bench(args) -> int:
     for n in names:
         if n not in SECTIONS:
             raise UserError(f"--only: unknown section '{n}' ({', '.join(SECTIONS)})")
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent  # the source checkout (editable install)
+    if (root / "tests" / "bench").is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     out = {}
     for n in names:
         mod, fn = SECTIONS[n]
