@@ -1,0 +1,404 @@
+"""CiA 402 drives over CANopen (python-can + canopen), Cyclic Synchronous Torque mode.
+
+Configuration (once, before the loop) uses the ``canopen`` package: NMT, SDO transfers, the
+check of the device type (0x1000, profile 402), of the rated torque (0x6076), the mode of
+operation (0x6060 = 10, confirmed in 0x6061) and the PDO mapping, then the CiA 402 state machine
+to Operation enabled through the controlword (0x6040: 0x0006 -> 0x0007 -> 0x000F; a Fault is
+reset with the 0x0080 edge). The cyclic path then uses raw python-can frames and precompiled
+``struct`` layouts only:
+
+  read(t):  drain frames that arrived since the last cycle (EMCY, error frames, late TPDOs),
+            send SYNC (COB-ID 0x080), collect TPDO1 (0x180+id: statusword 0x6041, position
+            actual 0x6064) and TPDO2 (0x280+id: velocity actual 0x606C) of every drive until
+            ``tpdo_timeout`` after the SYNC.
+  write(tau): RPDO1 (0x200+id: controlword 0x000F, target torque 0x6071) per drive.
+
+RPDOs are asynchronous (transmission type 255: the drive acts on receipt, so a disable takes
+effect at once); TPDOs are synchronous (type 1: sampled and sent on every SYNC).
+
+Units: SI at the actuator (m or rad, m/s or rad/s, N or N m). Drive units: position in
+increments (``increments_per_unit`` per m or rad), velocity in increments/s, torque in per mille
+of the rated torque or force (0x6076, stored in mN m or mN).
+
+Faults (each one a ``DriveError`` with the reason, torque off first): an EMCY frame, a drive
+leaving Operation enabled (Fault, Quick stop, ...), TPDOs missing after the SYNC for more than
+``max_missed_cycles`` cycles in a row, an invalid feedback value (0x80000000), a python-can
+error frame (bus-off included: SocketCAN reports it as an error frame with class 0x040), a
+failed send (a bus-off controller refuses frames).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+
+import can
+import canopen
+import numpy as np
+
+from . import cia402_protocol as p
+from .base import DriveConfigError, DriveError, Drives
+
+_TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
+
+
+def _frame_bits(n_bytes: int) -> int:
+    """Nominal length of a standard-ID data frame on the wire, without bit stuffing."""
+    return 47 + 8 * n_bytes
+
+
+class CiA402Drives(Drives):
+    """s CiA 402 drives on one CAN bus, one node id per actuator (actuator order)."""
+
+    backend = "cia402"
+
+    def __init__(self, node_ids: list[int], rated_torque: np.ndarray, increments_per_unit: np.ndarray,
+                 rate_hz: float, interface: str = "socketcan", channel: str = "can0", bitrate: int = 1000000,
+                 tpdo_timeout: float | None = None, max_missed_cycles: int = 1, sdo_timeout: float = 0.3,
+                 enable_timeout: float = 2.0):
+        super().__init__(len(node_ids))
+        self.node_ids = list(node_ids)
+        self.rated_torque = np.asarray(rated_torque, float)  # N or N m (0x6076 / 1000)
+        self.increments = np.asarray(increments_per_unit, float)  # increments per m or rad
+        self.period = 1.0 / rate_hz
+        self.interface, self.channel, self.bitrate = interface, channel, int(bitrate)
+        self.tpdo_timeout = 0.5 * self.period if tpdo_timeout is None else float(tpdo_timeout)
+        self.max_missed_cycles = int(max_missed_cycles)
+        self.sdo_timeout = float(sdo_timeout)
+        self.enable_timeout = float(enable_timeout)
+        s = self.n_axes
+        self.bus_load = (_frame_bits(0) + s * (_frame_bits(4) + _frame_bits(6) + _frame_bits(4))) \
+            * rate_hz / self.bitrate
+        # precomputed scalings and per-cycle state (nothing allocated per cycle)
+        self._permille_per_si = 1000.0 / self.rated_torque
+        self._si_per_increment = 1.0 / self.increments
+        self._pos_raw = np.zeros(s, dtype=np.int64)
+        self._vel_raw = np.zeros(s, dtype=np.int64)
+        self._got = np.zeros(2 * s, dtype=bool)
+        self._need = 0
+        self._missed = 0
+        self.cycle = -1  # index of the last SYNC sent (0 = first cycle)
+        self.late_frames = 0
+        self.states = [p.State.UNKNOWN] * s
+        self._route: dict[int, tuple[int, int]] = {}
+        for i, n in enumerate(self.node_ids):
+            self._route[p.TPDO_BASE[0] + n] = (_TPDO1, i)
+            self._route[p.TPDO_BASE[1] + n] = (_TPDO2, i)
+            self._route[p.EMCY_BASE + n] = (_EMCY, i)
+            self._route[p.SDO_TX_BASE + n] = (_OTHER, i)
+        self._sync = can.Message(arbitration_id=p.SYNC_COB_ID, data=b"", is_extended_id=False)
+        self._rpdo = [can.Message(arbitration_id=p.RPDO_BASE[0] + n, data=bytearray(4), is_extended_id=False)
+                      for n in self.node_ids]
+        self._bus: can.BusABC | None = None
+        self._network: canopen.Network | None = None
+        self._nodes: list[canopen.RemoteNode] = []
+        self._cyclic = False
+
+    # -- construction from a machine configuration ------------------------------------------------
+    @classmethod
+    def from_config(cls, config, overrides: dict) -> "CiA402Drives":
+        """The drives of a machine configuration's ``[drives]`` table; ``overrides`` (e.g.
+        ``interface``, ``channel``, ``bitrate``) replace its keys."""
+        d = {**config.drives, **(overrides or {})}
+        where = f"{config.path}: [drives], field"
+        s = len(config.controller.tau_max)
+
+        def per_axis(key: str) -> np.ndarray:
+            v = d.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = [v] * s
+            try:
+                a = np.asarray(v, float)
+            except (TypeError, ValueError):
+                a = np.zeros(0)
+            if a.shape != (s,) or not np.all(np.isfinite(a)) or np.any(a <= 0):
+                raise DriveConfigError(f"{where} '{key}': expected a positive number or a list of {s}, got {v!r}")
+            return a
+
+        def number(key: str, default, lo: float, hi: float, integer: bool = False):
+            v = d.get(key, default)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+            if not ok or (integer and v != int(v)):
+                kind = "an integer" if integer else "a number"
+                raise DriveConfigError(f"{where} '{key}': expected {kind} in [{lo:g}, {hi:g}], got {v!r}")
+            return int(v) if integer else float(v)
+
+        ids = d.get("node_ids")
+        if (not isinstance(ids, list) or len(ids) != s
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 127 for n in ids)
+                or len(set(ids)) != s):
+            raise DriveConfigError(f"{where} 'node_ids': expected {s} distinct integers in [1, 127], got {ids!r}")
+        interface = d.get("interface", "socketcan")
+        if interface not in can.VALID_INTERFACES:
+            raise DriveConfigError(f"{where} 'interface': unknown python-can interface {interface!r}")
+        channel = d.get("channel", "can0")
+        if not isinstance(channel, (str, int)) or isinstance(channel, bool):
+            raise DriveConfigError(f"{where} 'channel': expected a string, got {channel!r}")
+        period = 1.0 / config.rate_hz
+        drives = cls(ids, per_axis("rated_torque"), per_axis("increments_per_unit"), config.rate_hz,
+                     interface=interface, channel=channel,
+                     bitrate=number("bitrate", 1000000, 10000, 1000000, integer=True),
+                     tpdo_timeout=number("tpdo_timeout", 0.5 * period, 1e-5, 0.95 * period),
+                     max_missed_cycles=number("max_missed_cycles", 1, 0, 2, integer=True),
+                     sdo_timeout=number("sdo_timeout", 0.3, 0.001, 10.0),
+                     enable_timeout=number("enable_timeout", 2.0, 0.01, 60.0))
+        if drives.bus_load > 1.0:
+            raise DriveConfigError(f"{where} 'bitrate': {s} drives at {config.rate_hz:g} Hz need "
+                                   f"{drives.bus_load:.0%} of {drives.bitrate} bit/s")
+        return drives
+
+    # -- lifecycle hooks ---------------------------------------------------------------------------
+    def _do_configure(self) -> None:
+        try:
+            # no acceptance filters: python-can's software filtering (virtual and others) would
+            # also drop error frames, and unknown COB-IDs cost one dict lookup
+            self._bus = can.Bus(interface=self.interface, channel=self.channel, bitrate=self.bitrate)
+        except (can.CanError, OSError, ValueError, ImportError, TypeError) as e:
+            raise DriveError(f"cannot open CAN interface {self.interface!r} channel {self.channel!r}: {e}") from None
+        self._network = canopen.Network(self._bus)
+        self._network.notifier = can.Notifier(self._bus, self._network.listeners, 0.05)
+        for n in self.node_ids:
+            node = canopen.RemoteNode(n, canopen.ObjectDictionary())
+            node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout
+            self._network.add_node(node)
+            self._nodes.append(node)
+        self._nmt(p.NMT_PRE_OPERATIONAL)
+        for i, node in enumerate(self._nodes):
+            self._configure_node(i, node)
+
+    def _configure_node(self, i: int, node: canopen.RemoteNode) -> None:
+        n = node.id
+        device_type = self._upload(node, 0x1000, 0, "<I")
+        if device_type & 0xFFFF != 402:
+            raise DriveError(f"node {n}: not a CiA 402 drive (device type 0x1000 = 0x{device_type:08X})")
+        rated = self._upload(node, p.RATED_TORQUE, 0, "<I") / 1000.0
+        if abs(rated - self.rated_torque[i]) > 1e-3 * self.rated_torque[i]:
+            raise DriveError(f"node {n}: rated torque 0x6076 = {rated:g} (N or N m) but the machine "
+                             f"configuration says rated_torque = {self.rated_torque[i]:g}")
+        self._download(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
+        mode = self._upload(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b")
+        if mode != p.MODE_CST:
+            raise DriveError(f"node {n}: mode of operation display 0x6061 = {mode}, expected 10 (cyclic "
+                             "synchronous torque)")
+        self._download(node, p.TARGET_TORQUE, 0, "<h", 0)
+        self._map_pdo(node, 0x1400, 0x1600, p.RPDO_BASE[0] + n, 0xFF, (p.MAP_CONTROLWORD, p.MAP_TARGET_TORQUE))
+        self._map_pdo(node, 0x1800, 0x1A00, p.TPDO_BASE[0] + n, 1, (p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL))
+        self._map_pdo(node, 0x1801, 0x1A01, p.TPDO_BASE[1] + n, 1, (p.MAP_VELOCITY_ACTUAL,))
+
+    def _map_pdo(self, node, comm: int, mapping: int, cob_id: int, trans_type: int, entries) -> None:
+        """CiA 301 PDO (re)mapping: invalidate, transmission type, entries, count, validate."""
+        self._download(node, comm, 1, "<I", p.PDO_COB_ID_INVALID | cob_id)
+        self._download(node, comm, 2, "<B", trans_type)
+        self._download(node, mapping, 0, "<B", 0)
+        for k, e in enumerate(entries, 1):
+            self._download(node, mapping, k, "<I", e)
+        self._download(node, mapping, 0, "<B", len(entries))
+        self._download(node, comm, 1, "<I", cob_id)
+
+    def _do_enable(self) -> None:
+        self._nmt(p.NMT_START)
+        deadline = time.monotonic() + self.enable_timeout
+        for i, node in enumerate(self._nodes):
+            last_cw = -1
+            while True:
+                sw = self._upload(node, p.STATUSWORD, 0, "<H")
+                state = p.decode_statusword(sw)
+                self.states[i] = state
+                if state is p.State.OPERATION_ENABLED:
+                    break
+                if time.monotonic() > deadline:
+                    raise DriveError(f"node {node.id}: not in Operation enabled after {self.enable_timeout:g} s "
+                                     f"(state {state.name}, statusword 0x{sw:04X})")
+                cw = p.next_controlword(state, max(last_cw, 0))
+                if cw is None:
+                    time.sleep(0.001)
+                    continue
+                self._download(node, p.CONTROLWORD, 0, "<H", cw)
+                last_cw = cw
+        # the cyclic path reads the bus itself from here on
+        self._network.notifier.stop()
+        self._network.notifier = None
+        while self._bus.recv(0.0) is not None:
+            pass
+        for msg in self._rpdo:
+            p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, 0)
+        self._missed = 0
+        self._cyclic = True
+
+    def _do_disable(self) -> None:
+        """Torque off: controlword 'disable operation' (0x0007) and zero target torque to every
+        drive, sent at once (asynchronous RPDO). Never raises: base.disable() guards it."""
+        if self._bus is None or not self._cyclic:
+            return
+        for msg in self._rpdo:
+            p.RPDO1.pack_into(msg.data, 0, p.CW_DISABLE_OPERATION, 0)
+        err = None
+        for msg in self._rpdo:
+            try:
+                self._bus.send(msg, 0.001)
+            except (can.CanError, OSError, ValueError) as e:  # keep trying the other drives
+                err = e
+        if err is not None:
+            raise DriveError(f"CAN send failed while disabling: {err}")
+
+    def _do_close(self) -> None:
+        if self._bus is None:
+            return
+        try:
+            if self._cyclic:
+                for msg in self._rpdo:
+                    p.RPDO1.pack_into(msg.data, 0, p.CW_SHUTDOWN, 0)
+                    self._bus.send(msg, 0.001)
+            for n in self.node_ids:
+                self._bus.send(can.Message(arbitration_id=p.NMT_COB_ID, data=[p.NMT_PRE_OPERATIONAL, n],
+                                           is_extended_id=False), 0.001)
+        except (can.CanError, OSError, ValueError):
+            pass  # the bus is gone: nothing more to tell the drives
+        finally:
+            if self._network is not None and self._network.notifier is not None:
+                self._network.notifier.stop()
+            self._bus.shutdown()
+            self._bus = None
+            self._cyclic = False
+
+    # -- cyclic path -------------------------------------------------------------------------------
+    def read(self, t: float):
+        """Send SYNC, collect every drive's TPDOs; fill ``self.feedback`` (SI, actuator order)."""
+        fb = self.feedback
+        if not self._cyclic:
+            raise DriveError(f"cannot read drives in state {self.state.value}")
+        bus = self._bus
+        try:
+            msg = bus.recv(0.0)
+            while msg is not None:  # arrived after the last cycle's window: late
+                self._on_frame(msg, False)
+                msg = bus.recv(0.0)
+            self._got[:] = False
+            self._need = 2 * self.n_axes
+            bus.send(self._sync, 0.001)
+            self.cycle += 1
+            deadline = time.perf_counter() + self.tpdo_timeout
+            while self._need:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0.0:
+                    break
+                msg = bus.recv(remaining)
+                if msg is None:
+                    break
+                self._on_frame(msg, True)
+        except (can.CanError, OSError, ValueError) as e:
+            self._fail(f"CAN bus error: {e}")
+        s = self.n_axes
+        for i in range(s):
+            fb.position[i] = self._pos_raw[i] * self._si_per_increment[i]
+            fb.velocity[i] = self._vel_raw[i] * self._si_per_increment[i]
+        fb.stamp = t
+        if self._need:
+            fb.fresh = False
+            self._missed += 1
+            if self._missed > self.max_missed_cycles:
+                self._fail(f"TPDO timeout: {self._missing_text()} not received within "
+                           f"{self.tpdo_timeout * 1e6:.0f} us of SYNC for {self._missed} cycles in a row")
+        else:
+            fb.fresh = True
+            self._missed = 0
+        return fb
+
+    def write(self, tau: np.ndarray) -> None:
+        """Target torque (N or N m, actuator order) to every drive in one RPDO each."""
+        if not self._cyclic or not self.torque_on:
+            return
+        try:
+            for i, msg in enumerate(self._rpdo):
+                v = tau[i] * self._permille_per_si[i]
+                if not math.isfinite(v):
+                    self._fail(f"non-finite torque command {tau[i]!r} for node {self.node_ids[i]}")
+                v = min(max(v, -p.INT16_MAX), p.INT16_MAX)
+                p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, int(round(v)))
+                self._bus.send(msg, 0.001)
+        except (can.CanError, OSError, ValueError) as e:
+            self._fail(f"CAN send failed: {e}")
+
+    def _on_frame(self, msg: can.Message, in_window: bool) -> None:
+        """Decode one received frame; raises DriveError (after torque off) on a fault."""
+        if msg.is_error_frame:
+            self._fail(p.error_frame_text(msg.arbitration_id))
+        if msg.is_remote_frame or msg.is_extended_id:
+            return
+        route = self._route.get(msg.arbitration_id)
+        if route is None:
+            return
+        kind, i = route
+        data = msg.data
+        n = self.node_ids[i]
+        if kind == _TPDO1:
+            if len(data) != p.TPDO1.size:
+                self._fail(f"node {n}: TPDO1 of {len(data)} bytes, expected {p.TPDO1.size}")
+            sw, pos = p.TPDO1.unpack_from(data)
+            state = p.decode_statusword(sw)
+            self.states[i] = state
+            if state is not p.State.OPERATION_ENABLED:
+                self._fail(f"node {n}: drive left Operation enabled, state {state.name} (statusword 0x{sw:04X})")
+            if pos == p.INT32_INVALID:
+                self._pos_raw[i] = 0
+                self.feedback.position[i] = math.nan
+                self._fail(f"node {n}: invalid position actual value 0x80000000")
+            self._pos_raw[i] = pos
+            self._mark(2 * i, in_window)
+        elif kind == _TPDO2:
+            if len(data) != p.TPDO2.size:
+                self._fail(f"node {n}: TPDO2 of {len(data)} bytes, expected {p.TPDO2.size}")
+            vel, = p.TPDO2.unpack_from(data)
+            if vel == p.INT32_INVALID:
+                self.feedback.velocity[i] = math.nan
+                self._fail(f"node {n}: invalid velocity actual value 0x80000000")
+            self._vel_raw[i] = vel
+            self._mark(2 * i + 1, in_window)
+        elif kind == _EMCY:
+            if len(data) != p.EMCY.size:
+                self._fail(f"node {n}: malformed EMCY frame of {len(data)} bytes: {bytes(data).hex()}")
+            code, reg, _ = p.EMCY.unpack_from(data)
+            if code != 0:  # 0x0000: error reset / no error
+                self._fail(f"node {n}: {p.emcy_text(code, reg)}")
+
+    def _mark(self, k: int, in_window: bool) -> None:
+        if not in_window:
+            self.late_frames += 1
+        elif not self._got[k]:
+            self._got[k] = True
+            self._need -= 1
+
+    def _missing_text(self) -> str:
+        names = [f"TPDO{1 + k % 2} of node {self.node_ids[k // 2]}" for k in range(2 * self.n_axes)
+                 if not self._got[k]]
+        return ", ".join(names)
+
+    def _fail(self, reason: str) -> None:
+        self.fault(reason)
+        raise DriveError(reason)
+
+    # -- configuration-time helpers (canopen SDO / NMT) --------------------------------------------
+    def _nmt(self, command: int) -> None:
+        try:
+            for n in self.node_ids:
+                self._bus.send(can.Message(arbitration_id=p.NMT_COB_ID, data=[command, n], is_extended_id=False))
+        except (can.CanError, OSError, ValueError) as e:
+            raise DriveError(f"CAN send failed (NMT): {e}") from None
+
+    def _upload(self, node, index: int, sub: int, fmt: str) -> int:
+        try:
+            data = node.sdo.upload(index, sub)
+            return struct.unpack(fmt, data[: struct.calcsize(fmt)].ljust(struct.calcsize(fmt), b"\0"))[0]
+        except canopen.SdoAbortedError as e:
+            raise DriveError(f"node {node.id}: SDO upload of 0x{index:04X}:{sub:02X} aborted: {e}") from None
+        except (canopen.SdoCommunicationError, can.CanError) as e:
+            raise DriveError(f"node {node.id}: SDO upload of 0x{index:04X}:{sub:02X} failed: {e}") from None
+
+    def _download(self, node, index: int, sub: int, fmt: str, value: int) -> None:
+        try:
+            node.sdo.download(index, sub, struct.pack(fmt, value))
+        except canopen.SdoAbortedError as e:
+            raise DriveError(f"node {node.id}: SDO download to 0x{index:04X}:{sub:02X} aborted: {e}") from None
+        except (canopen.SdoCommunicationError, can.CanError) as e:
+            raise DriveError(f"node {node.id}: SDO download to 0x{index:04X}:{sub:02X} failed: {e}") from None
