@@ -12,7 +12,7 @@ from PIL import Image
 from pkrt.rt.cli import main
 from pkrt.rt.logcommands import plot_log
 from pkrt.rt.logfile import read_log
-from test_logfile import AXES, CHANNELS, write_demo_log
+from tests.test_logfile import AXES, CHANNELS, write_demo_log
 
 
 @pytest.fixture(scope="module")
