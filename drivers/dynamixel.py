@@ -1,0 +1,498 @@
+"""Dynamixel Protocol 2.0 drives over a serial port (pyserial): X-series servos in current mode.
+
+Per cycle: ``read`` sends one Sync Read of Present Velocity + Present Position (addresses
+128..135, one contiguous 8-byte block) and collects one status packet per servo; ``write``
+sends one Sync Write of Goal Current (address 102, 2 bytes, signed), which the servos do not
+answer. Missing or corrupted answers are retried (individual Reads) within the cycle; a cycle
+that still lacks an axis is not fresh, and ``fail_cycles`` such cycles in a row are a fault.
+A status error or hardware alert from a servo is a fault, with its reason.
+
+Units (the ``[drives]`` table): ``current_unit`` A per LSB, ``torque_constant`` N m/A,
+``position_resolution`` pulses per motor revolution, ``velocity_unit`` rev/min per LSB,
+``lead`` m per motor revolution for a linear axis driven through a screw or belt (0: a rotary
+axis, ``gear_ratio`` motor revolutions per axis revolution), ``direction`` +1/-1 and ``zero``
+(pulses at actuator coordinate 0). SI at the actuator: m or rad, m/s or rad/s, N or N m.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import serial
+import serial.rs485
+
+from . import dynamixel_protocol as dxp
+from .base import DriveConfigError, DriveError, Drives
+
+# X-series (XM430 / XM540) control table
+ADDR_MODEL_NUMBER = 0
+ADDR_OPERATING_MODE = 11
+ADDR_CURRENT_LIMIT = 38
+ADDR_TORQUE_ENABLE = 64
+ADDR_HARDWARE_ERROR = 70
+ADDR_GOAL_CURRENT = 102
+ADDR_PRESENT_VELOCITY = 128
+ADDR_PRESENT_POSITION = 132
+MODE_CURRENT = 0
+FEEDBACK_LEN = 8  # Present Velocity (4) + Present Position (4), addresses 128..135
+STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with 8 data bytes, unstuffed
+READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
+READ_SLICES_WORST = 1.0 + 1.0 / READ_SLICES  # this many timeouts
+
+
+@dataclass(frozen=True)
+class DynamixelSettings:
+    """The ``[drives]`` table of a ``dynamixel`` machine, validated (per-axis tuples)."""
+
+    port: str
+    baudrate: int
+    ids: tuple[int, ...]
+    current_unit: tuple[float, ...]  # A / LSB
+    torque_constant: tuple[float, ...]  # N m / A
+    position_resolution: tuple[float, ...]  # pulses / rev
+    velocity_unit: tuple[float, ...]  # rev/min / LSB
+    lead: tuple[float, ...]  # m / rev (0: rotary)
+    gear_ratio: tuple[float, ...]  # motor rev / axis rev (rotary axes)
+    direction: tuple[float, ...]  # +1 / -1
+    zero: tuple[float, ...]  # pulses at theta = 0
+    current_limit: tuple[int, ...]  # LSB, Goal Current clamp
+    timeout: float  # s, one transaction
+    retries: int  # extra attempts within a cycle
+    fail_cycles: int  # consecutive incomplete cycles -> fault
+    position_margin: float  # m or rad beyond the position limits still plausible
+    max_velocity: tuple[float, ...]  # m/s or rad/s, beyond: implausible feedback
+    low_latency: bool
+    rs485: bool
+
+    def scale(self, i: int) -> float:
+        """Actuator units (m or rad) per motor revolution of axis i."""
+        return self.lead[i] if self.lead[i] > 0 else 2.0 * math.pi / self.gear_ratio[i]
+
+    def force_per_lsb(self, i: int) -> float:
+        """Actuator force or torque (N or N m) per Goal Current LSB of axis i (ideal
+        transmission: motor torque = force * scale / 2 pi)."""
+        return self.current_unit[i] * self.torque_constant[i] * 2.0 * math.pi / self.scale(i)
+
+
+def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
+    """Validate a machine configuration's ``[drives]`` table (with ``overrides`` applied)."""
+    d = {**config.drives, **(overrides or {})}
+    s = int(config.limits.position.shape[0])
+    where = f"{config.path}: [drives], field"
+
+    def bad(key, what):
+        return DriveConfigError(f"{where} '{key}': expected {what}, got {d.get(key)!r}")
+
+    def per_axis(key, default, positive=True, allow_zero=False):
+        v = d.get(key, default)
+        if v is None:
+            raise DriveConfigError(f"{where} '{key}': missing")
+        vals = v if isinstance(v, list) else [v] * s
+        ok = len(vals) == s and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                    and math.isfinite(x) for x in vals)
+        if ok and positive:
+            ok = all(x > 0 or (allow_zero and x == 0) for x in vals)
+        if not ok:
+            sign = ("a number >= 0" if allow_zero else "a positive number") if positive else "a number"
+            raise bad(key, f"{sign} or a list of {s}")
+        return tuple(float(x) for x in vals)
+
+    port = d.get("port")
+    if not isinstance(port, str) or not port:
+        raise bad("port", "a serial port or pyserial URL")
+    baud = d.get("baudrate", 57600)
+    if isinstance(baud, bool) or not isinstance(baud, int) or baud <= 0:
+        raise bad("baudrate", "a positive integer")
+    ids = d.get("ids")
+    if (not isinstance(ids, list) or len(ids) != s or len(set(ids)) != s
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= dxp.MAX_ID for i in ids)):
+        raise bad("ids", f"a list of {s} distinct servo IDs in 0..{dxp.MAX_ID}")
+    direction = per_axis("direction", 1.0, positive=False)
+    if any(x not in (1.0, -1.0) for x in direction):
+        raise bad("direction", "+1 or -1 per axis")
+    limit = per_axis("current_limit", 2047.0)
+    if any(x != int(x) or x > 32767 for x in limit):
+        raise bad("current_limit", "integer LSB counts in 1..32767")
+    ints = {}
+    for key, default, lo in (("retries", 1, 0), ("fail_cycles", 2, 1)):
+        v = d.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise bad(key, f"an integer >= {lo}")
+        ints[key] = v
+    timeout = d.get("timeout", 0.002)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 1:
+        raise bad("timeout", "a number of seconds in (0, 1]")
+    period = 1.0 / config.rate_hz
+    worst = READ_SLICES_WORST * timeout * (1 + ints["retries"])
+    if worst > period:
+        raise DriveConfigError(
+            f"{where} 'timeout': {timeout} s with {ints['retries']} retries can take "
+            f"{1e3 * worst:.2f} ms, more than the {1e3 * period:.2f} ms period at {config.rate_hz:g} Hz")
+    margin = d.get("position_margin", 0.05)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0:
+        raise bad("position_margin", "a number >= 0 (m or rad)")
+    for key in ("low_latency", "rs485"):
+        if not isinstance(d.get(key, False), bool):
+            raise bad(key, "true or false")
+    vmax_default = list(10.0 * config.limits.velocity)
+    return DynamixelSettings(
+        port=port, baudrate=baud, ids=tuple(ids),
+        current_unit=per_axis("current_unit", 2.69e-3),
+        torque_constant=per_axis("torque_constant", None),
+        position_resolution=per_axis("position_resolution", 4096.0),
+        velocity_unit=per_axis("velocity_unit", 0.229),
+        lead=per_axis("lead", 0.0, allow_zero=True),
+        gear_ratio=per_axis("gear_ratio", 1.0),
+        direction=direction,
+        zero=per_axis("zero", 0.0, positive=False),
+        current_limit=tuple(int(x) for x in limit),
+        timeout=float(timeout), retries=ints["retries"], fail_cycles=ints["fail_cycles"],
+        position_margin=float(margin),
+        max_velocity=per_axis("max_velocity", vmax_default),
+        low_latency=bool(d.get("low_latency", True)), rs485=bool(d.get("rs485", False)))
+
+
+class DynamixelDrives(Drives):
+    """s Dynamixel X-series servos on one serial bus, in current control mode."""
+
+    backend = "dynamixel"
+
+    def __init__(self, settings: DynamixelSettings, position_limits: np.ndarray):
+        super().__init__(len(settings.ids))
+        st = self.settings = settings
+        s = self.n_axes
+        self.ser = None
+        self.parser = dxp.PacketParser(max_length=64)
+        self.low_latency = "not attempted"
+        self.models: dict[int, int] = {}
+        self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0,
+                          status_errors=0, garbage_bytes=0, tx_bytes=0, rx_bytes=0)
+        self._fail_run = 0
+        self._dirty = False
+        # precomputed conversions: SI = k * (raw - zero)
+        self._k_pos = [st.direction[i] * st.scale(i) / st.position_resolution[i] for i in range(s)]
+        self._k_vel = [st.direction[i] * st.velocity_unit[i] / 60.0 * st.scale(i) for i in range(s)]
+        self._k_cur = [st.direction[i] / st.force_per_lsb(i) for i in range(s)]
+        self._limit = list(st.current_limit)
+        lo = (position_limits[:, 0] - st.position_margin)
+        hi = (position_limits[:, 1] + st.position_margin)
+        raw = [sorted((lo[i] / self._k_pos[i] + st.zero[i], hi[i] / self._k_pos[i] + st.zero[i]))
+               for i in range(s)]
+        self._raw_lo = [r[0] for r in raw]
+        self._raw_hi = [r[1] for r in raw]
+        self._vel_max_raw = [st.max_velocity[i] / abs(self._k_vel[i]) for i in range(s)]
+        self._index = {dxl_id: i for i, dxl_id in enumerate(st.ids)}
+        self._sync_read = dxp.sync_read(st.ids, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN)
+        self._reads = {i: dxp.read(i, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN) for i in st.ids}
+        self._got = [False] * s
+        # preallocated Sync Write of Goal Current: header(4) id len(2) inst addr(2) n(2) {id lo hi}*s crc(2)
+        self._goal = bytearray(dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(i, b"\0\0") for i in st.ids]))
+        self._goal_fmt = "<" + "Bh" * s
+        self._goal_args = [0] * (2 * s)
+        for i, dxl_id in enumerate(st.ids):
+            self._goal_args[2 * i] = dxl_id
+
+    @classmethod
+    def from_config(cls, config, overrides: dict) -> "DynamixelDrives":
+        """Drives from the ``[drives]`` table; ``overrides`` (e.g. ``{"port": "/dev/pts/3"}``)
+        replace its entries."""
+        return cls(load_settings(config, overrides), config.limits.position)
+
+    # -- transport ----------------------------------------------------------------------------
+    def _send(self, pkt) -> None:
+        try:
+            self.ser.write(pkt)
+        except (serial.SerialException, OSError) as e:
+            raise DriveError(f"serial write on {self.settings.port} failed: {e}") from None
+        self.stats["tx_bytes"] += len(pkt)
+
+    def _flush_input(self) -> None:
+        try:
+            self.ser.reset_input_buffer()
+        except (serial.SerialException, OSError) as e:
+            raise DriveError(f"serial port {self.settings.port}: {e}") from None
+        self.parser.clear()
+        self.stats["garbage_bytes"] = self.parser.garbage
+        self._dirty = False
+
+    def _receive(self, want: dict, n_bytes: int) -> dict:
+        """Collect status packets from the IDs in ``want`` whose value is None (filled in
+        place) until all arrived or the transaction timeout; returns ``want``. Packets from
+        other IDs, other instructions (an adapter's echo) and damaged bytes are skipped and
+        counted. ``n_bytes``: the expected size of the answers (bytes)."""
+        parser, ser = self.parser, self.ser
+        deadline = time.perf_counter() + self.settings.timeout
+        missing = sum(1 for v in want.values() if v is None)
+        crc0 = parser.crc_errors
+        while missing:
+            pkt = parser.next()
+            if pkt is None:
+                if time.perf_counter() > deadline:
+                    break
+                try:
+                    chunk = ser.read(max(n_bytes - len(parser.buf), 1))
+                except (serial.SerialException, OSError) as e:
+                    raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
+                self.stats["rx_bytes"] += len(chunk)
+                parser.feed(chunk)
+                continue
+            if pkt.instruction != dxp.STATUS or pkt.id not in want or want[pkt.id] is not None:
+                continue
+            want[pkt.id] = pkt
+            missing -= 1
+            n_bytes -= STATUS_FEEDBACK_BYTES
+        self.stats["crc_errors"] += parser.crc_errors - crc0
+        self.stats["garbage_bytes"] = parser.garbage
+        if missing:
+            self.stats["timeouts"] += 1
+            self._dirty = True
+        elif parser.buf:
+            self._dirty = True
+        return want
+
+    def _check_status(self, pkt: dxp.Packet, what: str) -> bool:
+        """Raise on a servo-reported error; False for a retryable one (the servo saw a CRC
+        error in our packet)."""
+        err = pkt.error
+        if err == 0:
+            return True
+        self.stats["status_errors"] += 1
+        if err & 0x7F == 3:
+            return False
+        if err & dxp.ERR_ALERT and err & 0x7F == 0:
+            raise DriveError(f"servo {pkt.id}: hardware alert during {what}: {self._hardware_error(pkt.id)}")
+        raise DriveError(f"servo {pkt.id}: {dxp.error_text(err)} during {what}")
+
+    def _hardware_error(self, dxl_id: int) -> str:
+        """The servo's Hardware Error Status as text (one extra transaction, fault path only)."""
+        try:
+            self._flush_input()
+            self._send(dxp.read(dxl_id, ADDR_HARDWARE_ERROR, 1))
+            pkt = self._receive({dxl_id: None}, 12)[dxl_id]
+        except DriveError as e:
+            return f"hardware error status unreadable ({e})"
+        if pkt is None or len(pkt.params) != 1:
+            return "hardware error status unreadable (no answer)"
+        return f"{dxp.hardware_error_text(pkt.params[0])} (hardware error status 0x{pkt.params[0]:02X})"
+
+    def transact(self, dxl_id: int, pkt: bytes, n_params: int, what: str) -> bytes:
+        """Send an instruction to one servo and return the parameters of its status packet,
+        with retries; raise DriveError when it never answers correctly."""
+        for attempt in range(self.settings.retries + 1):
+            if attempt:
+                self.stats["retries"] += 1
+            if self._dirty:
+                self._flush_input()
+            self._send(pkt)
+            ans = self._receive({dxl_id: None}, 11 + n_params)[dxl_id]
+            if ans is None or not self._check_status(ans, what):
+                continue
+            if len(ans.params) != n_params:
+                self._dirty = True
+                continue
+            return ans.params
+        raise DriveError(f"servo {dxl_id} on {self.settings.port}: no valid answer to {what} "
+                         f"after {self.settings.retries + 1} attempts")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _open(self) -> None:
+        st = self.settings
+        try:
+            self.ser = serial.serial_for_url(st.port, baudrate=st.baudrate, timeout=st.timeout / READ_SLICES,
+                                             write_timeout=max(st.timeout, 0.05))
+        except (serial.SerialException, OSError, ValueError) as e:
+            raise DriveError(f"cannot open serial port {st.port!r}: {e}") from None
+        self.low_latency = _apply_low_latency(self.ser, st.port) if st.low_latency else "not requested"
+        if st.rs485:
+            try:
+                self.ser.rs485_mode = serial.rs485.RS485Settings()
+            except (ValueError, OSError, serial.SerialException, AttributeError) as e:
+                raise DriveError(f"serial port {st.port!r}: RS-485 mode not available: {e}") from None
+        self._flush_input()
+
+    def _do_configure(self) -> None:
+        if self.ser is None:
+            self._open()
+        for i, dxl_id in enumerate(self.settings.ids):
+            model = self.transact(dxl_id, dxp.ping(dxl_id), 3, "ping")
+            self.models[dxl_id] = model[0] | (model[1] << 8)
+            self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\0"), 0, "torque disable")
+            hw = self.transact(dxl_id, dxp.read(dxl_id, ADDR_HARDWARE_ERROR, 1), 1, "hardware error read")[0]
+            if hw:
+                raise DriveError(f"servo {dxl_id}: hardware error at configure: {dxp.hardware_error_text(hw)} "
+                                 f"(reboot the servo)")
+            self.transact(dxl_id, dxp.write(dxl_id, ADDR_OPERATING_MODE, bytes((MODE_CURRENT,))), 0,
+                          "operating mode write")
+            mode = self.transact(dxl_id, dxp.read(dxl_id, ADDR_OPERATING_MODE, 1), 1, "operating mode read")[0]
+            if mode != MODE_CURRENT:
+                raise DriveError(f"servo {dxl_id}: operating mode is {mode} after setting current mode (0)")
+            lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
+                                                    "current limit read"))[0]
+            self._limit[i] = min(self.settings.current_limit[i], lim)
+        self._fail_run = 0
+
+    def _do_enable(self) -> None:
+        self._send_goal_zero()
+        for dxl_id in self.settings.ids:
+            self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\x01"), 0, "torque enable")
+        self._fail_run = 0
+
+    def _send_goal_zero(self) -> None:
+        for i in range(self.n_axes):
+            self._goal_args[2 * i + 1] = 0
+        self._send(self._pack_goal())
+
+    def _do_disable(self) -> None:
+        """Zero Goal Current, then Torque Enable 0 on every servo: two broadcast Sync Writes,
+        no answers awaited (fast; a failing port is reported by ``disable``)."""
+        if self.ser is None:
+            return
+        try:
+            self._send_goal_zero()
+        finally:
+            self._send(dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in self.settings.ids]))
+
+    def _do_close(self) -> None:
+        if self.ser is not None:
+            try:
+                self.ser.close()
+            except (serial.SerialException, OSError):
+                pass
+            self.ser = None
+
+    # -- cyclic -------------------------------------------------------------------------------
+    def read(self, t: float):
+        """One Sync Read (then a Read / Sync Read of the missing axes, up to ``retries`` rounds) ->
+        ``self.feedback`` in SI. A fault takes torque off before DriveError is raised."""
+        try:
+            return self._read(t)
+        except DriveError as e:
+            self.fault(str(e))
+            raise
+
+    def _read(self, t: float):
+        fb = self.feedback
+        st = self.settings
+        self.stats["cycles"] += 1
+        if self._dirty:
+            self._flush_input()
+        self._send(self._sync_read)
+        want = self._receive(dict.fromkeys(st.ids), STATUS_FEEDBACK_BYTES * self.n_axes)
+        self._screen(want)
+        for _ in range(st.retries):
+            missing = [i for i, p in want.items() if p is None]
+            if not missing:
+                break
+            self.stats["retries"] += 1
+            if self._dirty:
+                self._flush_input()
+            self._send(self._reads[missing[0]] if len(missing) == 1 else
+                       dxp.sync_read(missing, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN))
+            self._receive(want, STATUS_FEEDBACK_BYTES * len(missing))
+            self._screen(want)
+        got = self._got
+        for dxl_id, pkt in want.items():
+            i = self._index[dxl_id]
+            got[i] = pkt is not None
+            if pkt is not None:
+                vel, pos = struct.unpack_from("<ii", pkt.params)
+                if not (self._raw_lo[i] <= pos <= self._raw_hi[i]) or abs(vel) > self._vel_max_raw[i]:
+                    raise DriveError(f"servo {dxl_id}: implausible feedback (present position {pos} pulses, "
+                                     f"present velocity {vel} LSB)")
+                fb.position[i] = self._k_pos[i] * (pos - st.zero[i])
+                fb.velocity[i] = self._k_vel[i] * vel
+        fb.fresh = all(got)
+        fb.stamp = t
+        if fb.fresh:
+            self._fail_run = 0
+        else:
+            self.stats["failed_cycles"] += 1
+            self._fail_run += 1
+            if self._fail_run >= st.fail_cycles:
+                lost = [st.ids[i] for i in range(self.n_axes) if not got[i]]
+                raise DriveError(
+                    f"servo{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on {st.port}: "
+                    f"no valid feedback for {self._fail_run} cycles (timeouts {self.stats['timeouts']}, "
+                    f"CRC errors {self.stats['crc_errors']}, retries {self.stats['retries']})")
+        return fb
+
+    def _screen(self, want: dict) -> None:
+        """Drop feedback answers of the wrong size or with a retryable error (set to None);
+        servo-reported errors and alerts raise."""
+        for dxl_id, pkt in want.items():
+            if pkt is None:
+                continue
+            if (pkt.error and not self._check_status(pkt, "sync read")) or len(pkt.params) != FEEDBACK_LEN:
+                want[dxl_id] = None
+                self._dirty = True
+
+    def write(self, tau: np.ndarray) -> None:
+        """Sync Write of Goal Current for actuator forces/torques ``tau`` (N or N m), clamped to
+        the current limit. Nothing is sent unless the drives are enabled."""
+        if not self.torque_on:
+            return
+        args = self._goal_args
+        for i in range(self.n_axes):
+            x = tau[i] * self._k_cur[i]
+            if not math.isfinite(x):
+                reason = f"non-finite torque command on axis {i} (servo {self.settings.ids[i]})"
+                self.fault(reason)
+                raise DriveError(reason)
+            c = round(x)
+            lim = self._limit[i]
+            args[2 * i + 1] = lim if c > lim else (-lim if c < -lim else c)
+        try:
+            self._send(self._pack_goal())
+        except DriveError as e:
+            self.fault(str(e))
+            raise
+
+    def _pack_goal(self) -> bytes | bytearray:
+        buf = self._goal
+        struct.pack_into(self._goal_fmt, buf, 12, *self._goal_args)
+        end = len(buf) - 2
+        if buf.find(dxp.STUFF_FROM, 7, end) >= 0:  # only with unusual IDs; general encoder
+            return dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(self._goal_args[2 * i], struct.pack("<h", self._goal_args[2 * i + 1]))
+                                                         for i in range(self.n_axes)])
+        c = dxp.crc16(memoryview(buf)[:end])
+        buf[end] = c & 0xFF
+        buf[end + 1] = c >> 8
+        return buf
+
+    def info(self) -> dict:
+        """Port, settings applied and counters, for reports."""
+        return dict(port=self.settings.port, baudrate=self.settings.baudrate, ids=list(self.settings.ids),
+                    models=dict(self.models), low_latency=self.low_latency, current_limit=list(self._limit),
+                    **self.stats)
+
+
+def _apply_low_latency(ser, port: str) -> str:
+    """ASYNC_LOW_LATENCY through TIOCSSERIAL (Linux) and, for FTDI USB adapters, the sysfs
+    latency timer at 1 ms. Returns what was applied or why not."""
+    out = []
+    if hasattr(ser, "set_low_latency_mode"):
+        try:
+            ser.set_low_latency_mode(True)
+            out.append("ASYNC_LOW_LATENCY applied")
+        except (ValueError, OSError) as e:
+            out.append(f"ASYNC_LOW_LATENCY not applied ({str(e).split(': ', 1)[-1]})")
+    else:
+        out.append(f"ASYNC_LOW_LATENCY not available for {type(ser).__name__}")
+    timer = f"/sys/bus/usb-serial/devices/{os.path.basename(os.path.realpath(port))}/latency_timer"
+    if os.path.exists(timer):
+        try:
+            with open(timer) as f:
+                ms = int(f.read().strip())
+            if ms > 1:
+                with open(timer, "w") as f:
+                    f.write("1")
+                ms = 1
+            out.append(f"FTDI latency timer {ms} ms")
+        except (OSError, ValueError) as e:
+            out.append(f"FTDI latency timer not set ({e})")
+    return "; ".join(out)

@@ -1,0 +1,381 @@
+"""Dynamixel X-series servo emulator on a pseudo-terminal, driving the simulated plant.
+
+One process holds the master side of a pty (``os.openpty()``); the driver opens the slave
+path with pyserial as if it were a USB-serial adapter. The emulator answers Protocol 2.0 Ping,
+Read, Write, Sync Read and Sync Write for its servos, each with an X-series control table
+(current mode only moves the plant).
+
+Plant clock: the plant is stepped by one loop period (1 / rate) on each Sync Write of Goal
+Current seen on the line, so the emulated machine runs on the controller's cycle clock
+(the same sequence as a lockstep simulation, whatever the wall-clock jitter). Between runs,
+with no commands arriving, the plant stands still. That Sync Write count is also the cycle
+index reported: cycle k is the loop cycle whose Goal Current write is the (k+1)-th.
+
+Fault injection (from ``inject_cycle`` on, i.e. the reads of loop cycle ``inject_cycle``):
+``drop`` status packets of ``fault_servo`` are lost (every ``fault_period``-th one),
+``delay`` every answer is sent ``delay`` s late, ``corrupt`` a byte of each status packet of
+``fault_servo`` is damaged, ``drive-fault`` ``fault_servo`` trips a hardware error (overload:
+torque off, alert bit in its status packets), ``sever`` the servos' transmit line is cut (no
+answers; instructions still arrive), ``nan`` the plant's state turns non-finite and the servos
+report the register value an invalid number becomes (-2**31).
+
+Run: ``python -m pkrt.hil.dynamixel_emulator [--machine M] [--fault KIND] [--inject-cycle N]``.
+It prints one JSON line ``{"port": "/dev/pts/N"}``, serves until stdin closes (or SIGTERM),
+then prints one JSON line with its report (cycles, injected_cycle, torque_off_cycle, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import signal
+import struct
+import sys
+import time
+import tty
+
+import numpy as np
+
+from pkrt.drivers import dynamixel_protocol as dxp
+from pkrt.drivers.dynamixel import (ADDR_CURRENT_LIMIT, ADDR_GOAL_CURRENT, ADDR_HARDWARE_ERROR,
+                                    ADDR_OPERATING_MODE, ADDR_PRESENT_POSITION, ADDR_PRESENT_VELOCITY,
+                                    ADDR_TORQUE_ENABLE, MODE_CURRENT, DynamixelSettings, load_settings)
+from pkrt.rt.errors import UserError
+
+FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
+TABLE_SIZE = 147  # up to Present Temperature (146)
+EEPROM_END = 64  # addresses below: EEPROM area, writable only with torque off
+READ_ONLY = {0, 1, 2, 3, 4, 5, 6, 69, 70, 120, 121, 122, 123, *range(124, 147)}
+MODEL_XM540_W270 = 1120
+HW_OVERLOAD = 0x20
+INT32_MIN = -(2 ** 31)
+
+
+class Servo:
+    """One X-series servo: its control table (little-endian) and torque state."""
+
+    def __init__(self, dxl_id: int, current_limit: int = 2047):
+        t = self.table = bytearray(TABLE_SIZE)
+        struct.pack_into("<H", t, 0, MODEL_XM540_W270)
+        t[6] = 46  # firmware version
+        t[7] = dxl_id
+        t[8] = 6  # baud rate 4 Mbps
+        t[11] = 3  # operating mode: position (factory default)
+        struct.pack_into("<H", t, ADDR_CURRENT_LIMIT, current_limit)
+        t[68] = 2  # status return level: answer every instruction
+        struct.pack_into("<H", t, 144, 120)  # 12.0 V
+        t[146] = 35  # degC
+
+    @property
+    def id(self) -> int:
+        return self.table[7]
+
+    @property
+    def torque(self) -> bool:
+        return self.table[ADDR_TORQUE_ENABLE] == 1
+
+    def goal_current(self) -> int:
+        return struct.unpack_from("<h", self.table, ADDR_GOAL_CURRENT)[0]
+
+    def read(self, addr: int, n: int) -> tuple[int, bytes]:
+        if n < 1 or addr + n > TABLE_SIZE:
+            return 7, b""  # access error
+        return 0, bytes(self.table[addr: addr + n])
+
+    def write(self, addr: int, data: bytes) -> int:
+        """Write with the X-series access rules; returns the status error number (0 = ok)."""
+        n = len(data)
+        if n < 1 or addr + n > TABLE_SIZE or any(a in READ_ONLY for a in range(addr, addr + n)):
+            return 7
+        if addr < EEPROM_END and self.torque:
+            return 7  # EEPROM area locked while torque is on
+        t = self.table
+        if addr <= ADDR_TORQUE_ENABLE < addr + n:
+            v = data[ADDR_TORQUE_ENABLE - addr]
+            if v > 1:
+                return 4
+            if v == 1 and t[ADDR_HARDWARE_ERROR]:
+                return 1  # shut down: torque cannot be enabled before a reboot
+        if addr <= ADDR_OPERATING_MODE < addr + n and data[ADDR_OPERATING_MODE - addr] not in (0, 1, 3, 4, 5, 16):
+            return 4
+        if addr <= ADDR_GOAL_CURRENT and addr + n >= ADDR_GOAL_CURRENT + 2:
+            g = struct.unpack_from("<h", data, ADDR_GOAL_CURRENT - addr)[0]
+            if abs(g) > struct.unpack_from("<H", t, ADDR_CURRENT_LIMIT)[0]:
+                return 6  # data limit error
+        t[addr: addr + n] = data
+        return 0
+
+    def shutdown(self, bits: int) -> None:
+        """Hardware error: set the status bits and take torque off (X-series shutdown)."""
+        self.table[ADDR_HARDWARE_ERROR] |= bits
+        self.table[ADDR_TORQUE_ENABLE] = 0
+
+
+class DynamixelEmulator:
+    """Servos + plant + fault injection; ``handle(bytes) -> list of (due time, bytes)``."""
+
+    def __init__(self, settings: DynamixelSettings, plant, rate_hz: float, fault: str | None = None,
+                 inject_cycle: int = 0, fault_servo: int | None = None, fault_period: int = 1,
+                 delay: float = 0.02):
+        if fault is not None and fault not in FAULT_KINDS:
+            raise UserError(f"unknown serial HIL fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
+        self.st = settings
+        self.plant = plant
+        self.dt = 1.0 / rate_hz
+        self.servos = {i: Servo(i, lim) for i, lim in zip(settings.ids, settings.current_limit)}
+        self.fault = fault
+        self.inject_cycle = int(inject_cycle)
+        self.fault_servo = settings.ids[min(1, len(settings.ids) - 1)] if fault_servo is None else fault_servo
+        if self.fault_servo not in self.servos:
+            raise UserError(f"fault servo {self.fault_servo} is not one of the IDs {list(settings.ids)}")
+        self.fault_period = max(1, int(fault_period))
+        self.delay = float(delay)
+        self.parser = dxp.PacketParser(max_length=1024)
+        self.cycles = 0  # Sync Writes of Goal Current seen on the line
+        self.injected = False
+        self.injected_cycle: int | None = None
+        self.torque_off_cycle: int | None = None
+        self.nonzero_after_off = 0
+        self._status_count = 0
+        self.counts = dict(instructions=0, answers=0, dropped=0, corrupted=0, delayed=0, suppressed=0)
+        s = len(settings.ids)
+        self._tau = np.zeros(s)
+        self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]
+        self._update_present()
+
+    # -- plant <-> registers ------------------------------------------------------------------
+    def _update_present(self) -> None:
+        st = self.st
+        for i, dxl_id in enumerate(st.ids):
+            th, thd = float(self.plant.theta[i]), float(self.plant.theta_dot[i])
+            scale = st.scale(i)
+            pos = th / scale * st.position_resolution[i] * st.direction[i] + st.zero[i]
+            vel = thd / scale * 60.0 / st.velocity_unit[i] * st.direction[i]
+            t = self.servos[dxl_id].table
+            struct.pack_into("<i", t, ADDR_PRESENT_VELOCITY, _int32(vel))
+            struct.pack_into("<i", t, ADDR_PRESENT_POSITION, _int32(pos))
+            cur = self.servos[dxl_id].goal_current() if self._drives_plant(dxl_id) else 0
+            struct.pack_into("<h", t, 126, cur)
+
+    def _drives_plant(self, dxl_id: int) -> bool:
+        sv = self.servos[dxl_id]
+        return sv.torque and sv.table[ADDR_OPERATING_MODE] == MODE_CURRENT
+
+    def _step(self) -> None:
+        for i, dxl_id in enumerate(self.st.ids):
+            self._tau[i] = self.servos[dxl_id].goal_current() * self._f_per_lsb[i] if self._drives_plant(dxl_id) else 0.0
+        if np.all(np.isfinite(self.plant.x)):
+            self.plant.step(self._tau, self.dt)
+        self._update_present()
+
+    # -- faults -------------------------------------------------------------------------------
+    def _activate(self) -> None:
+        if self.fault is None or self.injected or self.cycles < self.inject_cycle:
+            return
+        self.injected = True
+        self.injected_cycle = self.cycles
+        if self.fault == "drive-fault":
+            self.servos[self.fault_servo].shutdown(HW_OVERLOAD)
+        elif self.fault == "nan":
+            self.plant.x[:] = np.nan
+            self._update_present()
+
+    def _check_torque_off(self) -> None:
+        if all(not sv.torque for sv in self.servos.values()):
+            if self.torque_off_cycle is None and (self.injected or self.fault is None) and self.cycles > 0:
+                self.torque_off_cycle = self.cycles
+        elif self.torque_off_cycle is not None:
+            self.torque_off_cycle = None  # torque came back on: not off yet
+
+    def _out(self, dxl_id: int, error: int, params: bytes, now: float, out: list) -> None:
+        """Queue one status packet through the fault layer."""
+        sv = self.servos[dxl_id]
+        if sv.table[ADDR_HARDWARE_ERROR]:
+            error |= dxp.ERR_ALERT
+        pkt = dxp.status(dxl_id, error, params)
+        due = now
+        if self.injected:
+            if self.fault == "sever":
+                self.counts["suppressed"] += 1
+                return
+            if dxl_id == self.fault_servo and self.fault in ("drop", "corrupt"):
+                self._status_count += 1
+                if self._status_count % self.fault_period == 0:
+                    if self.fault == "drop":
+                        self.counts["dropped"] += 1
+                        return
+                    b = bytearray(pkt)
+                    b[len(b) // 2] ^= 0x5A
+                    pkt = bytes(b)
+                    self.counts["corrupted"] += 1
+            if self.fault == "delay":
+                due = now + self.delay
+                self.counts["delayed"] += 1
+        self.counts["answers"] += 1
+        out.append((due, pkt))
+
+    # -- instructions -------------------------------------------------------------------------
+    def handle(self, data: bytes, now: float | None = None) -> list[tuple[float, bytes]]:
+        """Feed bytes from the line; return the answers as (due time, bytes)."""
+        now = time.monotonic() if now is None else now
+        self.parser.feed(data)
+        out: list[tuple[float, bytes]] = []
+        while (pkt := self.parser.next()) is not None:
+            if pkt.instruction == dxp.STATUS:
+                continue  # our own answers echoed on a shared line
+            self.counts["instructions"] += 1
+            self._instruction(pkt, now, out)
+        return out
+
+    def _instruction(self, pkt: dxp.Packet, now: float, out: list) -> None:
+        p = pkt.params
+        targets = list(self.servos) if pkt.id == dxp.BROADCAST_ID else ([pkt.id] if pkt.id in self.servos else [])
+        inst = pkt.instruction
+        if inst == dxp.PING:
+            for i in targets:
+                self._out(i, 0, self.servos[i].read(0, 2)[1] + bytes((self.servos[i].table[6],)), now, out)
+        elif inst in (dxp.READ, dxp.WRITE) and pkt.id != dxp.BROADCAST_ID:
+            for i in targets:
+                if len(p) < 4 if inst == dxp.READ else len(p) < 3:
+                    self._out(i, 5, b"", now, out)  # data length error
+                elif inst == dxp.READ:
+                    addr, n = struct.unpack_from("<HH", p)
+                    err, data = self.servos[i].read(addr, n)
+                    self._out(i, err, data, now, out)
+                else:
+                    addr = struct.unpack_from("<H", p)[0]
+                    err = self.servos[i].write(addr, p[2:])
+                    self._check_torque_off()
+                    self._out(i, err, b"", now, out)
+        elif inst == dxp.SYNC_READ and len(p) >= 4:
+            addr, n = struct.unpack_from("<HH", p)
+            for i in p[4:]:
+                if i in self.servos:
+                    err, data = self.servos[i].read(addr, n)
+                    self._out(i, err, data, now, out)
+        elif inst == dxp.SYNC_WRITE and len(p) >= 4:
+            addr, n = struct.unpack_from("<HH", p)
+            if n < 1 or (len(p) - 4) % (n + 1):
+                return
+            for k in range(4, len(p), n + 1):
+                if p[k] in self.servos:
+                    self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
+            if addr == ADDR_GOAL_CURRENT and n == 2:
+                if self.torque_off_cycle is not None and any(
+                        sv.goal_current() for sv in self.servos.values()):
+                    self.nonzero_after_off += 1
+                self._step()
+                self.cycles += 1
+                self._activate()
+            self._check_torque_off()
+        elif targets and pkt.id != dxp.BROADCAST_ID:
+            self._out(targets[0], 2, b"", now, out)  # instruction error
+
+    def report(self) -> dict:
+        return dict(fault=self.fault, cycles=self.cycles, injected_cycle=self.injected_cycle,
+                    torque_off_cycle=self.torque_off_cycle, nonzero_after_off=self.nonzero_after_off,
+                    garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
+                    theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
+                    **self.counts)
+
+    # -- serving ------------------------------------------------------------------------------
+    def serve(self, master: int, control: int) -> None:
+        """Answer on the pty master until ``control`` (a readable fd) reaches end of file."""
+        pending: list[tuple[float, bytes]] = []
+        while True:
+            timeout = None
+            if pending:
+                timeout = max(0.0, min(d for d, _ in pending) - time.monotonic())
+            r, _, _ = select.select([master, control], [], [], timeout)
+            if control in r and not os.read(control, 4096):
+                return
+            if master in r:
+                try:
+                    data = os.read(master, 4096)
+                except OSError:
+                    data = b""
+                if data:
+                    pending.extend(self.handle(data))
+            if pending:
+                now = time.monotonic()
+                due = [x for x in pending if x[0] <= now]
+                if due:
+                    pending = [x for x in pending if x[0] > now]
+                    os.write(master, b"".join(b for _, b in due))
+
+
+def _int32(x: float) -> int:
+    """The register value of a physical quantity: saturated int32, -2**31 for NaN."""
+    if not math.isfinite(x):
+        return INT32_MIN
+    return int(max(min(round(x), 2 ** 31 - 1), INT32_MIN))
+
+
+def open_pty() -> tuple[int, int, str]:
+    """A raw pseudo-terminal: (master fd, slave fd kept open, slave path)."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    return master, slave, os.ttyname(slave)
+
+
+def build(machine: str, fault: str | None, inject_cycle: int | None, rate_hz: float | None,
+          fault_servo: int | None = None, fault_period: int | None = None) -> DynamixelEmulator:
+    """An emulator for a machine configuration (its ``[drives]`` and ``[emulator]`` tables)."""
+    from pkrt.drivers.sim import Plant
+    from pkrt.rt.config import load_machine
+
+    config = load_machine(machine)
+    em = config.raw.get("emulator", {})
+    rate = float(rate_hz or config.rate_hz)
+    settings = load_settings(config, {"port": "emulator"})
+    plant = Plant.from_config(config)
+    if "theta0" in em:
+        plant.reset(np.asarray(em["theta0"], dtype=float))
+    if inject_cycle is None:
+        inject_cycle = int(round(float(em.get("inject_after", 0.5)) * rate))
+    return DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
+                             fault_servo if fault_servo is not None else em.get("fault_servo"),
+                             fault_period if fault_period is not None else int(em.get("fault_period", 1)),
+                             float(em.get("delay", 0.02)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pkrt.hil.dynamixel_emulator", description=__doc__.split("\n")[0])
+    ap.add_argument("--machine", default="orthoglide-serial")
+    ap.add_argument("--fault", choices=FAULT_KINDS)
+    ap.add_argument("--inject-cycle", type=int, help="cycle of the fault (default: [emulator] inject_after * rate)")
+    ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
+    ap.add_argument("--fault-servo", type=int)
+    ap.add_argument("--fault-period", type=int)
+    ap.add_argument("--link", help="also make this path a symlink to the pty")
+    a = ap.parse_args(argv)
+    try:
+        emu = build(a.machine, a.fault, a.inject_cycle, a.rate, a.fault_servo, a.fault_period)
+    except UserError as e:
+        print(f"dynamixel_emulator: error: {e}", file=sys.stderr)
+        return 2
+    master, slave, path = open_pty()
+    if a.link:
+        if os.path.islink(a.link):
+            os.unlink(a.link)
+        os.symlink(path, a.link)
+    signal.signal(signal.SIGTERM, lambda *_: os.close(0))
+    print(json.dumps({"port": path}), flush=True)
+    try:
+        emu.serve(master, sys.stdin.fileno())
+    except (KeyboardInterrupt, OSError):
+        pass
+    finally:
+        if a.link and os.path.islink(a.link):
+            os.unlink(a.link)
+    print(json.dumps(emu.report()), flush=True)
+    os.close(slave)
+    os.close(master)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
