@@ -37,18 +37,22 @@ def domain_mask(T, pos):
 
 def load_controller_tree(config: MachineConfig) -> Tree:
     """The configuration's tree, checked against its model file's content hash."""
-    from .treefile import load_tree
+    from .treefile import check_tree_matches_model, load_tree
 
     tree = load_tree(config.tree)
-    want = tree.header.get("model_hash")
     try:
         have = hashlib.sha256(Path(config.model_path).read_bytes()).hexdigest()
     except OSError:
         raise UserError(f"{config.path}: [machine], field 'model': cannot read {config.model_path}") from None
-    if want != have:
-        raise UserError(f"{config.tree}: tree was built from a different model file than "
-                        f"{config.model_path} (hash {str(want)[:12]} vs {have[:12]}); rebuild it with pkrt build")
+    check_tree_matches_model(tree, have, Path(config.model_path).stem)
     return tree
+
+
+def tree_axes(tree: Tree) -> tuple[list[str], list[str]]:
+    """Actuator names and units recorded in a tree's header."""
+    a = tree.header.get("actuators", {})
+    s = tree.s
+    return (list(a.get("names", [f"q{i + 1}" for i in range(s)])), list(a.get("units", ["m"] * s)))
 
 
 def is_orthoglide(config: MachineConfig) -> bool:
@@ -64,7 +68,7 @@ def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | Non
     """The reference at the loop rate: the Orthoglide demo, a CSV file or a given plan;
     validated against ranges, domain and limits before anything moves."""
     rate = config.rate_hz
-    axes = list(tree.header.get("actuator_names", [f"q{i + 1}" for i in range(tree.s)]))
+    axes, _ = tree_axes(tree)
     if isinstance(traj, Planned):
         plan = traj
     elif traj is None or traj == "demo":
@@ -104,6 +108,13 @@ def channel_list(s: int, unit: str) -> list[tuple[str, int, str]]:
     return [(n, w or s, names.get(u, u)) for n, w, u in CHANNELS]
 
 
+def _file_hash(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _versions() -> dict:
     out = {}
     for pkg in ("pkrt", "numpy", "numba"):
@@ -126,8 +137,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     tree = tree if tree is not None else load_controller_tree(config)
     s = tree.s
     plan = plan_trajectory(config, tree, trajectory, duration)
-    axes = list(tree.header.get("actuator_names", [f"q{i + 1}" for i in range(s)]))
-    units = list(tree.header.get("actuator_units", ["m"] * s))
+    axes, units = tree_axes(tree)
     kind = controller or config.controller.kind
     if kind not in ("ct", "pd"):
         raise UserError(f"unknown controller '{kind}' (ct or pd)")
@@ -149,9 +159,9 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     if log_path:
         from .logfile import LogWriter
 
-        header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model_name"),
-                  "model_hash": tree.header.get("model_hash"), "tree_path": config.tree,
-                  "tree_hash": tree.header.get("checksum"), "rate_hz": config.rate_hz, "axes": axes,
+        header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model", {}).get("name"),
+                  "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
+                  "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
                   "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
                                                  "tau_max": c.tau_max.tolist()},
                   "trajectory": plan.description, "lockstep": lockstep, "versions": _versions(),
@@ -263,6 +273,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         if rt_report:
             restore_realtime(rt_report)
     e = err[ran]
+    e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
     summary = {
         "machine": config.name, "controller": kind, "lockstep": lockstep, "rate_hz": config.rate_hz,
         "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
