@@ -1,0 +1,192 @@
+"""Bad machine descriptions through ``pkrt model check``: one clear line, exit code 2.
+
+Each bad file is written into tmp_path from a good built-in description with a small edit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pkrt.models.description import MACHINES_DIR
+from pkrt.rt.cli import main
+
+FOURBAR = (MACHINES_DIR / "fourbar.toml").read_text()
+ORTHOGLIDE = (MACHINES_DIR / "orthoglide.toml").read_text()
+
+
+def _edit(text: str, old: str, new: str, count: int = 1) -> str:
+    assert old in text, f"test edit does not apply: {old!r}"
+    return text.replace(old, new, count)
+
+
+def _drop_last_actuator(text: str) -> str:
+    i = text.index('[[actuators]]\nname = "q3"')
+    j = text.index("[assembly]")
+    return _edit(text[:i] + text[j:], "theta = [0.0, 0.0, 0.0]", "theta = [0.0, 0.0]")
+
+
+# name -> (file text, fragments the one-line message must contain)
+CASES = {
+    "unknown_joint_type": (
+        _edit(FOURBAR, 'type = "revolute"', 'type = "hinge"'),
+        ["[[joints]] 'O'", "field 'type'", "unknown joint type 'hinge'", "revolute"]),
+    "missing_mass": (
+        _edit(FOURBAR, "mass = 0.30\n", ""),
+        ["[[bodies]] 'input'", "field 'mass'", "missing"]),
+    "zero_mass": (
+        _edit(FOURBAR, "mass = 0.30", "mass = 0.0"),
+        ["[[bodies]] 'input'", "field 'mass'", "must be positive"]),
+    "negative_mass": (
+        _edit(FOURBAR, "mass = 0.45", "mass = -1"),
+        ["[[bodies]] 'coupler'", "field 'mass'", "must be positive"]),
+    "mass_wrong_type": (
+        _edit(FOURBAR, "mass = 0.45", 'mass = "heavy"'),
+        ["[[bodies]] 'coupler'", "field 'mass'", "must be a finite number", "'heavy'"]),
+    "inertia_not_symmetric": (
+        _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]",
+              "inertia = [[1e-5, 1e-4, 0.0], [0.0, 0.00025, 0.0], [0.0, 0.0, 0.00025]]"),
+        ["[[bodies]] 'input'", "field 'inertia'", "not symmetric"]),
+    "inertia_not_positive_definite": (
+        _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", "inertia = [1e-5, -0.00025, 0.00025]"),
+        ["[[bodies]] 'input'", "field 'inertia'", "not positive definite", "eigenvalues"]),
+    "inertia_wrong_type": (
+        _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", 'inertia = "abc"'),
+        ["[[bodies]] 'input'", "field 'inertia'", "3 principal moments or a 3x3 matrix"]),
+    "joint_unknown_body": (
+        _edit(FOURBAR, 'body2 = "output"', 'body2 = "outptu"'),
+        ["[[joints]] 'C'", "field 'body2'", "no body named 'outptu'"]),
+    "empty_range": (
+        _edit(FOURBAR, "range = [-1.75, 1.75]", "range = [1.0, 1.0]"),
+        ["[[actuators]] 'theta'", "field 'range'", "empty range"]),
+    "reversed_range": (
+        _edit(FOURBAR, "range = [-1.75, 1.75]", "range = [1.75, -1.75]"),
+        ["[[actuators]] 'theta'", "field 'range'", "empty range"]),
+    "range_wrong_type": (
+        _edit(FOURBAR, "range = [-1.75, 1.75]", 'range = ["a", 1.75]'),
+        ["[[actuators]] 'theta'", "field 'range'", "list of 2 numbers"]),
+    # spherical joints at C and Q let the output link spin about the line QC: mobility 2
+    "mobility_above_actuators": (
+        _edit(_edit(FOURBAR, 'name = "Q"\ntype = "revolute"', 'name = "Q"\ntype = "spherical"'),
+              'name = "C"\ntype = "revolute"', 'name = "C"\ntype = "spherical"'),
+        ["[[actuators]]", "mobility is 2 but 1 actuator(s)",
+         "rank analysis: 18 coordinates, 16 constraint rows of rank 16, 0 redundant"]),
+    # actuating Q as well: the four-bar has one degree of freedom, not two
+    "mobility_below_actuators": (
+        _edit(_edit(FOURBAR, "[assembly]",
+                    '[[actuators]]\nname = "phi"\njoint = "Q"\nrange = [-1.0, 1.0]\n\n[assembly]'),
+              "theta = [0.0]", "theta = [0.0, 0.0]"),
+        ["[[actuators]]", "mobility is 1 but 2 actuator(s)",
+         "20 constraint rows of rank 17, 3 redundant"]),
+    "orthoglide_actuator_missing": (
+        _drop_last_actuator(ORTHOGLIDE),
+        ["[[actuators]]", "mobility is 3 but 2 actuator(s)", "42 coordinates, 39 constraint rows of rank 39"]),
+    # ground pivot Q moved to x = 0.5: |A - Q| = 0.4 > b + c, the loop cannot close
+    "guess_cannot_be_assembled": (
+        _edit(FOURBAR, "point1 = [0.2, 0.0, 0.0]", "point1 = [0.5, 0.0, 0.0]"),
+        ["[assembly]", "cannot be assembled", "residual", "smallest singular value"]),
+    "orthoglide_guess_out_of_reach": (
+        _edit(ORTHOGLIDE, "theta = [0.0, 0.0, 0.0]", "theta = [0.3, 0.3, 0.3]"),
+        ["[assembly]", "cannot be assembled at theta = [0.3, 0.3, 0.3]", "residual"]),
+    "invalid_toml": (
+        _edit(FOURBAR, "[model]", "[model"),
+        ["not a valid TOML file", "line 7"]),
+    "model_table_missing": (
+        _edit(FOURBAR, "[model]", "[modle]"),
+        ["[model]", "table missing"]),
+    "gravity_wrong_type": (
+        _edit(FOURBAR, "gravity = [0.0, -9.81, 0.0]", "gravity = 9.81"),
+        ["[model]", "field 'gravity'", "list of 3 numbers"]),
+    "point_wrong_type": (
+        _edit(FOURBAR, "point1 = [0.05, 0.0, 0.0]", 'point1 = "here"'),
+        ["[[joints]] 'A'", "field 'point1'", "list of 3 numbers"]),
+    "body_name_wrong_type": (
+        _edit(FOURBAR, 'name = "coupler"', "name = 3"),
+        ["[[bodies]] '#2'", "field 'name'", "non-empty string"]),
+    "actuators_not_array": (
+        _edit(FOURBAR, "[[actuators]]", "[actuators]"),
+        ["[[actuators]]", "array of tables"]),
+    "assembly_theta_wrong_length": (
+        _edit(FOURBAR, "theta = [0.0]", "theta = [0.0, 1.0]"),
+        ["[assembly]", "field 'theta'", "list of 1 numbers"]),
+    "zero_axis": (
+        _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [0.0, 0.0, 0.0]\nref1"),
+        ["[[joints]] 'O'", "field 'axis1'", "non-zero vector"]),
+}
+
+
+def _check_one_line_error(capsys, code: int, fragments: list[str], path: Path) -> None:
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith(f"pkrt: error: {path}: "), line
+    assert "Traceback" not in err
+    for frag in fragments:
+        assert frag in line, f"{frag!r} not in {line!r}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_description_cli(case, tmp_path, capsys):
+    text, fragments = CASES[case]
+    path = tmp_path / f"{case}.toml"
+    path.write_text(text)
+    _check_one_line_error(capsys, main(["model", "check", str(path)]), fragments, path)
+
+
+def test_good_descriptions_pass(capsys):
+    for name in ("fourbar", "fivebar", "orthoglide"):
+        assert main(["model", "check", name]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.count("  ok") == 3
+
+
+def test_missing_file(tmp_path, capsys):
+    path = tmp_path / "nowhere.toml"
+    _check_one_line_error(capsys, main(["model", "check", str(path)]), ["no such file"], path)
+
+
+def test_unknown_builtin_name(capsys):
+    assert main(["model", "check", "sixbar"]) == 2
+    _, err = capsys.readouterr()
+    assert err.strip() == ("pkrt: error: sixbar: no such model file or built-in model "
+                           "(built-in: fivebar, fourbar, orthoglide)")
+
+
+def test_not_utf8(tmp_path, capsys):
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"\xff\xfe\x00abc")
+    _check_one_line_error(capsys, main(["model", "check", str(path)]), ["not a valid TOML file"], path)
+
+
+def test_subprocess_exit_code_and_message(tmp_path):
+    """The installed entry point, in a fresh process: exit 2, one line, no traceback."""
+    text, fragments = CASES["unknown_joint_type"]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "model", "check", str(path)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pkrt: error: {path}: ")
+    for frag in fragments:
+        assert frag in lines[0]
+
+
+def test_subprocess_json_good_model():
+    p = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "model", "check", "fourbar", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    r = json.loads(p.stdout)
+    assert (r["coordinates"], r["constraints"], r["redundant_constraints"], r["mobility"]) == (18, 20, 3, 1)
