@@ -221,7 +221,7 @@ def parse_region(tree: Tree, region) -> tuple[np.ndarray, np.ndarray]:
 
 def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
                 region=None, jobs: int | None = None, progress: bool | None = None,
-                evaluator: SampleEvaluator | None = None) -> dict:
+                evaluator: SampleEvaluator | None = None, diagonal: bool = False) -> dict:
     """Compare a tree with the exact model at ``samples`` seeded random states.
 
     theta is uniform in the region (default: the tree's root box); theta_dot and theta_ddot
@@ -230,7 +230,8 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     coefficient errors |f_hat - f| / scale_o with scale_o the largest |f_o| over the domain
     (the tree header's ``output_scale``), tau errors |tau_hat_i - tau_i| / max |tau_i| over
     the samples. Samples the tree reports out of domain or the model cannot assemble are
-    counted, not compared.
+    counted, not compared. ``diagonal``: theta on the region's diagonal from its lower to
+    its upper corner (evenly spaced, the paper's Figure 5) instead of uniform random.
     """
     if samples < 1:
         raise UserError("--samples must be at least 1")
@@ -240,6 +241,8 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     width = tree.hi - tree.lo
     vmax, amax = VELOCITY_RANGES_PER_S * width, ACCELERATION_RANGES_PER_S2 * width
     theta = rlo + (rhi - rlo) * rng.random((samples, s))
+    if diagonal:
+        theta = rlo + (rhi - rlo) * np.linspace(0.0, 1.0, samples)[:, None]
     td = vmax * (2 * rng.random((samples, s)) - 1)
     tdd = amax * (2 * rng.random((samples, s)) - 1)
     order = spatial_order(theta, rlo, rhi)
@@ -260,6 +263,7 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     names = output_layout(s)
     report: dict = {
         "samples": samples, "seed": seed,
+        "sampling": "diagonal" if diagonal else "uniform random",
         "region": np.c_[rlo, rhi].tolist(),
         "velocity_bound": vmax.tolist(), "acceleration_bound": amax.tolist(),
         "compared": int(both.sum()),

@@ -1,0 +1,207 @@
+"""CLI verbs ``pkrt build``, ``pkrt tree info`` and ``pkrt tree verify``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.cli import emit, vector
+from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
+
+from .mechanism import load_mechanism
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (np.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return v
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3e}" if isinstance(x, float) else str(x)
+
+
+# -- pkrt build -------------------------------------------------------------------------------
+
+def add_arguments_build(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="model file or built-in name (fourbar, orthoglide, ...)")
+    p.add_argument("-o", "--output", required=True, metavar="TREE", help="tree file to write")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--boxes", type=_positive_int, metavar="N",
+                   help="uniform: N intervals per actuator, N^s leaves (default 8)")
+    g.add_argument("--tol", type=_positive_float, metavar="REL",
+                   help="adaptive: split until every leaf's held-out relative error is below REL")
+    p.add_argument("--max-leaves", type=_positive_int, default=4096, metavar="N",
+                   help="adaptive: leaf budget (default 4096)")
+    p.add_argument("--sing-threshold", type=float, default=None, metavar="X",
+                   help="out of domain below this singularity measure (default: the model's)")
+    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help="processes (default: all cores); the result does not depend on it")
+    p.add_argument("--seed", type=_nonneg_int, default=0, metavar="K", help="verification seed")
+    p.add_argument("--verify-samples", type=_nonneg_int, default=1000, metavar="N",
+                   help="random states for the verification stored in the file (default 1000)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_build(args) -> int:
+    from .treebuild import BuildSettings, build_tree
+    mech = load_mechanism(args.model)
+    boxes = args.boxes if args.boxes is not None or args.tol is not None else 8
+    settings = BuildSettings(boxes=boxes, tol=args.tol, max_leaves=args.max_leaves,
+                             sing_threshold=args.sing_threshold,
+                             verify_samples=args.verify_samples, seed=args.seed)
+    out = Path(args.output)
+    if out.parent and not out.parent.is_dir():
+        raise UserError(f"{out}: the output folder does not exist")
+    tree, stats = build_tree(mech, settings, jobs=args.jobs)
+    save_tree(tree, out)
+    b, v = tree.header["build"], tree.header["verification"]
+    result = {"tree": str(out), "model": mech.name, "file_bytes": out.stat().st_size,
+              **{k: b[k] for k in ("mode", "boxes", "tol", "leaves", "leaves_out_of_domain",
+                                   "samples", "samples_failed", "max_heldout_error", "stop")},
+              "verification": v, **stats}
+    text = (f"wrote {out}: {b['leaves']} leaves ({b['leaves_out_of_domain']} out of domain), "
+            f"{out.stat().st_size} bytes, {b['samples']} exact samples, "
+            f"build {stats['build_seconds']:.1f} s\n"
+            f"held-out max rel error {_fmt(b['max_heldout_error'])}; verification "
+            f"({v.get('samples', 0)} samples): max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
+            f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
+            f"max_face_jump {_fmt(v.get('max_face_jump'))}")
+    emit(result, args.json, text)
+    return 0
+
+
+# -- pkrt tree info -----------------------------------------------------------------------------
+
+def add_arguments_tree_info(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tree", metavar="TREE", help="tree file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def tree_summary(tree) -> dict:
+    h = tree.header
+    data = tree_bytes(tree)
+    return {
+        "model": h["model"], "actuators": h["actuators"], "s": tree.s,
+        "nodes": int(len(tree.node_dim)), "leaves": tree.n_leaves,
+        "leaves_out_of_domain": int((tree.leaf_ok == 0).sum()),
+        "depth": _depth(tree), "array_bytes": tree.nbytes, "file_bytes": len(data),
+        "outputs": h["outputs"], "output_scale": h["output_scale"],
+        "build": h["build"], "verification": h["verification"],
+    }
+
+
+def _depth(tree) -> int:
+    depth = np.zeros(len(tree.node_dim), dtype=int)
+    for n in range(len(tree.node_dim)):  # children always follow their parent (depth first)
+        if tree.node_dim[n] >= 0:
+            depth[tree.node_child[n]] = depth[n] + 1
+    return int(depth.max())
+
+
+def run_tree_info(args) -> int:
+    tree = load_tree(args.tree)
+    r = tree_summary(tree)
+    a = r["actuators"]
+    b, v = r["build"], r["verification"]
+    lines = [f"{args.tree}: pkrt tree of model '{r['model']['name']}' "
+             f"(content hash {r['model']['content_hash'][:16]}...)",
+             f"actuators: " + ", ".join(f"{n} [{lo:g}, {hi:g}] {u}" for n, u, (lo, hi)
+                                        in zip(a["names"], a["units"], a["ranges"])),
+             f"leaves: {r['leaves']} ({r['leaves_out_of_domain']} out of domain), nodes "
+             f"{r['nodes']}, depth {r['depth']}, arrays {r['array_bytes']} bytes, file "
+             f"{r['file_bytes']} bytes",
+             f"outputs: {len(r['outputs'])} ({r['outputs'][0]} ... {r['outputs'][-1]})",
+             "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None)]
+    if v:
+        lines.append(f"verification ({v.get('samples')} samples, seed {v.get('seed')}): "
+                     f"max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
+                     f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
+                     f"max_face_jump {_fmt(v.get('max_face_jump'))}, "
+                     f"out-of-domain samples {v.get('out_of_domain_samples')}")
+    emit(r, args.json, "\n".join(lines))
+    return 0
+
+
+# -- pkrt tree verify ---------------------------------------------------------------------------
+
+def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tree", metavar="TREE", help="tree file")
+    p.add_argument("--model", metavar="MODEL", default=None,
+                   help="model file or built-in name (default: the model named in the tree)")
+    p.add_argument("--samples", type=_positive_int, default=2000, metavar="N",
+                   help="random states (default 2000)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, metavar="K", help="random seed")
+    p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
+                   help="sample theta in this box: lo,hi for every axis or lo1,hi1,lo2,hi2,...")
+    p.add_argument("--diagonal", action="store_true",
+                   help="theta evenly spaced on the region's diagonal (the paper's Figure 5)")
+    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help="processes (default: all cores)")
+    p.add_argument("--max-error", type=_positive_float, default=None, metavar="REL",
+                   help="exit 1 if max_rel_coef_error exceeds REL")
+    p.add_argument("--max-jump", type=_positive_float, default=None, metavar="REL",
+                   help="exit 1 if max_face_jump exceeds REL")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_tree_verify(args) -> int:
+    from .treeverify import verify_tree
+    tree = load_tree(args.tree)
+    model = args.model or tree.header["model"]["name"]
+    mech = load_mechanism(model)
+    check_tree_matches_model(tree, mech.content_hash, model)
+    r = verify_tree(tree, mech, args.samples, args.seed, region=args.region, jobs=args.jobs,
+                    diagonal=args.diagonal)
+    failed = []
+    if args.max_error is not None:
+        e = r.get("max_rel_coef_error")
+        if e is None or e > args.max_error:
+            failed.append(f"max_rel_coef_error {_fmt(e)} > {args.max_error:g}")
+    if args.max_jump is not None and r["max_face_jump"] > args.max_jump:
+        failed.append(f"max_face_jump {_fmt(r['max_face_jump'])} > {args.max_jump:g}")
+    r["passed"] = not failed
+    g = r.get("group_max_rel_error", {})
+    text = (f"{args.tree} vs model '{mech.name}': {r['compared']} of {r['samples']} samples "
+            f"compared ({r['sampling']}, seed {r['seed']}, region {r['region']})\n"
+            f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))} ({r.get('worst_output')} at "
+            f"theta {np.round(r.get('worst_theta') or [], 6).tolist()}); H {_fmt(g.get('H'))}, "
+            f"D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}\n"
+            f"max_rel_tau_error {_fmt(r.get('max_rel_tau_error'))} "
+            f"(|theta_dot| <= {np.round(r['velocity_bound'], 6).tolist()}, "
+            f"|theta_ddot| <= {np.round(r['acceleration_bound'], 6).tolist()})\n"
+            f"max_face_jump {_fmt(r['max_face_jump'])} over {r['faces_checked']} faces\n"
+            f"out-of-domain samples {r['out_of_domain_samples']}, exact model failed "
+            f"{r['exact_failed_samples']}")
+    emit(r, args.json, text)
+    if failed:
+        raise Fault("verification failed: " + "; ".join(failed))
+    return 0
