@@ -1,0 +1,373 @@
+"""``pkrt replay LOG``: run a logged reference again and compare, or (``--offline``) judge the
+model against the logged motion.
+
+Replay: the log's reference (``ref_pos``, ``ref_vel``, ``ref_acc``, sample for sample when the
+log is contiguous and the rates agree, otherwise a cubic spline of ``ref_pos``) runs through
+``pkrt.rt.run.run_session`` on the machine the log names (or ``--machine``), with the logged
+sim plant settings unless overridden; the replay's log is compared cycle by cycle with the
+original: per axis RMS and max of the position and commanded torque differences.
+
+Offline: model torques tau_model = H(theta) theta_dd + D(theta) [td td] - p_ext(theta) from
+the controller's tree (or ``--tree``) at the logged positions, with theta_dot and theta_dd from
+a Savitzky-Golay derivative of the positions (a symmetric FIR: zero phase, so derived
+accelerations line up in time with the logged torques; a local cubic fit over a short window
+keeps the motion band and rejects sensor noise above the cutoff that is reported). The
+residual tau - tau_model per axis (RMS, max, mean), and a least-squares friction fit of it
+(viscous, Coulomb, offset), tell how well the rigid-body model explains the machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .cli import emit
+from .errors import Fault, UserError
+from .logfile import Log, LogFileError, read_log
+
+SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
+                  "quantization", "delay_cycles", "seed")
+V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing, as in the controller and the plant
+
+
+# -- shared ----------------------------------------------------------------------------------
+def _need(log: Log, *names: str) -> None:
+    missing = [n for n in names if n not in log.channels]
+    if missing:
+        raise LogFileError(f"{log.path}: the log has no {', '.join(repr(m) for m in missing)} channel")
+    if log.n_cycles < 2:
+        raise LogFileError(f"{log.path}: the log holds {log.n_cycles} cycle(s); nothing to replay")
+
+
+def _cols(a: np.ndarray) -> np.ndarray:
+    return a[:, None] if a.ndim == 1 else a
+
+
+def log_rate(log: Log) -> float:
+    """The logged loop rate (Hz): the header's, else from the time channel."""
+    r = log.header.get("rate_hz")
+    if isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0:
+        return float(r)
+    t = log.channels["t"]
+    return float((log.cycles[-1] - log.cycles[0]) / (t[-1] - t[0]))
+
+
+def machine_for_log(log: Log, machine: str | None):
+    """The machine configuration: ``--machine``, else the log's ``machine_path``, else the
+    configuration named in the logged ``[machine]`` table."""
+    from .config import load_machine
+
+    if machine:
+        return load_machine(machine)
+    path = log.header.get("machine_path")
+    if isinstance(path, str) and Path(path).exists():
+        return load_machine(path)
+    raw = log.header.get("machine")
+    name = raw.get("machine", {}).get("name") if isinstance(raw, dict) else None
+    if isinstance(name, str):
+        try:
+            return load_machine(name.removesuffix("-sim"))
+        except UserError:
+            pass
+    raise UserError(f"{log.path}: the machine this log names ({path or name or 'none'}) cannot be "
+                    f"found here; give --machine")
+
+
+def _contiguous(log: Log) -> bool:
+    c = log.cycles
+    return len(c) > 0 and c[-1] - c[0] == len(c) - 1
+
+
+def reference_from_log(log: Log, rate_hz: float):
+    """The logged reference as a ``Planned`` at rate_hz, and whether it is sample-exact."""
+    from .trajectory import Planned
+
+    _need(log, "t", "ref_pos")
+    desc = {"kind": "replay", "log": log.path, "original": log.header.get("trajectory")}
+    have_all = "ref_vel" in log.channels and "ref_acc" in log.channels
+    if have_all and _contiguous(log) and abs(log_rate(log) - rate_hz) < 1e-9:
+        p, v, a = (np.ascontiguousarray(_cols(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
+        return Planned(rate_hz, p.copy(), v.copy(), a.copy(), desc), True
+    from scipy.interpolate import CubicSpline
+
+    t = log.channels["t"] - log.channels["t"][0]
+    sp = CubicSpline(t, _cols(log.channels["ref_pos"]), bc_type="clamped")
+    tt = np.arange(int(math.floor(t[-1] * rate_hz + 1e-9)) + 1) / rate_hz
+    return Planned(rate_hz, sp(tt), sp(tt, 1), sp(tt, 2), desc), False
+
+
+def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
+    """The logged sim plant's settings (so the replay runs on the same plant) and
+    ``--mass-scale``; only for a ``sim`` backend."""
+    out: dict = {}
+    plant = log.header.get("plant")
+    if config.drives.get("backend") == "sim" and isinstance(plant, dict) and plant.get("backend", "sim") == "sim":
+        for k in SIM_PLANT_KEYS:
+            v = plant.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = v
+    if mass_scale is not None:
+        if not mass_scale > 0:
+            raise UserError(f"--mass-scale must be positive, got {mass_scale}")
+        if config.drives.get("backend") != "sim":
+            raise UserError("--mass-scale applies to the simulated plant only (backend 'sim')")
+        out["mass_scale"] = float(mass_scale)
+    return out
+
+
+def compare_logs(orig: Log, new: Log) -> dict:
+    """Per axis RMS and max |difference| of ``pos`` and ``tau`` (and ``tau_model``) over the
+    cycles both logs hold."""
+    common, i, j = np.intersect1d(orig.cycles, new.cycles, return_indices=True)
+    axes = orig.axes()
+    out: dict = {"cycles_compared": int(len(common)), "axes": {}}
+    if not len(common):
+        return out
+    diffs = {}
+    for name in ("pos", "tau", "tau_model"):
+        if name in orig.channels and name in new.channels:
+            diffs[name] = _cols(new.channels[name])[j] - _cols(orig.channels[name])[i]
+    s = next(iter(diffs.values())).shape[1] if diffs else 0
+    for k in range(s):
+        ax = axes[k] if len(axes) == s else str(k)
+        row = {}
+        for name, d in diffs.items():
+            row[f"{name}_rms"] = float(np.sqrt(np.mean(d[:, k] ** 2)))
+            row[f"{name}_max"] = float(np.max(np.abs(d[:, k])))
+        row["pos_unit"] = orig.units.get("pos", "")
+        row["tau_unit"] = orig.units.get("tau", "")
+        out["axes"][ax] = row
+    if "tau" in diffs:
+        out["identical_torques"] = bool(np.array_equal(diffs["tau"], np.zeros_like(diffs["tau"])))
+    return out
+
+
+def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None,
+           mass_scale: float | None = None, controller: str | None = None,
+           out_log: str | None = None) -> dict:
+    """Run the log's reference again and compare with the log (see the module docstring)."""
+    from pkrt.drivers import open_drives
+
+    from .run import run_session
+
+    config = machine_for_log(log, machine)
+    lockstep = bool(log.header.get("lockstep", True)) if lockstep is None else lockstep
+    plan, exact = reference_from_log(log, config.rate_hz)
+    overrides = plant_overrides(log, config, mass_scale)
+    ctrl = controller or (log.header.get("controller") or {}).get("kind")
+    tmp = None
+    if out_log is None:
+        fd, tmp = tempfile.mkstemp(prefix="pkrt-replay-", suffix=".pkl")
+        os.close(fd)
+    path = out_log or tmp
+    drives = open_drives(config, overrides)
+    try:
+        summary = run_session(config, drives, trajectory=plan, lockstep=lockstep, log_path=path,
+                              controller=ctrl)
+        new = read_log(path)
+    finally:
+        drives.close()
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+    orig_sum = log.summary or {}
+    tree_hash = new.header.get("tree_hash")
+    return {
+        "log": log.path,
+        "mode": "lockstep" if lockstep else "realtime",
+        "machine": config.path,
+        "controller": ctrl,
+        "reference": {"cycles": plan.n, "sample_exact": exact,
+                      "source": "logged ref_pos/ref_vel/ref_acc" if exact else "cubic spline of logged ref_pos"},
+        "plant_overrides": overrides,
+        "same_tree": (tree_hash == log.header.get("tree_hash")) if tree_hash and log.header.get("tree_hash") else None,
+        "original": {k: orig_sum.get(k) for k in ("cycles", "rms_error", "max_error", "fault")},
+        "replay": {k: summary.get(k) for k in ("cycles", "rms_error", "max_error", "fault", "overruns")},
+        "difference": compare_logs(log, new),
+        "replay_log": out_log,
+    }
+
+
+# -- offline ---------------------------------------------------------------------------------
+def savgol_cutoff_hz(window: int, polyorder: int, rate_hz: float) -> float:
+    """-3 dB frequency (Hz) of the Savitzky-Golay smoothing filter (window samples, order)."""
+    from scipy.signal import freqz, savgol_coeffs
+
+    w, h = freqz(savgol_coeffs(window, polyorder), worN=8192, fs=rate_hz)
+    below = np.flatnonzero(np.abs(h) < 10 ** (-3 / 20))
+    return float(w[below[0]]) if len(below) else float(rate_hz / 2)
+
+
+def default_window(rate_hz: float) -> int:
+    """About 21 ms of samples, odd, at least 7."""
+    n = int(round(0.021 * rate_hz))
+    return max(7, n | 1)
+
+
+def derivatives(pos: np.ndarray, rate_hz: float, window: int, polyorder: int):
+    """Smoothed position, velocity and acceleration (Savitzky-Golay, zero phase)."""
+    from scipy.signal import savgol_filter
+
+    dt = 1.0 / rate_hz
+    kw = dict(window_length=window, polyorder=polyorder, delta=dt, axis=0, mode="interp")
+    return (savgol_filter(pos, deriv=0, **kw), savgol_filter(pos, deriv=1, **kw),
+            savgol_filter(pos, deriv=2, **kw))
+
+
+def model_torques(tree, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray):
+    """tau = H acc + D [vel vel] - p_ext per row from the tree; and the tree status per row."""
+    from .tree import eval_tau
+
+    n, s = pos.shape
+    H, D, p = np.zeros((s, s)), np.zeros((s, s * (s + 1) // 2)), np.zeros(s)
+    tau = np.zeros((n, s))
+    status = np.zeros(n, dtype=np.int64)
+    T = tree.arrays
+    for k in range(n):
+        status[k] = eval_tau(T, pos[k], vel[k], acc[k], H, D, p, tau[k])
+    return tau, status
+
+
+def offline(log: Log, *, machine: str | None = None, tree_path: str | None = None,
+            window: int | None = None, polyorder: int = 3) -> dict:
+    """Residual between the logged commanded torques and the model's at the logged states."""
+    from .tree import OUT_OF_DOMAIN
+    from .treefile import load_tree
+
+    _need(log, "t", "pos", "tau")
+    rate = log_rate(log)
+    if tree_path is None:
+        tree_path = machine_for_log(log, machine).tree
+    tree = load_tree(tree_path)
+    pos, tau = _cols(log.channels["pos"]), _cols(log.channels["tau"])
+    if pos.shape[1] != tree.s:
+        raise UserError(f"{tree_path}: the tree has {tree.s} actuators, the log {pos.shape[1]}")
+    window = default_window(rate) if window is None else window
+    if window % 2 == 0 or window <= polyorder + 2:
+        raise UserError(f"--window must be odd and larger than {polyorder + 2}, got {window}")
+    half = window // 2
+    # cycles up to the first fault (torque off afterwards), split at gaps in the log
+    stop = log.n_cycles
+    faults = [e["cycle"] for e in log.events if "fault" in str(e.get("kind")) and isinstance(e.get("cycle"), int)]
+    if faults:
+        stop = int(np.searchsorted(log.cycles, min(faults)))
+    breaks = np.flatnonzero(np.diff(log.cycles[:stop]) != 1) + 1
+    tau_m = np.full_like(pos, np.nan)
+    vel_f = np.full_like(pos, np.nan)
+    used = np.zeros(log.n_cycles, dtype=bool)
+    out_of_domain = 0
+    for a, b in zip(np.r_[0, breaks], np.r_[breaks, stop]):
+        if b - a < window + 2 * half:
+            continue
+        _, v, acc = derivatives(pos[a:b], rate, window, polyorder)
+        tm, st = model_torques(tree, np.ascontiguousarray(pos[a:b]), v, acc)
+        tau_m[a:b], vel_f[a:b] = tm, v
+        ok = st != OUT_OF_DOMAIN
+        ok[:half] = False  # the filter's end windows are one-sided: leave them out
+        ok[-half:] = False
+        out_of_domain += int(np.count_nonzero(st == OUT_OF_DOMAIN))
+        used[a:b] = ok
+    if not used.any():
+        raise LogFileError(f"{log.path}: too few contiguous cycles for a {window}-sample filter")
+    r = (tau - tau_m)[used]
+    v = vel_f[used]
+    axes = log.axes()
+    s = tree.s
+    per_axis = {}
+    for i in range(s):
+        ax = axes[i] if len(axes) == s else str(i)
+        # residual ~ b v + Fc tanh(v / v_eps) + c (viscous, Coulomb, offset), least squares
+        A = np.c_[v[:, i], np.tanh(v[:, i] / V_EPS), np.ones(len(v))]
+        coef, *_ = np.linalg.lstsq(A, r[:, i], rcond=None)
+        left = r[:, i] - A @ coef
+        scale = float(np.max(np.abs(tau[used][:, i])))
+        per_axis[ax] = {"rms": float(np.sqrt(np.mean(r[:, i] ** 2))), "max": float(np.max(np.abs(r[:, i]))),
+                        "mean": float(np.mean(r[:, i])), "max_abs_tau": scale,
+                        "friction_fit": {"viscous": float(coef[0]), "coulomb": float(coef[1]),
+                                         "offset": float(coef[2]),
+                                         "rms_after": float(np.sqrt(np.mean(left ** 2))),
+                                         "max_after": float(np.max(np.abs(left)))},
+                        "unit": log.units.get("tau", "")}
+    ver = tree.header.get("verification") or {}
+    return {
+        "log": log.path, "mode": "offline", "tree": str(tree_path),
+        "filter": {"kind": "savitzky-golay (zero phase)", "window": window,
+                   "window_s": window / rate, "polyorder": polyorder,
+                   "cutoff_hz": savgol_cutoff_hz(window, polyorder, rate), "rate_hz": rate},
+        "cycles_used": int(used.sum()), "cycles_out_of_domain": out_of_domain,
+        "tree_stated_error": {"max_rel_tau_error": ver.get("max_rel_tau_error"),
+                              "max_rel_coef_error": ver.get("max_rel_coef_error")},
+        "residual": per_axis,
+    }
+
+
+# -- CLI -------------------------------------------------------------------------------------
+def add_arguments_replay(p) -> None:
+    p.add_argument("log", help="run log file")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--lockstep", action="store_true", help="virtual clock (default: as the log was run)")
+    mode.add_argument("--realtime", action="store_true", help="real-time loop")
+    mode.add_argument("--offline", action="store_true",
+                      help="no run: model torques at the logged states vs the logged torques")
+    p.add_argument("--machine", metavar="M", help="machine configuration (default: the log's)")
+    p.add_argument("--mass-scale", type=float, metavar="K", help="simulated plant's masses times K")
+    p.add_argument("--controller", choices=("ct", "pd"), help="controller (default: the log's)")
+    p.add_argument("--log", dest="out_log", metavar="FILE", help="keep the replay's own log here")
+    p.add_argument("--tree", metavar="TREE", help="--offline: model tree (default: the machine's controller tree)")
+    p.add_argument("--window", type=int, metavar="N", help="--offline: Savitzky-Golay window in samples "
+                                                           "(odd; default about 21 ms)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _text(r: dict) -> str:
+    if r["mode"] == "offline":
+        f = r["filter"]
+        L = [f"offline model check of {r['log']} with tree {r['tree']}",
+             f"derivatives: {f['kind']}, window {f['window']} samples ({f['window_s'] * 1e3:.1f} ms), "
+             f"order {f['polyorder']}, -3 dB at {f['cutoff_hz']:.1f} Hz; {r['cycles_used']} cycles used",
+             "residual tau - tau_model per axis:"]
+        for ax, v in r["residual"].items():
+            ff = v["friction_fit"]
+            L.append(f"  {ax:<6} rms {v['rms']:.4g}  max {v['max']:.4g}  mean {v['mean']:.4g} {v['unit']}"
+                     f"   (max |tau| {v['max_abs_tau']:.4g}); friction fit: viscous {ff['viscous']:.4g}, "
+                     f"coulomb {ff['coulomb']:.4g}, offset {ff['offset']:.4g} -> rms {ff['rms_after']:.4g}")
+        te = r["tree_stated_error"]
+        if te.get("max_rel_tau_error") is not None:
+            L.append(f"tree's stated max relative tau error: {te['max_rel_tau_error']:.3g}")
+        return "\n".join(L)
+    d = r["difference"]
+    L = [f"replay of {r['log']} ({r['mode']}) on {r['machine']}, controller {r['controller']}",
+         f"reference: {r['reference']['cycles']} cycles, {r['reference']['source']}; plant overrides "
+         f"{r['plant_overrides'] or 'none'}",
+         f"original: rms error {r['original']['rms_error']}, fault {r['original']['fault']}",
+         f"replay:   rms error {r['replay']['rms_error']}, fault {r['replay']['fault']}, "
+         f"overruns {r['replay']['overruns']}",
+         f"difference over {d['cycles_compared']} cycles (replay - original):"]
+    for ax, v in d["axes"].items():
+        L.append(f"  {ax:<6} pos rms {v['pos_rms']:.4g} max {v['pos_max']:.4g} {v['pos_unit']}   "
+                 f"tau rms {v['tau_rms']:.4g} max {v['tau_max']:.4g} {v['tau_unit']}")
+    if "identical_torques" in d:
+        L.append("commanded torques identical" if d["identical_torques"] else "commanded torques differ")
+    return "\n".join(L)
+
+
+def run_replay(args) -> int:
+    log = read_log(args.log)
+    if args.offline:
+        if args.mass_scale is not None or args.out_log or args.controller:
+            raise UserError("--offline takes no --mass-scale, --log or --controller (nothing runs)")
+        r = offline(log, machine=args.machine, tree_path=args.tree, window=args.window)
+        emit(r, args.json, _text(r))
+        return 0
+    if args.tree or args.window:
+        raise UserError("--tree and --window apply to --offline only")
+    lockstep = True if args.lockstep else False if args.realtime else None
+    r = replay(log, machine=args.machine, lockstep=lockstep, mass_scale=args.mass_scale,
+               controller=args.controller, out_log=args.out_log)
+    emit(r, args.json, _text(r))
+    if r["replay"]["fault"]:
+        raise Fault(f"the replay stopped on a fault: {r['replay']['fault']}")
+    return 0

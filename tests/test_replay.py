@@ -1,0 +1,196 @@
+"""pkrt replay: run -> log -> replay (lockstep, real time, mass mismatch) and --offline, on a
+four-bar machine on the simulated plant (trees built here, in seconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pkrt.rt.cli import main
+from pkrt.rt.logfile import read_log
+
+MACHINE = """\
+[machine]
+name = "fourbar-sim"
+model = "fourbar"
+tree = "fourbar.pkt"
+rate_hz = 1000.0
+
+[controller]
+kind = "ct"
+bandwidth_hz = 8.0
+tau_max = 5.0
+
+[limits]
+velocity = 10.0
+acceleration = 200.0
+following_error = 0.2
+
+[drives]
+backend = "sim"
+plant_tree = "fourbar-plant.pkt"
+viscous = {viscous}
+coulomb = {coulomb}
+force_limit = 5.0
+"""
+
+
+def make_fourbar_machine(folder: Path, viscous: float = 0.01, coulomb: float = 0.005) -> dict:
+    """Trees (controller: 64 boxes; plant: 256 boxes, finer), a machine configuration and a
+    2 s trajectory CSV in ``folder``. Returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, boxes in (("fourbar.pkt", 64), ("fourbar-plant.pkt", 256)):
+        if not (folder / name).exists():
+            assert main(["build", "fourbar", "-o", str(folder / name), "--boxes", str(boxes),
+                         "--jobs", "1", "--verify-samples", "300"]) == 0
+    cfg = folder / f"fourbar-sim-{viscous}-{coulomb}.toml"
+    cfg.write_text(MACHINE.format(viscous=viscous, coulomb=coulomb))
+    t = np.linspace(0.0, 2.0, 401)
+    theta = 0.8 * np.sin(2 * np.pi * 0.75 * t) * np.sin(np.pi * t / 2) ** 2
+    traj = folder / "traj.csv"
+    np.savetxt(traj, np.c_[t, theta], delimiter=",", header="t,theta", comments="")
+    return {"machine": cfg, "traj": traj, "tree": folder / "fourbar.pkt",
+            "plant_tree": folder / "fourbar-plant.pkt"}
+
+
+def run_logged(machine, traj, log, lockstep=True, **overrides) -> dict:
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import run_session
+
+    config = load_machine(str(machine))
+    drives = open_drives(config, overrides)
+    try:
+        return run_session(config, drives, trajectory=str(traj), lockstep=lockstep, log_path=str(log))
+    finally:
+        drives.close()
+
+
+@pytest.fixture(scope="module")
+def fourbar(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fourbar")
+    m = make_fourbar_machine(d)
+    m["log"] = d / "run.pkl"
+    m["summary"] = run_logged(m["machine"], m["traj"], m["log"])
+    assert m["summary"]["fault"] is None
+    return m
+
+
+def replay_json(capsys, *argv) -> dict:
+    capsys.readouterr()  # drop earlier output (tree builds)
+    code = main(["replay", *map(str, argv), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_lockstep_replay_reproduces_torques_exactly(fourbar, capsys):
+    r = replay_json(capsys, fourbar["log"])
+    assert r["mode"] == "lockstep" and r["reference"]["sample_exact"]
+    assert r["same_tree"] is True
+    d = r["difference"]
+    assert d["cycles_compared"] == fourbar["summary"]["cycles"] == 2001
+    assert d["identical_torques"] is True
+    assert d["axes"]["theta"] == {"pos_rms": 0.0, "pos_max": 0.0, "tau_rms": 0.0, "tau_max": 0.0,
+                                  "tau_model_rms": 0.0, "tau_model_max": 0.0,
+                                  "pos_unit": "rad", "tau_unit": "N m"}
+    assert r["replay"]["rms_error"] == r["original"]["rms_error"]
+
+
+def test_mass_mismatch_is_reported(fourbar, tmp_path, capsys):
+    out = tmp_path / "replay.pkl"
+    r = replay_json(capsys, fourbar["log"], "--mass-scale", "1.1", "--log", out)
+    assert r["plant_overrides"]["mass_scale"] == 1.1
+    d = r["difference"]["axes"]["theta"]
+    assert not r["difference"]["identical_torques"]
+    assert d["tau_rms"] > 1e-3 and d["pos_max"] > 1e-4  # N m, rad: a 10 % heavier plant
+    assert r["replay"]["rms_error"] > r["original"]["rms_error"]
+    # the kept replay log agrees with the reported numbers
+    new, orig = read_log(out), read_log(fourbar["log"])
+    diff = new.channels["tau"] - orig.channels["tau"]
+    assert d["tau_max"] == pytest.approx(np.abs(diff).max(), rel=1e-12)
+    # text output names the difference
+    assert main(["replay", str(fourbar["log"]), "--mass-scale", "1.1"]) == 0
+    assert "commanded torques differ" in capsys.readouterr().out
+
+
+def test_realtime_replay(fourbar, capsys):
+    r = replay_json(capsys, fourbar["log"], "--realtime")
+    assert r["mode"] == "realtime" and r["difference"]["cycles_compared"] > 0
+    if r["replay"]["overruns"] == 0:  # same cycle code, same plant steps: same torques
+        assert r["difference"]["identical_torques"]
+
+
+def test_offline_recovers_torques_within_tree_error(tmp_path, capsys):
+    """No friction in the plant: the model alone explains the commanded torques, to within the
+    controller tree's stated error (relative to the largest torque)."""
+    m = make_fourbar_machine(tmp_path, viscous=0.0, coulomb=0.0)
+    log = tmp_path / "nofric.pkl"
+    assert run_logged(m["machine"], m["traj"], log)["fault"] is None
+    r = replay_json(capsys, log, "--offline")
+    f = r["filter"]
+    assert f["window"] == 21 and f["polyorder"] == 3 and 30 < f["cutoff_hz"] < 80
+    assert r["cycles_used"] == 2001 - 20
+    res = r["residual"]["theta"]
+    stated = r["tree_stated_error"]["max_rel_tau_error"]
+    assert 0 < stated < 0.05
+    assert res["max"] < stated * res["max_abs_tau"], (res, stated)
+    assert res["max_abs_tau"] > 0.3  # N m: the motion is not trivial
+    # the plant's own (finer) tree as the model: smaller still
+    r2 = replay_json(capsys, log, "--offline", "--tree", m["plant_tree"])
+    assert r2["residual"]["theta"]["rms"] < res["rms"] * 1.5
+
+
+def test_offline_fits_the_plant_friction(fourbar, capsys):
+    r = replay_json(capsys, fourbar["log"], "--offline")
+    res = r["residual"]["theta"]
+    fit = res["friction_fit"]
+    assert fit["viscous"] == pytest.approx(0.01, rel=0.1)  # N m s/rad, the plant's
+    assert fit["coulomb"] == pytest.approx(0.005, rel=0.1)  # N m
+    assert fit["rms_after"] < 0.1 * res["rms"]
+    assert main(["replay", str(fourbar["log"]), "--offline"]) == 0
+    assert "savitzky-golay" in capsys.readouterr().out
+
+
+def test_exported_reference_runs_again(fourbar, tmp_path, capsys):
+    """A trajectory recorded from a run is accepted back as --traj and gives the same reference."""
+    traj = tmp_path / "ref.csv"
+    assert main(["log", "export", str(fourbar["log"]), "--traj", str(traj)]) == 0
+    log2 = tmp_path / "again.pkl"
+    s = run_logged(fourbar["machine"], traj, log2)
+    a, b = read_log(fourbar["log"]), read_log(log2)
+    assert s["fault"] is None and b.n_cycles == a.n_cycles
+    np.testing.assert_allclose(b.channels["ref_pos"], a.channels["ref_pos"], atol=1e-12)
+    np.testing.assert_allclose(b.channels["tau"], a.channels["tau"], atol=0.02)
+
+
+def test_replay_errors(fourbar, tmp_path, capsys):
+    log = fourbar["log"]
+    assert main(["replay", str(log), "--offline", "--mass-scale", "1.1"]) == 2
+    assert "--offline takes no" in capsys.readouterr().err
+    assert main(["replay", str(log), "--window", "10", "--offline"]) == 2
+    assert "--window must be odd" in capsys.readouterr().err
+    assert main(["replay", str(log), "--mass-scale", "-1"]) == 2
+    assert "--mass-scale must be positive" in capsys.readouterr().err
+    assert main(["replay", str(log), "--lockstep", "--realtime"]) == 2
+    capsys.readouterr()
+    # a log whose machine file is gone: clear message, exit 2
+    from pkrt.rt.logfile import LogWriter
+
+    orphan = tmp_path / "orphan.pkl"
+    w = LogWriter(orphan, {"machine_path": str(tmp_path / "gone.toml"), "rate_hz": 1000.0},
+                  [("t", 1, "s"), ("ref_pos", 1, "rad"), ("pos", 1, "rad"), ("tau", 1, "N m")])
+    for i in range(50):
+        w.row[:] = (i * 1e-3, 0.0, 0.0, 0.0)
+        w.commit()
+    w.close({})
+    assert main(["replay", str(orphan)]) == 2
+    err = capsys.readouterr().err
+    assert "give --machine" in err and "Traceback" not in err
+    not_a_log = tmp_path / "x.pkl"
+    not_a_log.write_bytes(b"\x00\x01garbage")
+    assert main(["replay", str(not_a_log)]) == 2
+    assert "not a pkrt log" in capsys.readouterr().err
