@@ -216,6 +216,11 @@ class CiA402Drives(Drives):
                     continue
                 self._download(node, p.CONTROLWORD, 0, "<H", cw)
                 last_cw = cw
+        for i, node in enumerate(self._nodes):  # last known feedback until the first TPDOs
+            self._pos_raw[i] = self._upload(node, p.POSITION_ACTUAL, 0, "<i")
+            self._vel_raw[i] = self._upload(node, p.VELOCITY_ACTUAL, 0, "<i")
+            if self._pos_raw[i] == p.INT32_INVALID or self._vel_raw[i] == p.INT32_INVALID:
+                raise DriveError(f"node {node.id}: invalid position or velocity actual value 0x80000000")
         # the cyclic path reads the bus itself from here on
         self._network.notifier.stop()
         self._network.notifier = None

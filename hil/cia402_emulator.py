@@ -7,9 +7,10 @@ defines the cyclic frames. The power drive system state machine follows CiA 402 
 0x6040 commands, statusword 0x6041); controlwords act on receipt (SDO or RPDO).
 
 SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last target torque
-(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period,
-then sends each node's TPDOs (statusword + position actual, velocity actual). Cycle k is the
-k-th SYNC received (0-based).
+(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period
+(for n periods when the bus timestamps show the master skipped n - 1 after an overrun: the
+plant runs in real time), then sends each node's TPDOs (statusword + position actual, velocity
+actual). Cycle k is the k-th SYNC received (0-based).
 
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
   drop         TPDOs of the first drive are lost (never sent).
@@ -139,7 +140,8 @@ class CiA402Emulator:
         self._tx_layout: list[list[tuple[int, struct.Struct, tuple]]] = [[] for _ in range(s)]
         # cycle bookkeeping and figures
         self.cycle = -1
-        self.last_sync = 0.0
+        self.last_sync = 0.0  # perf_counter time the last SYNC was processed
+        self.last_stamp = 0.0  # bus timestamp of the last SYNC (s)
         self.injected_cycle: int | None = None
         self.bus_dead = False  # bus-off or severed: nothing passes either way
         self.frames_rx = 0
@@ -303,16 +305,19 @@ class CiA402Emulator:
         try:
             while self._running:
                 timeout = 0.01
+                if self.cycle >= 0 and S.OPERATION_ENABLED in self.state:  # SYNC watchdog armed
+                    timeout = max(0.0, min(timeout, self.last_sync + self.sync_timeout - time.perf_counter()))
                 if self._late:
                     timeout = max(0.0, min(timeout, self._late[0][0] - time.perf_counter()))
                 msg = self.bus.recv(timeout)
                 now = time.perf_counter()
                 while self._late and self._late[0][0] <= now:
                     self._send(heapq.heappop(self._late)[2])
-                if msg is not None and not self.bus_dead:
+                if msg is None:
+                    self._watchdog(now)  # only with the queue empty: queued frames have arrived
+                elif not self.bus_dead:
                     self.frames_rx += 1
                     self._dispatch(msg, now)
-                self._watchdog(now)
         except Exception as e:  # noqa: BLE001 - reported by the HIL run, never silent
             self.error = f"emulator thread: {type(e).__name__}: {e}"
             self._running = False
@@ -322,7 +327,7 @@ class CiA402Emulator:
             return
         cid = msg.arbitration_id
         if cid == p.SYNC_COB_ID:
-            self._on_sync(now)
+            self._on_sync(now, msg.timestamp)
         elif cid in self._rx_layout:
             i, fmt, entries = self._rx_layout[cid]
             if self.nodes[i].nmt.state != "OPERATIONAL" or len(msg.data) != fmt.size:
@@ -342,9 +347,13 @@ class CiA402Emulator:
                 if node.nmt.state == "OPERATIONAL" and was[i] != "OPERATIONAL":
                     self._read_mapping(i)
 
-    def _on_sync(self, now: float) -> None:
+    def _on_sync(self, now: float, stamp: float) -> None:
+        # the plant runs in real time: whole periods between this SYNC and the last one (the
+        # master skips periods after an overrun), from the frames' bus timestamps
+        n = 1 if self.cycle < 0 else max(1, round((stamp - self.last_stamp) / self.period))
         self.cycle += 1
         self.last_sync = now
+        self.last_stamp = stamp
         k = self.cycle
         if self.fault and self.injected_cycle is None and self.inject_cycle is not None and k >= self.inject_cycle:
             self._inject(k)
@@ -357,7 +366,7 @@ class CiA402Emulator:
                 self._set_state(i, S.FAULT)  # transition 14 after this cycle's report
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
-        self.plant.step(self.tau, self.period)
+        self.plant.step(self.tau, n * self.period)
         for i in range(len(self.node_ids)):
             if self.nodes[i].nmt.state != "OPERATIONAL":
                 continue
@@ -394,8 +403,8 @@ class CiA402Emulator:
         if self.cycle < 0 or now - self.last_sync <= self.sync_timeout:
             return
         for i in range(len(self.node_ids)):
-            if self.state[i] is S.OPERATION_ENABLED:
-                self._set_state(i, S.FAULT, self.cycle + int((now - self.last_sync) / self.period))
+            if self.state[i] is S.OPERATION_ENABLED:  # tripped at last_sync + sync_timeout
+                self._set_state(i, S.FAULT, self.cycle + int(self.sync_timeout / self.period))
                 if not self.bus_dead:  # EMCY 0x8130: life guard / heartbeat (SYNC) error
                     self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
                                            data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))
