@@ -2,7 +2,8 @@
 
 Each datagram is one msgpack map of flat names to numbers: ``timestamp`` (loop time, s),
 ``cycle``, and one entry per logged value, ``<channel>`` for width-1 channels and
-``<channel>/<axis>`` for per-axis ones (e.g. ``pos/q1``, ``tau/q3``, ``wake_us``). Units are the
+``<channel>/<axis>`` for per-axis ones (e.g. ``pos/q1``, ``tau/q3``, ``wake_us``; axes are
+numbered from 0 when no names are given). Units are the
 log's (SI at the actuators, microseconds for timing).
 
 PlotJuggler: Streaming -> "UDP Server", port 9870 (or the one given), Message Protocol
@@ -21,6 +22,8 @@ import msgpack
 import numpy as np
 
 from .errors import UserError
+
+PER_AXIS = frozenset({"ref_pos", "ref_vel", "ref_acc", "pos", "vel", "tau", "tau_model"})  # 1 column per axis
 
 
 class Telemetry:
@@ -44,6 +47,8 @@ class Telemetry:
         self.sent = 0
         self.dropped = 0
         self._next_t = -np.inf
+        self._t0 = 0.0
+        self._n = -1
         self._keys: list[tuple[str, int]] | None = None
         self._sock = socket.socket(info[0], socket.SOCK_DGRAM)
         self._sock.setblocking(False)
@@ -53,7 +58,7 @@ class Telemetry:
         keys = []
         for name, sl in slices.items():
             n = sl.stop - sl.start
-            if n == 1:
+            if n == 1 and not (name in PER_AXIS and self.axes and len(self.axes) == 1):
                 keys.append((name, sl.start))
             else:
                 for i in range(n):
@@ -66,9 +71,12 @@ class Telemetry:
         blocks; returns True when a datagram left."""
         if t < self._next_t:
             return False
-        # next slot on the rate grid, skipping slots missed (no bursts after a pause)
-        nxt = self._next_t + self.period
-        self._next_t = nxt if nxt > t else t + self.period
+        # next slot on the grid t0 + n / rate_hz, skipping slots missed (no burst after a pause);
+        # a slot is due a millionth of a period early so float rounding of t never skips one
+        if self._n < 0:
+            self._t0, self._n = float(t), 0
+        self._n = max(self._n + 1, int((t - self._t0) / self.period) + 1)
+        self._next_t = self._t0 + (self._n - 1e-6) * self.period
         if self._keys is None:
             self._keys = self._layout(slices)
         msg = {"timestamp": float(t), "cycle": int(cycle)}
