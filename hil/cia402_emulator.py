@@ -7,9 +7,9 @@ defines the cyclic frames. The power drive system state machine follows CiA 402 
 0x6040 commands, statusword 0x6041); controlwords act on receipt (SDO or RPDO).
 
 SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last target torque
-(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period
-(for n periods when the bus timestamps show the master skipped n - 1 after an overrun: the
-plant runs in real time), then sends each node's TPDOs (statusword + position actual, velocity
+(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for the time
+since the previous SYNC (one period, give or take the master's jitter, or several after an
+overrun: the plant runs in real time), then sends each node's TPDOs (statusword + position actual, velocity
 actual). Cycle k is the k-th SYNC received (0-based).
 
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
@@ -348,9 +348,11 @@ class CiA402Emulator:
                     self._read_mapping(i)
 
     def _on_sync(self, now: float, stamp: float) -> None:
-        # the plant runs in real time: whole periods between this SYNC and the last one (the
-        # master skips periods after an overrun), from the frames' bus timestamps
-        n = 1 if self.cycle < 0 else max(1, round((stamp - self.last_stamp) / self.period))
+        # the plant runs in real time: it advances by the time between this SYNC and the last
+        # one (bus timestamps; the master skips periods after an overrun, and its wake-up
+        # jitter moves the sampling instant as on a real machine). Nothing before the first
+        # SYNC: the machine stood still until the master took over.
+        dt = 0.0 if self.cycle < 0 else min(max(stamp - self.last_stamp, 0.0), 20.0 * self.period)
         self.cycle += 1
         self.last_sync = now
         self.last_stamp = stamp
@@ -366,7 +368,8 @@ class CiA402Emulator:
                 self._set_state(i, S.FAULT)  # transition 14 after this cycle's report
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
-        self.plant.step(self.tau, n * self.period)
+        if dt > 0.0:
+            self.plant.step(self.tau, dt)
         for i in range(len(self.node_ids)):
             if self.nodes[i].nmt.state != "OPERATIONAL":
                 continue
