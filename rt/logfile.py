@@ -141,7 +141,7 @@ class LogWriter:
     # -- caller's thread ----------------------------------------------------------------------
     def commit(self) -> None:
         """Append ``row`` as the next cycle. Never blocks."""
-        np.copyto(self._slots[self._cur][self._k], self.row)
+        self._slots[self._cur][self._k][...] = self.row  # Ellipsis: no temporary objects
         self._k += 1
         self._cycle += 1
         if self._k == self.block_cycles:
@@ -198,6 +198,10 @@ class LogWriter:
 
     # -- writer thread ------------------------------------------------------------------------
     def _run(self) -> None:
+        try:  # lower priority than the loop's thread when the CPUs are contended (Linux: per thread)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (OSError, AttributeError):
+            pass
         while True:
             item = self._queue.get()
             if item is None:
