@@ -173,7 +173,6 @@ class DynamixelDrives(Drives):
         self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0,
                           status_errors=0, garbage_bytes=0, tx_bytes=0, rx_bytes=0)
         self._fail_run = 0
-        self._dirty = False
         # precomputed conversions: SI = k * (raw - zero)
         self._k_pos = [st.direction[i] * st.scale(i) / st.position_resolution[i] for i in range(s)]
         self._k_vel = [st.direction[i] * st.velocity_unit[i] / 60.0 * st.scale(i) for i in range(s)]
@@ -192,6 +191,7 @@ class DynamixelDrives(Drives):
         self._got = [False] * s
         # preallocated Sync Write of Goal Current: header(4) id len(2) inst addr(2) n(2) {id lo hi}*s crc(2)
         self._goal = bytearray(dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(i, b"\0\0") for i in st.ids]))
+        self._torque_off = dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in st.ids])
         self._goal_fmt = "<" + "Bh" * s
         self._goal_args = [0] * (2 * s)
         for i, dxl_id in enumerate(st.ids):
@@ -218,7 +218,6 @@ class DynamixelDrives(Drives):
             raise DriveError(f"serial port {self.settings.port}: {e}") from None
         self.parser.clear()
         self.stats["garbage_bytes"] = self.parser.garbage
-        self._dirty = False
 
     def _receive(self, want: dict, n_bytes: int) -> dict:
         """Collect status packets from the IDs in ``want`` whose value is None (filled in
@@ -232,14 +231,15 @@ class DynamixelDrives(Drives):
         while missing:
             pkt = parser.next()
             if pkt is None:
-                if time.perf_counter() > deadline:
-                    break
                 try:
                     chunk = ser.read(max(n_bytes - len(parser.buf), 1))
                 except (serial.SerialException, OSError) as e:
                     raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
-                self.stats["rx_bytes"] += len(chunk)
-                parser.feed(chunk)
+                if chunk:
+                    self.stats["rx_bytes"] += len(chunk)
+                    parser.feed(chunk)
+                elif time.perf_counter() > deadline:  # give up only when nothing is there
+                    break
                 continue
             if pkt.instruction != dxp.STATUS or pkt.id not in want or want[pkt.id] is not None:
                 continue
@@ -250,9 +250,6 @@ class DynamixelDrives(Drives):
         self.stats["garbage_bytes"] = parser.garbage
         if missing:
             self.stats["timeouts"] += 1
-            self._dirty = True
-        elif parser.buf:
-            self._dirty = True
         return want
 
     def _check_status(self, pkt: dxp.Packet, what: str) -> bool:
@@ -286,14 +283,12 @@ class DynamixelDrives(Drives):
         for attempt in range(self.settings.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
-            if self._dirty:
-                self._flush_input()
+            self._flush_input()
             self._send(pkt)
             ans = self._receive({dxl_id: None}, 11 + n_params)[dxl_id]
             if ans is None or not self._check_status(ans, what):
                 continue
             if len(ans.params) != n_params:
-                self._dirty = True
                 continue
             return ans.params
         raise DriveError(f"servo {dxl_id} on {self.settings.port}: no valid answer to {what} "
@@ -334,10 +329,12 @@ class DynamixelDrives(Drives):
             lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
                                                     "current limit read"))[0]
             self._limit[i] = min(self.settings.current_limit[i], lim)
+        self._read(0.0)  # feedback holds the machine's position from here on
+        self.stats["cycles"] = 0
         self._fail_run = 0
 
     def _do_enable(self) -> None:
-        self._send_goal_zero()
+        self._send_goal_zero()  # with torque still off
         for dxl_id in self.settings.ids:
             self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\x01"), 0, "torque enable")
         self._fail_run = 0
@@ -348,14 +345,14 @@ class DynamixelDrives(Drives):
         self._send(self._pack_goal())
 
     def _do_disable(self) -> None:
-        """Zero Goal Current, then Torque Enable 0 on every servo: two broadcast Sync Writes,
-        no answers awaited (fast; a failing port is reported by ``disable``)."""
+        """Torque Enable 0 on every servo, then Goal Current 0: two broadcast Sync Writes, no
+        answers awaited (fast; a failing port is reported by ``disable``)."""
         if self.ser is None:
             return
         try:
-            self._send_goal_zero()
+            self._send(self._torque_off)
         finally:
-            self._send(dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in self.settings.ids]))
+            self._send_goal_zero()
 
     def _do_close(self) -> None:
         if self.ser is not None:
@@ -379,8 +376,7 @@ class DynamixelDrives(Drives):
         fb = self.feedback
         st = self.settings
         self.stats["cycles"] += 1
-        if self._dirty:
-            self._flush_input()
+        self._flush_input()  # answers that came too late for an earlier request must not pass for these
         self._send(self._sync_read)
         want = self._receive(dict.fromkeys(st.ids), STATUS_FEEDBACK_BYTES * self.n_axes)
         self._screen(want)
@@ -389,8 +385,7 @@ class DynamixelDrives(Drives):
             if not missing:
                 break
             self.stats["retries"] += 1
-            if self._dirty:
-                self._flush_input()
+            self._flush_input()
             self._send(self._reads[missing[0]] if len(missing) == 1 else
                        dxp.sync_read(missing, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN))
             self._receive(want, STATUS_FEEDBACK_BYTES * len(missing))
@@ -429,7 +424,6 @@ class DynamixelDrives(Drives):
                 continue
             if (pkt.error and not self._check_status(pkt, "sync read")) or len(pkt.params) != FEEDBACK_LEN:
                 want[dxl_id] = None
-                self._dirty = True
 
     def write(self, tau: np.ndarray) -> None:
         """Sync Write of Goal Current for actuator forces/torques ``tau`` (N or N m), clamped to

@@ -5,11 +5,19 @@ path with pyserial as if it were a USB-serial adapter. The emulator answers Prot
 Read, Write, Sync Read and Sync Write for its servos, each with an X-series control table
 (current mode only moves the plant).
 
-Plant clock: the plant is stepped by one loop period (1 / rate) on each Sync Write of Goal
-Current seen on the line, so the emulated machine runs on the controller's cycle clock
-(the same sequence as a lockstep simulation, whatever the wall-clock jitter). Between runs,
-with no commands arriving, the plant stands still. That Sync Write count is also the cycle
-index reported: cycle k is the loop cycle whose Goal Current write is the (k+1)-th.
+Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
+Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
+of a lockstep simulation whatever the jitter of the messages, plus the periods the loop
+skipped after an overrun (counted on the wall clock from the earliest-arriving write, under
+the old currents). ``wall`` advances it to the present wall-clock time before each Read / Sync
+Read is answered and before each Goal Current write takes effect (torques piecewise constant
+in between), so message jitter shows up as motion. In both, a holding brake keeps the machine
+still while every servo's torque is off, and releases at the first Goal Current write after
+torque on (the loop's first cycle), as drives with a brake do.
+
+Cycle index: a Sync Write of Goal Current while some servo has torque on is one loop cycle
+(the driver zeroes Goal Current only with torque off, at enable and after disable): cycle k
+is the loop cycle whose Goal Current write is the (k+1)-th such write.
 
 Fault injection (from ``inject_cycle`` on, i.e. the reads of loop cycle ``inject_cycle``):
 ``drop`` status packets of ``fault_servo`` are lost (every ``fault_period``-th one),
@@ -119,12 +127,20 @@ class DynamixelEmulator:
 
     def __init__(self, settings: DynamixelSettings, plant, rate_hz: float, fault: str | None = None,
                  inject_cycle: int = 0, fault_servo: int | None = None, fault_period: int = 1,
-                 delay: float = 0.02):
+                 delay: float = 0.02, clock: str = "cycle"):
         if fault is not None and fault not in FAULT_KINDS:
             raise UserError(f"unknown serial HIL fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
         self.st = settings
         self.plant = plant
         self.dt = 1.0 / rate_hz
+        if clock not in ("wall", "cycle"):
+            raise UserError(f"emulator clock must be 'wall' or 'cycle', got {clock!r}")
+        self.clock = clock
+        self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
+        self.brake = True  # holding brake engaged: the plant does not move
+        self._t0 = 0.0  # cycle clock: wall time of period 0's write (earliest-arriving)
+        self._k_plant = 0  # cycle clock: the plant is at the start of this period
+        self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
         self.servos = {i: Servo(i, lim) for i, lim in zip(settings.ids, settings.current_limit)}
         self.fault = fault
         self.inject_cycle = int(inject_cycle)
@@ -164,12 +180,34 @@ class DynamixelEmulator:
         sv = self.servos[dxl_id]
         return sv.torque and sv.table[ADDR_OPERATING_MODE] == MODE_CURRENT
 
-    def _step(self) -> None:
+    def _advance(self, now: float, dt: float | None = None) -> None:
+        """Move the plant to wall time ``now`` (or by ``dt``) under the present torques, in
+        steps of at most one loop period; frozen while every servo's torque is off."""
+        if dt is None:
+            dt = 0.0 if self._t_plant is None else now - self._t_plant
+        self._t_plant = now
+        if not any(self._drives_plant(i) for i in self.servos):
+            self.brake = True
+        if dt <= 0.0 or self.brake:
+            return
         for i, dxl_id in enumerate(self.st.ids):
             self._tau[i] = self.servos[dxl_id].goal_current() * self._f_per_lsb[i] if self._drives_plant(dxl_id) else 0.0
         if np.all(np.isfinite(self.plant.x)):
-            self.plant.step(self._tau, self.dt)
+            n = max(1, math.ceil(dt / self.dt - 1e-9))
+            for _ in range(n):
+                self.plant.step(self._tau, dt / n)
         self._update_present()
+
+    def _skipped(self, now: float) -> int:
+        """Cycle clock: loop periods skipped before this write (0 normally)."""
+        k = math.floor((now - self._t0) / self.dt)
+        if k < self._k_plant:  # earlier than any write so far: re-anchor the grid here
+            self._t0 = now - self._k_plant * self.dt
+            return 0
+        skipped = k - self._k_plant
+        self._k_plant = k
+        self.skipped_periods += skipped
+        return skipped
 
     # -- faults -------------------------------------------------------------------------------
     def _activate(self) -> None:
@@ -238,6 +276,8 @@ class DynamixelEmulator:
             for i in targets:
                 self._out(i, 0, self.servos[i].read(0, 2)[1] + bytes((self.servos[i].table[6],)), now, out)
         elif inst in (dxp.READ, dxp.WRITE) and pkt.id != dxp.BROADCAST_ID:
+            if self.clock == "wall":
+                self._advance(now)
             for i in targets:
                 if len(p) < 4 if inst == dxp.READ else len(p) < 3:
                     self._out(i, 5, b"", now, out)  # data length error
@@ -251,6 +291,8 @@ class DynamixelEmulator:
                     self._check_torque_off()
                     self._out(i, err, b"", now, out)
         elif inst == dxp.SYNC_READ and len(p) >= 4:
+            if self.clock == "wall":
+                self._advance(now)
             addr, n = struct.unpack_from("<HH", p)
             for i in p[4:]:
                 if i in self.servos:
@@ -260,16 +302,26 @@ class DynamixelEmulator:
             addr, n = struct.unpack_from("<HH", p)
             if n < 1 or (len(p) - 4) % (n + 1):
                 return
+            goal = addr == ADDR_GOAL_CURRENT and n == 2
+            if self.clock == "wall":
+                self._advance(now)  # the old currents act up to now
+            elif goal and not self.brake:
+                self._advance(now, self._skipped(now) * self.dt)  # periods the loop skipped
             for k in range(4, len(p), n + 1):
                 if p[k] in self.servos:
                     self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
-            if addr == ADDR_GOAL_CURRENT and n == 2:
-                if self.torque_off_cycle is not None and any(
-                        sv.goal_current() for sv in self.servos.values()):
-                    self.nonzero_after_off += 1
-                self._step()
+            if goal and any(sv.torque for sv in self.servos.values()):
+                if self.brake:
+                    self.brake = False
+                    self._t0, self._k_plant = now, 0
+                if self.clock == "cycle":
+                    self._advance(now, self.dt)
+                    self._k_plant += 1
                 self.cycles += 1
                 self._activate()
+            elif goal and self.torque_off_cycle is not None and any(
+                    sv.goal_current() for sv in self.servos.values()):
+                self.nonzero_after_off += 1
             self._check_torque_off()
         elif targets and pkt.id != dxp.BROADCAST_ID:
             self._out(targets[0], 2, b"", now, out)  # instruction error
@@ -277,6 +329,7 @@ class DynamixelEmulator:
     def report(self) -> dict:
         return dict(fault=self.fault, cycles=self.cycles, injected_cycle=self.injected_cycle,
                     torque_off_cycle=self.torque_off_cycle, nonzero_after_off=self.nonzero_after_off,
+                    clock=self.clock, skipped_periods=self.skipped_periods,
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
                     **self.counts)
@@ -290,8 +343,6 @@ class DynamixelEmulator:
             if pending:
                 timeout = max(0.0, min(d for d, _ in pending) - time.monotonic())
             r, _, _ = select.select([master, control], [], [], timeout)
-            if control in r and not os.read(control, 4096):
-                return
             if master in r:
                 try:
                     data = os.read(master, 4096)
@@ -299,6 +350,8 @@ class DynamixelEmulator:
                     data = b""
                 if data:
                     pending.extend(self.handle(data))
+            if control in r and not os.read(control, 4096):
+                return
             if pending:
                 now = time.monotonic()
                 due = [x for x in pending if x[0] <= now]
@@ -321,8 +374,9 @@ def open_pty() -> tuple[int, int, str]:
     return master, slave, os.ttyname(slave)
 
 
-def build(machine: str, fault: str | None, inject_cycle: int | None, rate_hz: float | None,
-          fault_servo: int | None = None, fault_period: int | None = None) -> DynamixelEmulator:
+def build(machine: str, fault: str | None = None, inject_cycle: int | None = None, rate_hz: float | None = None,
+          fault_servo: int | None = None, fault_period: int | None = None,
+          clock: str | None = None) -> DynamixelEmulator:
     """An emulator for a machine configuration (its ``[drives]`` and ``[emulator]`` tables)."""
     from pkrt.drivers.sim import Plant
     from pkrt.rt.config import load_machine
@@ -339,7 +393,14 @@ def build(machine: str, fault: str | None, inject_cycle: int | None, rate_hz: fl
     return DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
                              fault_servo if fault_servo is not None else em.get("fault_servo"),
                              fault_period if fault_period is not None else int(em.get("fault_period", 1)),
-                             float(em.get("delay", 0.02)))
+                             float(em.get("delay", 0.02)), clock or str(em.get("clock", "cycle")))
+
+
+def load_machine_raw(machine: str) -> dict:
+    """The ``[emulator]`` table of a machine configuration."""
+    from pkrt.rt.config import load_machine
+
+    return load_machine(machine).raw.get("emulator", {})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,13 +411,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
     ap.add_argument("--fault-servo", type=int)
     ap.add_argument("--fault-period", type=int)
+    ap.add_argument("--clock", choices=("wall", "cycle"), help="plant clock (default: [emulator] clock or cycle)")
+    ap.add_argument("--priority", type=int, help="SCHED_FIFO priority (default: [emulator] priority, 0 = none)")
     ap.add_argument("--link", help="also make this path a symlink to the pty")
     a = ap.parse_args(argv)
     try:
-        emu = build(a.machine, a.fault, a.inject_cycle, a.rate, a.fault_servo, a.fault_period)
+        emu = build(a.machine, a.fault, a.inject_cycle, a.rate, a.fault_servo, a.fault_period, a.clock)
     except UserError as e:
         print(f"dynamixel_emulator: error: {e}", file=sys.stderr)
         return 2
+    prio = a.priority if a.priority is not None else int(load_machine_raw(a.machine).get("priority", 0))
+    sched = "not requested"
+    if prio > 0:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+            sched = f"SCHED_FIFO {prio} applied"
+        except (OSError, AttributeError) as e:
+            sched = f"SCHED_FIFO {prio} not applied: {e}"
     master, slave, path = open_pty()
     if a.link:
         if os.path.islink(a.link):
@@ -371,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if a.link and os.path.islink(a.link):
             os.unlink(a.link)
-    print(json.dumps(emu.report()), flush=True)
+    print(json.dumps({**emu.report(), "scheduling": sched}), flush=True)
     os.close(slave)
     os.close(master)
     return 0

@@ -1,0 +1,137 @@
+"""Serial hardware-in-the-loop: the Orthoglide demo in real time through the Dynamixel driver,
+a pseudo-terminal and the servo emulator running in another process.
+
+Cycle numbering: the emulator counts Sync Writes of Goal Current (one per completed loop
+cycle); the loop may skip cycles after an overrun, so its cycle indices are recorded here
+(``on_cycle``) and the emulator's counts are mapped onto them. ``injected_cycle`` and
+``torque_off_cycle`` are loop cycle indices, as ``fault_cycle`` is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import subprocess
+import sys
+
+from pkrt.drivers import open_drives
+from pkrt.rt.config import MachineConfig, load_machine
+from pkrt.rt.errors import Fault, UserError
+
+from .dynamixel_emulator import FAULT_KINDS
+
+START_TIMEOUT = 60.0  # s for the emulator to load its plant and open the pty
+
+
+class EmulatorProcess:
+    """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty."""
+
+    def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float):
+        cmd = [sys.executable, "-m", "pkrt.hil.dynamixel_emulator", "--machine", machine_path,
+               "--rate", repr(float(rate_hz))]
+        if fault is not None:
+            cmd += ["--fault", fault]
+        if inject_cycle is not None:
+            cmd += ["--inject-cycle", str(int(inject_cycle))]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        line = self._readline(START_TIMEOUT)
+        if not line:
+            err = self.proc.stderr.read() if self.proc.poll() is not None else "no answer"
+            self.kill()
+            raise Fault(f"servo emulator did not start: {err.strip().splitlines()[-1] if err.strip() else 'no output'}")
+        self.port = json.loads(line)["port"]
+
+    def _readline(self, timeout: float) -> str:
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return self.proc.stdout.readline() if r else ""
+
+    def stop(self, timeout: float = 10.0) -> dict:
+        """Close its stdin (the stop signal) and return its report."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        line = self._readline(timeout)
+        self.kill()
+        try:
+            return json.loads(line) if line else {}
+        except json.JSONDecodeError:
+            return {}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
+    config = load_machine(machine)
+    if config.drives.get("backend") != "dynamixel":
+        raise UserError(f"{config.path}: [drives], field 'backend': serial HIL needs 'dynamixel', "
+                        f"got {config.drives.get('backend')!r}")
+    if rate_hz is not None:
+        if not 1 <= rate_hz <= 100000:
+            raise UserError(f"--rate must be in [1, 100000] Hz, got {rate_hz}")
+        config = dataclasses.replace(config, rate_hz=float(rate_hz))
+    return config
+
+
+def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
+                   rate_hz: float | None = None, log_path: str | None = None) -> dict:
+    """Run the machine's demo through driver + pty + emulator process; returns the
+    ``run_session`` summary plus ``injected_fault``, ``injected_cycle``, ``torque_off_cycle``
+    (measured in the emulator: the cycle at which every servo's torque was off),
+    ``driver`` (port settings and bus counters) and ``emulator`` (its report)."""
+    from pkrt.rt.run import run_session
+
+    if fault is not None and fault not in FAULT_KINDS:
+        hint = " (bus-off is a CAN fault)" if fault == "bus-off" else ""
+        raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
+    config = serial_config(machine, rate_hz)
+    rate = config.rate_hz
+    inject = None
+    if fault is not None:
+        inject = int(round(float(config.raw.get("emulator", {}).get("inject_after", 0.5)) * rate))
+    emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
+    ran: list[int] = []
+    drives = None
+    try:
+        drives = open_drives(config, {"port": emu.port})
+        result = run_session(config, drives, duration=duration, log_path=log_path,
+                             on_cycle=lambda k, t: ran.append(k))
+    finally:
+        if drives is not None:
+            drives.close()
+        report = emu.stop()
+
+    def loop_cycle(w):
+        if w is None:
+            return None
+        if w < len(ran):
+            return ran[w]
+        return (ran[-1] + 1) if ran else w
+
+    out = dict(result)
+    out.update(bus="serial", injected_fault=fault, injected_cycle=loop_cycle(report.get("injected_cycle")),
+               torque_off_cycle=loop_cycle(report.get("torque_off_cycle")),
+               torque_off_cycle_host=result.get("torque_off_cycle"),
+               driver=drives.info() if drives is not None else None, emulator=report)
+    return out
+
+
+def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float | None = 5.0,
+                           rate_hz: float | None = None) -> dict:
+    """The same machine, controller, trajectory and rate in lockstep on the simulated plant of
+    the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
+    from pkrt.drivers.sim import Plant, SimDrives
+    from pkrt.rt.run import run_session
+
+    config = serial_config(machine, rate_hz)
+    drives = SimDrives(Plant.from_config(config))  # run_session starts it at the trajectory's start
+    return run_session(config, drives, duration=duration, lockstep=True)
+
