@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from . import constraints as C
 from .mechanism import AssemblyError, Config, Mechanism
@@ -25,6 +24,15 @@ def quadratic_velocities(theta_dot: np.ndarray) -> np.ndarray:
     """[td td] of ``shared/reference-models.md``."""
     s = len(theta_dot)
     return np.array([theta_dot[j] * theta_dot[k] for j, k in velocity_pairs(s)])
+
+
+def _checked_theta(mech: Mechanism, theta) -> np.ndarray:
+    """theta as a new float array of the actuators' size, finite (the kernels do not check)."""
+    t = np.array(theta, dtype=float).reshape(-1)
+    if t.shape != (mech.n_act,) or not np.all(np.isfinite(t)):
+        raise AssemblyError(f"cannot assemble {mech.name} at theta = {np.asarray(theta).tolist()}: "
+                            f"expected {mech.n_act} finite value(s)")
+    return t
 
 
 class Assembler:
@@ -78,7 +86,7 @@ class Assembler:
 
     def solve(self, theta) -> Config:
         """Assemble at theta, walking from the last solution in sub-steps."""
-        theta = np.asarray(theta, dtype=float)
+        theta = _checked_theta(self.mech, theta)
         start_theta, start_cfg = self.theta, self.cfg
         n = int(np.ceil(np.max(np.abs(theta - start_theta) / self.max_substep))) if len(theta) else 1
         n = max(n, 1)
@@ -126,7 +134,7 @@ def reduce_at(mech: Mechanism, cfg: Config, theta: np.ndarray) -> Reduced:
     A and B are the quadratic forms of the gyroscopic forces and of the analytic constraint
     drift, extracted exactly by polarisation (they are quadratic in theta_dot).
     """
-    theta = np.array(theta, dtype=float)
+    theta = _checked_theta(mech, theta)
     s = mech.n_act
     qt = np.empty((mech.n_coords, s))
     H = np.empty((s, s))
@@ -145,7 +153,7 @@ class ExactModel:
         self.assembler = Assembler(mech)
 
     def __call__(self, theta) -> Reduced:
-        theta = np.asarray(theta, float)
+        theta = _checked_theta(self.mech, theta)
         return reduce_at(self.mech, self.assembler.solve(theta), theta)
 
     def outputs(self, theta) -> np.ndarray:

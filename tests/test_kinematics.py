@@ -315,3 +315,14 @@ def test_mobility_and_singularity_reported(fourbar, fivebar, orthoglide):
         assert mech.n_coords - len(mech.independent) == mech.n_act
         sigma = mech.singularity_measure(mech.ref_config, mech.theta_ref)
         assert sigma > mech.description.singular_threshold
+
+
+@pytest.mark.parametrize("theta", [[0.0, 0.0], [0.0, np.nan, 0.0], [0.0, np.inf, 0.0], [[0.0, 0.0, 0.0, 0.0]]])
+def test_bad_theta_is_refused_before_the_kernels(orthoglide, theta):
+    asm = Assembler(orthoglide)
+    with pytest.raises(AssemblyError, match=r"cannot assemble orthoglide at theta = .*: expected 3 finite value\(s\)"):
+        asm.solve(theta)
+    from pkrt.models.reduction import reduce_at
+
+    with pytest.raises(AssemblyError, match="expected 3 finite"):
+        reduce_at(orthoglide, orthoglide.ref_config, theta)
