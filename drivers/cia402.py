@@ -270,20 +270,39 @@ class CiA402Drives(Drives):
     # -- cyclic path -------------------------------------------------------------------------------
     def read(self, t: float):
         """Send SYNC, collect every drive's TPDOs; fill ``self.feedback`` (SI, actuator order)."""
-        fb = self.feedback
         if not self._cyclic:
             raise DriveError(f"cannot read drives in state {self.state.value}")
+        self.drain()
+        self.sync()
+        self.collect(time.perf_counter() + self.tpdo_timeout)
+        return self.publish(t)
+
+    # the steps of read(), public for the benchmark (tests/bench/bench_can.py)
+    def drain(self) -> None:
+        """Handle frames that arrived since the last window (EMCY, error frames, late TPDOs)."""
+        try:
+            msg = self._bus.recv(0.0)
+            while msg is not None:
+                self._on_frame(msg, False)
+                msg = self._bus.recv(0.0)
+        except (can.CanError, OSError, ValueError) as e:
+            self._fail(f"CAN bus error: {e}")
+
+    def sync(self) -> None:
+        """Open this cycle's window: send SYNC (COB-ID 0x080, no data)."""
+        self._got[:] = False
+        self._need = 2 * self.n_axes
+        try:
+            self._bus.send(self._sync, 0.001)
+        except (can.CanError, OSError, ValueError) as e:
+            self._fail(f"CAN send failed (SYNC): {e}")
+        self.cycle += 1
+
+    def collect(self, deadline: float) -> None:
+        """Receive and decode frames until every TPDO of this window is in or ``deadline``
+        (``time.perf_counter()`` s) passes."""
         bus = self._bus
         try:
-            msg = bus.recv(0.0)
-            while msg is not None:  # arrived after the last cycle's window: late
-                self._on_frame(msg, False)
-                msg = bus.recv(0.0)
-            self._got[:] = False
-            self._need = 2 * self.n_axes
-            bus.send(self._sync, 0.001)
-            self.cycle += 1
-            deadline = time.perf_counter() + self.tpdo_timeout
             while self._need:
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0.0:
@@ -294,8 +313,12 @@ class CiA402Drives(Drives):
                 self._on_frame(msg, True)
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN bus error: {e}")
-        s = self.n_axes
-        for i in range(s):
+
+    def publish(self, t: float):
+        """Scale the last raw values to SI into ``self.feedback``; a window with TPDOs missing
+        makes it stale, more than ``max_missed_cycles`` such windows in a row is a fault."""
+        fb = self.feedback
+        for i in range(self.n_axes):
             fb.position[i] = self._pos_raw[i] * self._si_per_increment[i]
             fb.velocity[i] = self._vel_raw[i] * self._si_per_increment[i]
         fb.stamp = t
