@@ -30,6 +30,7 @@ report the register value an invalid number becomes (-2**31).
 Run: ``python -m pkrt.hil.dynamixel_emulator [--machine M] [--fault KIND] [--inject-cycle N]``.
 It prints one JSON line ``{"port": "/dev/pts/N"}``, serves until stdin closes (or SIGTERM),
 then prints one JSON line with its report (cycles, injected_cycle, torque_off_cycle, ...).
+JSON lines on stdin re-arm it between runs or ask for the report (see ``serve``).
 """
 
 from __future__ import annotations
@@ -127,39 +128,49 @@ class DynamixelEmulator:
 
     def __init__(self, settings: DynamixelSettings, plant, rate_hz: float, fault: str | None = None,
                  inject_cycle: int = 0, fault_servo: int | None = None, fault_period: int = 1,
-                 delay: float = 0.02, clock: str = "cycle"):
-        if fault is not None and fault not in FAULT_KINDS:
-            raise UserError(f"unknown serial HIL fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
-        self.st = settings
-        self.plant = plant
-        self.dt = 1.0 / rate_hz
+                 delay: float = 0.02, clock: str = "cycle", theta0=None):
         if clock not in ("wall", "cycle"):
             raise UserError(f"emulator clock must be 'wall' or 'cycle', got {clock!r}")
+        self.st = settings
+        self.plant = plant
         self.clock = clock
+        self.theta0 = np.array(plant.theta if theta0 is None else theta0, dtype=float)
+        self.fault_servo = settings.ids[min(1, len(settings.ids) - 1)] if fault_servo is None else fault_servo
+        if self.fault_servo not in settings.ids:
+            raise UserError(f"fault servo {self.fault_servo} is not one of the IDs {list(settings.ids)}")
+        self.fault_period = max(1, int(fault_period))
+        self.delay = float(delay)
+        s = len(settings.ids)
+        self._tau = np.zeros(s)
+        self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]
+        self.parser = dxp.PacketParser(max_length=1024)
+        self.arm(fault, inject_cycle, rate_hz)
+
+    def arm(self, fault: str | None, inject_cycle: int, rate_hz: float) -> None:
+        """Power-cycle: servos at factory state, plant at rest at ``theta0``, counters zero,
+        the given fault armed for cycle ``inject_cycle`` of a loop at ``rate_hz``."""
+        if fault is not None and fault not in FAULT_KINDS:
+            raise UserError(f"unknown serial HIL fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
+        if not rate_hz > 0:
+            raise UserError(f"emulator rate must be positive, got {rate_hz}")
+        self.dt = 1.0 / rate_hz
+        self.fault = fault
+        self.inject_cycle = int(inject_cycle)
+        self.plant.reset(self.theta0)
+        self.servos = {i: Servo(i, lim) for i, lim in zip(self.st.ids, self.st.current_limit)}
+        self.parser.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
         self.brake = True  # holding brake engaged: the plant does not move
         self._t0 = 0.0  # cycle clock: wall time of period 0's write (earliest-arriving)
         self._k_plant = 0  # cycle clock: the plant is at the start of this period
         self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
-        self.servos = {i: Servo(i, lim) for i, lim in zip(settings.ids, settings.current_limit)}
-        self.fault = fault
-        self.inject_cycle = int(inject_cycle)
-        self.fault_servo = settings.ids[min(1, len(settings.ids) - 1)] if fault_servo is None else fault_servo
-        if self.fault_servo not in self.servos:
-            raise UserError(f"fault servo {self.fault_servo} is not one of the IDs {list(settings.ids)}")
-        self.fault_period = max(1, int(fault_period))
-        self.delay = float(delay)
-        self.parser = dxp.PacketParser(max_length=1024)
-        self.cycles = 0  # Sync Writes of Goal Current seen on the line
+        self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.injected = False
         self.injected_cycle: int | None = None
         self.torque_off_cycle: int | None = None
         self.nonzero_after_off = 0
         self._status_count = 0
         self.counts = dict(instructions=0, answers=0, dropped=0, corrupted=0, delayed=0, suppressed=0)
-        s = len(settings.ids)
-        self._tau = np.zeros(s)
-        self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]
         self._update_present()
 
     # -- plant <-> registers ------------------------------------------------------------------
@@ -335,9 +346,14 @@ class DynamixelEmulator:
                     **self.counts)
 
     # -- serving ------------------------------------------------------------------------------
-    def serve(self, master: int, control: int) -> None:
-        """Answer on the pty master until ``control`` (a readable fd) reaches end of file."""
+    def serve(self, master: int, control: int, reply=None) -> None:
+        """Answer on the pty master until ``control`` (a readable fd) reaches end of file.
+
+        ``control`` also takes JSON lines: ``{"cmd": "arm", "fault": KIND|null, "inject_cycle":
+        N, "rate_hz": R}`` (power-cycle and re-arm) and ``{"cmd": "report"}``; each is answered
+        with one JSON line through ``reply(dict)``."""
         pending: list[tuple[float, bytes]] = []
+        lines = b""
         while True:
             timeout = None
             if pending:
@@ -350,14 +366,37 @@ class DynamixelEmulator:
                     data = b""
                 if data:
                     pending.extend(self.handle(data))
-            if control in r and not os.read(control, 4096):
-                return
+            if control in r:
+                data = os.read(control, 4096)
+                if not data:
+                    return
+                lines += data
+                while b"\n" in lines:
+                    line, lines = lines.split(b"\n", 1)
+                    if line.strip() and reply is not None:
+                        out = self.command(line)
+                        if out.get("armed"):
+                            pending.clear()
+                        reply(out)
             if pending:
                 now = time.monotonic()
                 due = [x for x in pending if x[0] <= now]
                 if due:
                     pending = [x for x in pending if x[0] > now]
                     os.write(master, b"".join(b for _, b in due))
+
+    def command(self, line: bytes) -> dict:
+        """One control command (see ``serve``); errors come back as ``{"error": ...}``."""
+        try:
+            c = json.loads(line)
+            if c.get("cmd") == "report":
+                return self.report()
+            if c.get("cmd") == "arm":
+                self.arm(c.get("fault"), int(c.get("inject_cycle", 0)), float(c.get("rate_hz", 1.0 / self.dt)))
+                return {"armed": True, "fault": self.fault, "inject_cycle": self.inject_cycle}
+            return {"error": f"unknown command {c.get('cmd')!r}"}
+        except (ValueError, TypeError, AttributeError, UserError) as e:
+            return {"error": str(e)}
 
 
 def _int32(x: float) -> int:
@@ -386,14 +425,15 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
     rate = float(rate_hz or config.rate_hz)
     settings = load_settings(config, {"port": "emulator"})
     plant = Plant.from_config(config)
-    if "theta0" in em:
-        plant.reset(np.asarray(em["theta0"], dtype=float))
+    theta0 = np.asarray(em.get("theta0", plant.theta), dtype=float)
+    if theta0.shape != plant.theta.shape or not np.all(np.isfinite(theta0)):
+        raise UserError(f"{config.path}: [emulator], field 'theta0': expected {plant.s} finite numbers")
     if inject_cycle is None:
         inject_cycle = int(round(float(em.get("inject_after", 0.5)) * rate))
     return DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
                              fault_servo if fault_servo is not None else em.get("fault_servo"),
                              fault_period if fault_period is not None else int(em.get("fault_period", 1)),
-                             float(em.get("delay", 0.02)), clock or str(em.get("clock", "cycle")))
+                             float(em.get("delay", 0.02)), clock or str(em.get("clock", "cycle")), theta0)
 
 
 def load_machine_raw(machine: str) -> dict:
@@ -436,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os.close(0))
     print(json.dumps({"port": path}), flush=True)
     try:
-        emu.serve(master, sys.stdin.fileno())
+        emu.serve(master, sys.stdin.fileno(), reply=lambda d: print(json.dumps(d), flush=True))
     except (KeyboardInterrupt, OSError):
         pass
     finally:

@@ -44,6 +44,24 @@ class EmulatorProcess:
             raise Fault(f"servo emulator did not start: {err.strip().splitlines()[-1] if err.strip() else 'no output'}")
         self.port = json.loads(line)["port"]
 
+    def _command(self, cmd: dict, timeout: float = 10.0) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self._readline(timeout)
+        if not line:
+            raise Fault(f"servo emulator did not answer {cmd['cmd']!r}")
+        out = json.loads(line)
+        if "error" in out:
+            raise UserError(f"servo emulator: {out['error']}")
+        return out
+
+    def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float) -> None:
+        """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle``."""
+        self._command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz})
+
+    def report(self) -> dict:
+        return self._command({"cmd": "report"})
+
     def _readline(self, timeout: float) -> str:
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)
         return self.proc.stdout.readline() if r else ""
@@ -82,11 +100,14 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
-                   rate_hz: float | None = None, log_path: str | None = None) -> dict:
+                   rate_hz: float | None = None, log_path: str | None = None,
+                   emulator: EmulatorProcess | None = None) -> dict:
     """Run the machine's demo through driver + pty + emulator process; returns the
     ``run_session`` summary plus ``injected_fault``, ``injected_cycle``, ``torque_off_cycle``
     (measured in the emulator: the cycle at which every servo's torque was off),
-    ``driver`` (port settings and bus counters) and ``emulator`` (its report)."""
+    ``driver`` (port settings and bus counters) and ``emulator`` (its report).
+    ``emulator``: an already running emulator of this machine, re-armed for this run and left
+    running (otherwise one is started and stopped)."""
     from pkrt.rt.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
@@ -97,7 +118,11 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     inject = None
     if fault is not None:
         inject = int(round(float(config.raw.get("emulator", {}).get("inject_after", 0.5)) * rate))
-    emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
+    if emulator is None:
+        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
+    else:
+        emu = emulator
+        emu.arm(fault, inject, rate)
     ran: list[int] = []
     drives = None
     try:
@@ -107,7 +132,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     finally:
         if drives is not None:
             drives.close()
-        report = emu.stop()
+        report = emu.stop() if emulator is None else emu.report()
 
     def loop_cycle(w):
         if w is None:
