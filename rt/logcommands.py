@@ -45,10 +45,18 @@ def column_names(log: Log, name: str) -> list[str]:
 
 
 def measured_rate(log: Log) -> float | None:
+    """Cycles per second between the first and last logged wake-ups (t plus the wake
+    latency, when logged); below nominal when a real-time loop skipped periods."""
     t = log.get("t")
-    if t is None or len(t) < 2 or not t[-1] > t[0]:
+    if t is None or len(t) < 2:
         return None
-    return float((log.cycles[-1] - log.cycles[0]) / (t[-1] - t[0]))
+    wake = log.get("wake_us")
+    t0, t1 = float(t[0]), float(t[-1])
+    if wake is not None and np.isfinite(wake[0]) and np.isfinite(wake[-1]):
+        t0, t1 = t0 + 1e-6 * float(wake[0]), t1 + 1e-6 * float(wake[-1])
+    if not t1 > t0:
+        return None
+    return float((log.cycles[-1] - log.cycles[0]) / (t1 - t0))
 
 
 def tracking_stats(log: Log) -> dict:
@@ -62,8 +70,10 @@ def tracking_stats(log: Log) -> dict:
     out = {}
     for i in range(e.shape[1]):
         name = axes[i] if len(axes) == e.shape[1] else str(i)
-        out[name] = {"rms": float(np.sqrt(np.mean(e[:, i] ** 2))), "max": float(np.max(np.abs(e[:, i]))),
-                     "unit": units[i]}
+        ei = e[:, i][np.isfinite(e[:, i])]  # a NaN reading (a fault) is reported, not averaged
+        out[name] = {"rms": float(np.sqrt(np.mean(ei ** 2))) if len(ei) else None,
+                     "max": float(np.max(np.abs(ei))) if len(ei) else None,
+                     "unit": units[i], "non_finite": int(len(e) - len(ei))}
     return out
 
 
@@ -72,6 +82,7 @@ def timing_stats(log: Log) -> dict:
     out = {}
     for name in ("wake_us", "compute_us"):
         a = log.get(name)
+        a = a[np.isfinite(a)] if a is not None else None
         if a is not None and len(a):
             out[name] = {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)),
                          "max": float(np.max(a))}
@@ -131,17 +142,31 @@ def log_summary(log: Log) -> dict:
     }
 
 
-def _info_text(s: dict) -> str:
+def _short(v) -> str:
+    """A value for text output: numbers to 4 significant digits, lists of them compactly."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+        return ("[" + ", ".join(_short(x) for x in v) + "]") if len(set(v)) > 1 else f"{_short(v[0])} x{len(v)}"
+    return str(v)
+
+
+def _info_text(s: dict, brief: bool = False) -> str:
+    """The text of ``pkrt log info``; ``brief`` (the plot's panel) leaves out versions and the
+    run's own summary, and shortens hashes."""
+    def h(x):
+        return (x[:12] + "...") if brief and isinstance(x, str) and len(x) > 15 else (x or "")
+
     L = [f"log        {s['path']} ({s['format']}, created {s['created']})"]
     sw = s.get("software") or {}
-    if sw:
+    if sw and not brief:
         L.append("software   " + ", ".join(f"{k} {v}" for k, v in sw.items()))
-    L.append(f"machine    {s['machine']}   model {s['model']['name']} {s['model']['hash'] or ''}".rstrip())
+    L.append(f"machine    {s['machine'] or '-'}   model {s['model']['name'] or '-'} {h(s['model']['hash'])}".rstrip())
     if s["tree"]["path"] or s["tree"]["hash"]:
-        L.append(f"tree       {s['tree']['path']} {s['tree']['hash'] or ''}".rstrip())
+        L.append(f"tree       {s['tree']['path']} {h(s['tree']['hash'])}".rstrip())
     if s["controller"]:
         c = s["controller"]
-        L.append("controller " + (", ".join(f"{k}={v}" for k, v in c.items()) if isinstance(c, dict) else str(c)))
+        L.append("controller " + (", ".join(f"{k}={_short(v)}" for k, v in c.items()) if isinstance(c, dict) else str(c)))
     r = s["rate_hz"]
     meas = f"{r['measured']:.3f}" if r["measured"] else "-"
     L.append(f"run        {s['cycles']} cycles, {s['duration_s']:.3f} s, rate nominal {r['nominal']} Hz, "
@@ -151,7 +176,11 @@ def _info_text(s: dict) -> str:
     if s["tracking"]:
         L.append("tracking error (ref_pos - pos):")
         for ax, v in s["tracking"].items():
-            L.append(f"  {ax:<8} rms {v['rms']:.4g} {v['unit']}   max {v['max']:.4g} {v['unit']}")
+            if v["rms"] is None:
+                L.append(f"  {ax:<8} no finite samples")
+                continue
+            bad = f"   ({v['non_finite']} non-finite samples left out)" if v["non_finite"] else ""
+            L.append(f"  {ax:<8} rms {v['rms']:.4g} {v['unit']}   max {v['max']:.4g} {v['unit']}{bad}")
     if s["timing_us"]:
         L.append("timing (us):")
         for k, v in s["timing_us"].items():
@@ -161,8 +190,8 @@ def _info_text(s: dict) -> str:
     L.append(f"events     {len(s['events'])}" + ("" if s["events"] else " (none)"))
     for e in s["events"]:
         L.append(f"  cycle {e['cycle']}: {e['kind']}: {e['message']}")
-    if s["summary"]:
-        L.append("summary    " + ", ".join(f"{k}={v}" for k, v in s["summary"].items()
+    if s["summary"] and not brief:
+        L.append("summary    " + ", ".join(f"{k}={_short(v)}" for k, v in s["summary"].items()
                                          if not isinstance(v, (dict, list))))
     return "\n".join(L)
 
@@ -211,6 +240,7 @@ def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
 # -- plot ------------------------------------------------------------------------------------
 PLOT_SIZE_PX = (1600, 1000)
 PLOT_DPI = 100
+TIMING_FLOOR_US = 0.1  # lockstep wake latency is exactly 0; a log axis needs a floor
 
 
 def plot_log(log: Log, out_path) -> str:
@@ -234,7 +264,8 @@ def plot_log(log: Log, out_path) -> str:
         e = _cols(ref) - _cols(pos)
         u = channel_units(log, "pos")
         for i in range(e.shape[1]):
-            a.plot(x, e[:, i], lw=1, label=f"{axes[i] if i < len(axes) else i} [{u[i]}]")
+            k, unit = (1e3, "m" + u[i]) if u[i] in ("m", "rad") else (1.0, u[i])  # mm, mrad
+            a.plot(x, k * e[:, i], lw=1, label=f"{axes[i] if i < len(axes) else i} [{unit}]")
         a.legend(loc="upper right")
     a.set_title("tracking error ref_pos - pos")
     a.set_xlabel(xlabel)
@@ -255,30 +286,33 @@ def plot_log(log: Log, out_path) -> str:
 
     for e in log.events:  # faults and state changes as vertical lines on the time plots
         if isinstance(e.get("cycle"), int) and len(x):
-            k = min(int(np.searchsorted(log.cycles, e["cycle"])), len(x) - 1)
+            k = min(log.row_of_cycle(e["cycle"]), len(x) - 1)
             for a in (ax[0, 0], ax[0, 1]):
                 a.axvline(x[k], color="red" if "fault" in str(e.get("kind")) else "gray", lw=1, ls=":")
 
-    a = ax[1, 0]
-    drew = False
-    for name, color in (("wake_us", "tab:blue"), ("compute_us", "tab:orange")):
-        v = log.get(name)
-        if v is not None and len(v):
-            v = v[np.isfinite(v)]
-            hi = max(float(np.max(v)), 1.0) if len(v) else 1.0
-            a.hist(v, bins=np.linspace(0.0, hi * 1.02, 80), alpha=0.6, color=color, label=name,
-                   log=True)
-            drew = True
-    if drew:
-        a.legend(loc="upper right")
-    a.set_title("cycle timing histogram")
+    a = ax[1, 0]  # timing: heavy-tailed, so log-spaced bins on a log axis
+    series = {n: v[np.isfinite(v)] for n in ("wake_us", "compute_us") if (v := log.get(n)) is not None}
+    allv = np.concatenate(list(series.values())) if series else np.zeros(0)
+    lo_us = TIMING_FLOOR_US
+    hi_us = max(float(allv.max()) if len(allv) else 1.0, 10 * lo_us) * 1.05
+    bins = np.geomspace(lo_us, hi_us, 90)
+    for (name, v), color in zip(series.items(), ("tab:blue", "tab:orange")):
+        if len(v):
+            p99 = np.percentile(v, 99)
+            a.hist(np.clip(v, lo_us, None), bins=bins, alpha=0.6, color=color, log=True,
+                   label=f"{name}: p50 {np.median(v):.1f}, p99 {p99:.1f}, max {v.max():.1f}")
+            a.axvline(max(p99, lo_us), color=color, lw=1, ls="--")
+    if series:
+        a.legend(loc="upper right", title=f"us (values below {lo_us:g} us drawn at {lo_us:g})")
+    a.set_xscale("log")
+    a.set_title("cycle timing histogram (dashed: p99)")
     a.set_xlabel("microseconds")
     a.set_ylabel("cycles")
     a.grid(alpha=0.3)
 
     a = ax[1, 1]
     a.axis("off")
-    a.text(0.0, 1.0, _info_text(s), va="top", ha="left", family="monospace", fontsize=9,
+    a.text(0.0, 1.0, _info_text(s, brief=True), va="top", ha="left", family="monospace", fontsize=9,
            transform=a.transAxes, wrap=True)
     fig.suptitle(f"{Path(log.path).name}: {s['model']['name'] or ''} {s['cycles']} cycles, "
                  f"{s['duration_s']:.3f} s", fontsize=13)

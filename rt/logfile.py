@@ -255,6 +255,15 @@ class Log:
     def get(self, name: str) -> np.ndarray | None:
         return self.channels.get(name)
 
+    def row_of_cycle(self, cycle: int) -> int:
+        """The first row at or after a loop cycle index (events carry the loop's index; rows
+        count commits, which differ once a real-time loop skipped periods). Uses
+        t = cycle / rate_hz when the log has both, else the row cycle indices."""
+        rate, t = self.header.get("rate_hz"), self.channels.get("t")
+        if isinstance(rate, (int, float)) and rate > 0 and t is not None and len(t):
+            return int(np.searchsorted(t, cycle / rate - 0.5 / rate))
+        return int(np.searchsorted(self.cycles, cycle))
+
     def axes(self) -> list[str]:
         """Axis names from the header, or q1..qs from the width of ``pos``/``ref_pos``."""
         ax = self.header.get("axes")

@@ -252,12 +252,15 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
     if window % 2 == 0 or window <= polyorder + 2:
         raise UserError(f"--window must be odd and larger than {polyorder + 2}, got {window}")
     half = window // 2
-    # cycles up to the first fault (torque off afterwards), split at gaps in the log
+    # cycles up to the first fault (torque off afterwards)
     stop = log.n_cycles
     faults = [e["cycle"] for e in log.events if "fault" in str(e.get("kind")) and isinstance(e.get("cycle"), int)]
     if faults:
-        stop = int(np.searchsorted(log.cycles, min(faults)))
-    breaks = np.flatnonzero(np.diff(log.cycles[:stop]) != 1) + 1
+        stop = log.row_of_cycle(min(faults))
+    # uniform sampling is what the filter assumes: split where rows or periods were skipped
+    t = log.channels["t"][:stop]
+    breaks = np.flatnonzero((np.diff(log.cycles[:stop]) != 1)
+                            | (np.abs(np.diff(t) * rate - 1.0) > 1e-6)) + 1
     tau_m = np.full_like(pos, np.nan)
     vel_f = np.full_like(pos, np.nan)
     tau_f = np.full_like(pos, np.nan)

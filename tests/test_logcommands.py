@@ -32,7 +32,9 @@ def test_info_json(demo, capsys):
     s = run_json(capsys, "log", "info", p)
     assert s["cycles"] == 2000 and s["complete"] and not s["truncated"]
     assert s["duration_s"] == pytest.approx(1.999)
-    assert s["rate_hz"]["nominal"] == 1000.0 and s["rate_hz"]["measured"] == pytest.approx(1000.0)
+    assert s["rate_hz"]["nominal"] == 1000.0
+    t1, t0 = d["t"][-1] + 1e-6 * d["wake_us"][-1], d["t"][0] + 1e-6 * d["wake_us"][0]
+    assert s["rate_hz"]["measured"] == pytest.approx(1999 / (t1 - t0), rel=1e-12)
     assert s["machine"] == "models/machines/orthoglide-sim.toml" and s["axes"] == AXES
     e = d["ref_pos"] - d["pos"]
     for i, ax in enumerate(AXES):
@@ -164,3 +166,55 @@ def test_plot_refuses_empty_log(tmp_path, capsys):
     LogWriter(p, {}, CHANNELS).close({})
     assert main(["log", "plot", str(p), "-o", str(tmp_path / "e.png")]) == 2
     assert "nothing to plot" in capsys.readouterr().err
+
+
+def test_nan_readings_are_left_out_and_counted(tmp_path, capsys):
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "nan.pkl"
+    w = LogWriter(p, {"axes": ["a"], "rate_hz": 100.0},
+                  [("t", 1, "s"), ("ref_pos", 1, "rad"), ("pos", 1, "rad"), ("wake_us", 1, "us")])
+    for i in range(20):
+        w.row[:] = (i * 0.01, 0.1, 0.1 - (0.01 if i < 15 else np.nan), np.nan if i == 3 else 5.0)
+        w.commit()
+    w.event(15, "fault", "feedback is NaN on axis a")
+    w.close({})
+    s = run_json(capsys, "log", "info", p)
+    assert s["tracking"]["a"]["non_finite"] == 5
+    assert s["tracking"]["a"]["rms"] == pytest.approx(0.01) and s["timing_us"]["wake_us"]["max"] == 5.0
+    assert main(["log", "info", str(p)]) == 0
+    assert "5 non-finite samples left out" in capsys.readouterr().out
+    assert main(["log", "plot", str(p), "-o", str(tmp_path / "nan.png")]) == 0
+
+
+def test_events_map_to_rows_by_time_after_skipped_periods(tmp_path):
+    """A real-time loop that overran skips periods: rows count commits, events carry the
+    loop's cycle index; rows are found by t = cycle / rate."""
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "skip.pkl"
+    w = LogWriter(p, {"rate_hz": 1000.0}, [("t", 1, "s")])
+    ks = [0, 1, 2, 5, 6, 7]  # periods 3 and 4 skipped
+    for k in ks:
+        w.row[0] = k / 1000.0
+        w.commit()
+    w.close({})
+    log = read_log(p)
+    assert [log.row_of_cycle(k) for k in (0, 2, 3, 5, 7)] == [0, 2, 3, 3, 5]
+    from pkrt.rt.logcommands import measured_rate
+
+    assert measured_rate(log) == pytest.approx(5 / 0.007)  # below the nominal 1 kHz
+
+
+def test_demo_run_writes_its_plot(tmp_path, capsys):
+    """`pkrt run` (the Orthoglide demo, lockstep) writes a PNG beside its log by default."""
+    log = tmp_path / "demo.pkl"
+    assert main(["run", "--lockstep", "--log", str(log), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    png = tmp_path / "demo.png"
+    assert r["plot"] == str(png) and png.exists()
+    with Image.open(png) as im:
+        im.verify()
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (1600, 1000)
+    assert read_log(log).summary["cycles"] == r["cycles"]
