@@ -329,6 +329,38 @@ def _mass_times(masses, Iw, Y, out):
 
 
 @njit(cache=True)
+def _quadratic_form(prim_i, prim_f, rows, X, R, Iw, q_theta, theta, theta_dot, g, a):
+    """At qdot = q_theta theta_dot: g = drift on the square rows, a = gyroscopic forces
+    (0, w x Iw w) per body (N, N m)."""
+    nb = X.shape[0]
+    V = np.empty((nb, 3))
+    W = np.empty((nb, 3))
+    for b in range(nb):
+        for i in range(3):
+            v = 0.0
+            w = 0.0
+            for k in range(theta_dot.shape[0]):
+                v += q_theta[6 * b + i, k] * theta_dot[k]
+                w += q_theta[6 * b + 3 + i, k] * theta_dot[k]
+            V[b, i] = v
+            W[b, i] = w
+    n_all = 0
+    for k in range(prim_i.shape[0]):
+        n_all += 3 if prim_i[k, 0] == POINT else 1
+    gamma = np.empty(n_all)
+    drift(prim_i, prim_f, X, R, V, W, theta, theta_dot, gamma)
+    for i in range(rows.shape[0]):
+        g[i] = gamma[rows[i]]
+    for b in range(nb):
+        w = (W[b, 0], W[b, 1], W[b, 2])
+        Lw = _rot(Iw, b, w)  # Iw[b] @ w
+        t = _cross(w, Lw)
+        for i in range(3):
+            a[6 * b + i] = 0.0
+            a[6 * b + 3 + i] = t[i]
+
+
+@njit(cache=True)
 def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, q_theta, H, D,
                   p_ext):
     """Exact reduced model at an assembled configuration (X, R) (see ``reduction.reduce_at``).
@@ -374,51 +406,35 @@ def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, 
                 p += masses[b] * gravity[k] * q_theta[6 * b + k, j]
         p_ext[j] = p
 
-    # quadratic forms Q(e) = (drift, gyroscopic) at theta_dot = e for e_j and e_j + e_k
+    # quadratic forms Q(e) = (drift on the square rows, gyroscopic forces) at theta_dot = e
     nq = s * (s + 1) // 2
     G = np.empty((n, nq))
-    Ag = np.zeros((n, nq))
-    Gd = np.empty((n, s))  # Q(e_j), kept for the polarisation
-    Ad = np.zeros((n, s))
+    Ag = np.empty((n, nq))
+    Gd = np.empty((n, s))  # Q(e_j)
+    Ad = np.empty((n, s))
     e = np.zeros(s)
-    V = np.empty((nb, 3))
-    W = np.empty((nb, 3))
-    gamma = np.empty(n_all)
-    for sweep in range(2):
-        c = 0
-        for j in range(s):
-            for k in range(j, s):
-                if (sweep == 0) != (j == k):
-                    c += 1
-                    continue
+    g = np.empty(n)
+    ag = np.empty(n)
+    for j in range(s):
+        e[:] = 0.0
+        e[j] = 1.0
+        _quadratic_form(prim_i, prim_f, rows, X, R, Iw, q_theta, theta, e, g, ag)
+        Gd[:, j] = g
+        Ad[:, j] = ag
+    c = 0
+    for j in range(s):
+        for k in range(j, s):
+            if j == k:
+                G[:, c] = Gd[:, j]
+                Ag[:, c] = Ad[:, j]
+            else:  # polarisation: the td_j td_k coefficient
                 e[:] = 0.0
                 e[j] = 1.0
                 e[k] = 1.0
-                for b in range(nb):
-                    for i in range(3):
-                        v = 0.0
-                        w = 0.0
-                        for a in range(s):
-                            v += q_theta[6 * b + i, a] * e[a]
-                            w += q_theta[6 * b + 3 + i, a] * e[a]
-                        V[b, i] = v
-                        W[b, i] = w
-                drift(prim_i, prim_f, X, R, V, W, theta, e, gamma)
-                for i in range(n):
-                    G[i, c] = gamma[rows[i]]
-                for b in range(nb):
-                    w = W[b]
-                    Lw = Iw[b] @ w
-                    Ag[6 * b + 3, c] = w[1] * Lw[2] - w[2] * Lw[1]
-                    Ag[6 * b + 4, c] = w[2] * Lw[0] - w[0] * Lw[2]
-                    Ag[6 * b + 5, c] = w[0] * Lw[1] - w[1] * Lw[0]
-                if j == k:
-                    Gd[:, j] = G[:, c]
-                    Ad[:, j] = Ag[:, c]
-                else:
-                    G[:, c] -= Gd[:, j] + Gd[:, k]
-                    Ag[:, c] -= Ad[:, j] + Ad[:, k]
-                c += 1
+                _quadratic_form(prim_i, prim_f, rows, X, R, Iw, q_theta, theta, e, g, ag)
+                G[:, c] = g - Gd[:, j] - Gd[:, k]
+                Ag[:, c] = ag - Ad[:, j] - Ad[:, k]
+            c += 1
     # qdd = q_theta thetadd + B [td td] with Phi_q B = -G; D = q_theta^T (A + M B)
     B = np.linalg.solve(A, -G)
     MB = np.empty((n, nq))
