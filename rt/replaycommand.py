@@ -21,6 +21,7 @@ period earlier. The residual per axis (RMS, max, mean), and a least-squares fric
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tempfile
@@ -155,11 +156,14 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     """Run the log's reference again and compare with the log (see the module docstring)."""
     from pkrt.drivers import open_drives
 
-    from .run import run_session
+    from .run import load_controller_tree, run_session
 
     config = machine_for_log(log, machine)
+    tree = load_controller_tree(config)
     lockstep = bool(log.header.get("lockstep", True)) if lockstep is None else lockstep
     plan, exact = reference_from_log(log, config.rate_hz)
+    if plan.pos.shape[1] != tree.s:
+        raise UserError(f"{log.path}: the log has {plan.pos.shape[1]} axes, machine {config.path} has {tree.s}")
     overrides = plant_overrides(log, config, mass_scale)
     ctrl = controller or (log.header.get("controller") or {}).get("kind")
     tmp = None
@@ -170,7 +174,7 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     drives = open_drives(config, overrides)
     try:
         summary = run_session(config, drives, trajectory=plan, lockstep=lockstep, log_path=path,
-                              controller=ctrl)
+                              controller=ctrl, tree=tree)
         new = read_log(path)
     finally:
         drives.close()
@@ -245,6 +249,9 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
     if tree_path is None:
         tree_path = machine_for_log(log, machine).tree
     tree = load_tree(tree_path)
+    same_tree = None
+    if isinstance(log.header.get("tree_hash"), str):
+        same_tree = hashlib.sha256(Path(tree_path).read_bytes()).hexdigest() == log.header["tree_hash"]
     pos, tau = _cols(log.channels["pos"]), _cols(log.channels["tau"])
     if pos.shape[1] != tree.s:
         raise UserError(f"{tree_path}: the tree has {tree.s} actuators, the log {pos.shape[1]}")
@@ -303,7 +310,7 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
                         "unit": log.units.get("tau", "")}
     ver = tree.header.get("verification") or {}
     return {
-        "log": log.path, "mode": "offline", "tree": str(tree_path),
+        "log": log.path, "mode": "offline", "tree": str(tree_path), "same_tree_as_run": same_tree,
         "filter": {"kind": "savitzky-golay (zero phase)", "window": window,
                    "torque": "(tau[k-1] + tau[k]) / 2 (zero-order hold), same filter",
                    "window_s": window / rate, "polyorder": polyorder,

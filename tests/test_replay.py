@@ -131,6 +131,7 @@ def test_offline_recovers_torques_within_tree_error(tmp_path, capsys):
     log = tmp_path / "nofric.pkl"
     assert run_logged(m["machine"], m["traj"], log)["fault"] is None
     r = replay_json(capsys, log, "--offline")
+    assert r["same_tree_as_run"] is True
     f = r["filter"]
     assert f["window"] == 21 and f["polyorder"] == 3 and 30 < f["cutoff_hz"] < 80
     assert r["cycles_used"] == 2001 - 20
@@ -180,6 +181,8 @@ def test_replay_errors(fourbar, tmp_path, capsys):
     assert "--mass-scale must be positive" in capsys.readouterr().err
     assert main(["replay", str(log), "--lockstep", "--realtime"]) == 2
     capsys.readouterr()
+    assert main(["replay", str(log), "--machine", "orthoglide"]) == 2
+    assert "the log has 1 axes" in capsys.readouterr().err
     # a log whose machine file is gone: clear message, exit 2
     from pkrt.rt.logfile import LogWriter
 
