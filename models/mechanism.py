@@ -236,10 +236,12 @@ def compile_mechanism(desc: Description) -> Mechanism:
                      Config(X, R), desc.theta_guess.copy(), np.repeat(masses[:, None], 3, 1))
 
     all_rows = np.arange(n_rows)
-    cfg, res, _ = gauss_newton(all_rows, mech.evaluate, Config(X, R), desc.theta_guess, max_iter=100)
-    _, jac, _ = mech.evaluate(cfg, desc.theta_guess)
-    if res > 1e-9:
-        sv = np.linalg.svd(jac, compute_uv=False)
+    with np.errstate(all="ignore"):  # absurd poses overflow: reported below, not warned
+        cfg, res, _ = gauss_newton(all_rows, mech.evaluate, Config(X, R), desc.theta_guess,
+                                   max_iter=100)
+        _, jac, _ = mech.evaluate(cfg, desc.theta_guess)
+    if not res <= 1e-9:  # NaN too
+        sv = np.linalg.svd(np.nan_to_num(jac), compute_uv=False)
         raise AssemblyError(
             f"{desc.path}: [assembly]: the guess cannot be assembled at theta = "
             f"{desc.theta_guess.tolist()} (residual {res:.3g}, smallest singular value "

@@ -92,6 +92,10 @@ CASES = {
     "orthoglide_guess_out_of_reach": (
         _edit(ORTHOGLIDE, "theta = [0.0, 0.0, 0.0]", "theta = [0.3, 0.3, 0.3]"),
         ["[assembly]", "cannot be assembled at theta = [0.3, 0.3, 0.3]", "residual"]),
+    # poses that overflow the assembly: still one line (no numpy warning on stderr)
+    "absurd_pose": (
+        _edit(FOURBAR, "position = [0.05, 0.0, 0.0]", "position = [1e300, 0.0, 0.0]"),
+        ["[assembly]", "cannot be assembled", "residual inf"]),
     "invalid_toml": (
         _edit(FOURBAR, "[model]", "[model"),
         ["not a valid TOML file", "line 7"]),
