@@ -48,6 +48,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     overrides = {"interface": "virtual", "channel": channel}
     if isinstance(em_table.get("tpdo_timeout"), (int, float)):
         overrides["tpdo_timeout"] = min(em_table["tpdo_timeout"], 0.75 / config.rate_hz)
+    if "max_missed_cycles" in em_table:
+        overrides["max_missed_cycles"] = em_table["max_missed_cycles"]
     drives = CiA402Drives.from_config(config, overrides)
     emulator = CiA402Emulator.from_config(config, channel, fault=fault)
     emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest

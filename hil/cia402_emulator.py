@@ -14,7 +14,10 @@ actual). Cycle k is the k-th SYNC received (0-based).
 
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
   drop         TPDOs of the first drive are lost (never sent).
-  delay        every TPDO leaves ``delay_cycles`` periods after its SYNC (too late for the master).
+  delay        every TPDO leaves ``delay_cycles`` periods after its SYNC left the master (bus
+               timestamp): after the master's window, before the next SYNC. (A constant delay of
+               more than a period cannot be told from a timely answer by a SYNC-driven master:
+               the late frames land in the next window.)
   drive-fault  the first drive enters Fault reaction active (torque off), sends EMCY 0x2310
                (over-current, output side), then reports Fault.
   bus-off      the bus fails (e.g. CAN_H shorted to CAN_L): the emulator sends, on the master's
@@ -105,7 +108,7 @@ class CiA402Emulator:
 
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
-                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.8):
+                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.7):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")
         self.plant = plant
@@ -175,7 +178,7 @@ class CiA402Emulator:
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(inject * config.rate_hz)) if fault else None,
-                   num("sync_timeout_cycles", 3.5, 1.0, 1000.0), num("delay_cycles", 0.8, 0.0, 1000.0))
+                   num("sync_timeout_cycles", 3.5, 1.0, 1000.0), num("delay_cycles", 0.7, 0.0, 1000.0))
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):
@@ -380,7 +383,8 @@ class CiA402Emulator:
                                   is_extended_id=False)
                 if self.fault == "delay" and self.injected_cycle is not None:
                     self._seq += 1
-                    heapq.heappush(self._late, (now + self.delay, self._seq, msg))
+                    # due ``delay`` after the SYNC left the master (its bus timestamp, wall clock)
+                    heapq.heappush(self._late, (now + stamp + self.delay - time.time(), self._seq, msg))
                 else:
                     self._send(msg)
         self.response_us.append((time.perf_counter() - now) * 1e6)

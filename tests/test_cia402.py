@@ -22,7 +22,7 @@ from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import FAULT_KINDS, CiA402Emulator
 from pkrt.rt.config import load_machine
 
-RATE = 200.0  # Hz for the bus tests: slack for a loaded test machine
+RATE = 100.0  # Hz for the bus tests (the HIL rate): slack for a loaded, shared test machine
 PERIOD = 1.0 / RATE
 _ch = itertools.count()
 
@@ -109,8 +109,10 @@ THETA0 = np.array([-0.1, -0.1, -0.1])
 def make_pair(config, plant, fault=None, inject_cycle=None, **over):
     ch = f"test-cia402-{next(_ch)}"
     plant.reset(THETA0)
-    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch,
-                                               "tpdo_timeout": 0.9 * PERIOD, **over})
+    # two missed windows tolerated (the HIL setting): a shared test machine can stall a thread
+    # for a period; a third miss is a fault, still within 3 cycles of an injected fault
+    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 * PERIOD,
+                                               "max_missed_cycles": 2, **over})
     em = CiA402Emulator.from_config(config, ch, fault=fault, plant=plant)
     em.inject_cycle = inject_cycle
     return drives, em, ch
@@ -141,7 +143,7 @@ def frames(bus) -> list[tuple[int, bytes]]:
 
 
 def test_configuration_enable_and_cyclic_frames_byte_exact(config, plant):
-    drives, em, ch = make_pair(config, plant, max_missed_cycles=2)
+    drives, em, ch = make_pair(config, plant)
     sniff = can.Bus(interface="virtual", channel=ch)
     em.start()
     try:
@@ -179,14 +181,16 @@ def test_configuration_enable_and_cyclic_frames_byte_exact(config, plant):
         fb = drives.read(0.0)
         if not fb.fresh:  # the emulator thread was not scheduled in time: one more window
             fb = drives.read(PERIOD)
-        assert fb.fresh and np.allclose(fb.position, THETA0, atol=1e-6)
+        theta = plant.theta.copy()  # the plant moves on SYNC only
+        assert fb.fresh and np.allclose(fb.position, theta, atol=1e-6)
+        assert np.allclose(fb.position, THETA0, atol=1e-3)
         drives.write(np.array([10.0, -10.0, 0.3]))  # 50, -50, 1.5 -> 2 per mille of 200 N
         time.sleep(0.005)  # well inside the drives' SYNC watchdog (3.5 periods)
         cyc = frames(sniff)
         cyc = cyc[max(i for i, f in enumerate(cyc) if f[0] == 0x080):]  # the last SYNC's window
         assert cyc[0] == (0x080, b"")  # SYNC: COB-ID 0x080, no data
         tp = dict(cyc)
-        assert tp[0x181] == h("3700") + struct.pack("<i", round(THETA0[0] * 1e6))
+        assert tp[0x181] == h("3700") + struct.pack("<i", round(theta[0] * 1e6))
         assert len(tp[0x281]) == 4
         assert tp[0x201] == h("0f003200") and tp[0x202] == h("0f00ceff") and tp[0x203] == h("0f000200")
         assert np.allclose(em.target, [50, -50, 2])
@@ -239,6 +243,7 @@ def test_each_fault_detected_and_torque_off_within_3_cycles(config, plant, fault
     assert drives.state is DriveState.FAULTED and drives.fault_reason == str(e.value)
     assert not drives.torque_on
     assert 10 <= detected <= 13, (detected, e.value)
+    assert em.torque_off_cycle is not None and em.torque_off_cycle - detected <= 3
     assert em.torque_off_cycle is not None and em.torque_off_cycle - em.injected_cycle <= 3, em.report()
     reason = str(e.value)
     expect = {"drop": "TPDO timeout: TPDO1 of node 1, TPDO2 of node 1 not", "delay": "TPDO timeout",
