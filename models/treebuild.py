@@ -5,7 +5,8 @@ Each box is sampled with a central composite design in box-normalised coordinate
 [-1, 1]^s: the 2^s corners, the 2 s face centres (star points on the box sides, as in the
 paper) and the centre; for s = 1 that is z = -1, 0, 1. Held-out points, not used in the fit,
 are the star points at z_d = +/-0.5 (which become the centres of the children if the box is
-split along d). Samples are keyed by their exact rational coordinates, so neighbouring boxes
+split along d) and, for s >= 2, the inner corners z in {-0.5, 0.5}^s (they see the mixed
+third-order terms that vanish on the axes). Samples are keyed by their exact rational coordinates, so neighbouring boxes
 share them and each is computed once. A quadratic is least-squares fitted per output.
 
 Held-out error of a box: max over its held-out points and outputs of |fit - f| / scale_o,
@@ -15,9 +16,9 @@ singularity measure below the threshold.
 
 Uniform build: N intervals per axis (N^s leaves), split in a balanced binary tree.
 Adaptive build: start from the root box; each round, among the in-domain leaves whose held-out
-error exceeds ``tol``, split the worst ones (those within a factor 4 of the worst, worst
-first, at most ``max_leaves`` leaves in all) at their middle along the axis whose held-out
-points err most. Out-of-domain leaves are not split.
+error exceeds ``tol``, split the worst ones (those within BATCH_FACTOR of the worst, worst
+first, at most ``max_leaves`` leaves in all) at their middle along the axis whose star points
+err most. Out-of-domain leaves are not split.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from .mechanism import Mechanism
 from .reduction import output_layout
 from .treeverify import SampleEvaluator, output_scale, verify_tree
 
-FORMAT_BUILDER = "pkrt.models.treebuild 1"
+FORMAT_BUILDER = "pkrt.models.treebuild 2"
 DEFAULT_VERIFY_SAMPLES = 1000
+BATCH_FACTOR = 1.5  # adaptive: each round splits the failing leaves within this factor of the worst
 
 Point = tuple[Fraction, ...]
 
@@ -61,13 +63,16 @@ def ccd_points(s: int) -> list[tuple[float, ...]]:
 
 
 def heldout_points(s: int) -> list[tuple[float, ...]]:
-    """Held-out points: star points at z_d = -0.5, +0.5 (order: axis 0 -, axis 0 +, ...)."""
+    """Held-out points: star points at z_d = -0.5, +0.5 (order: axis 0 -, axis 0 +, ...),
+    then for s >= 2 the inner corners {-0.5, 0.5}^s."""
     pts = []
     for d in range(s):
         for v in (-0.5, 0.5):
             z = [0.0] * s
             z[d] = v
             pts.append(tuple(z))
+    if s >= 2:
+        pts += list(itertools.product((-0.5, 0.5), repeat=s))
     return pts
 
 
@@ -84,9 +89,9 @@ def basis_matrix(z: np.ndarray) -> np.ndarray:
 class Design:
     s: int
     fit_z: np.ndarray  # (n_fit, s)
-    ho_z: np.ndarray  # (2 s, s)
+    ho_z: np.ndarray  # (n_ho, s): 2 s star points first
     pinv: np.ndarray  # (n_basis, n_fit): coef = pinv @ F_fit
-    U_ho: np.ndarray  # (2 s, n_basis)
+    U_ho: np.ndarray  # (n_ho, n_basis)
 
     @classmethod
     def of(cls, s: int) -> "Design":
@@ -108,7 +113,8 @@ class Node:
     # leaf data
     ok: bool = True
     coef: np.ndarray | None = None  # (n_out, n_basis)
-    resid: np.ndarray | None = None  # (s, n_out): max |fit - f| at the held-out points per axis
+    resid: np.ndarray | None = None  # (s, n_out): max |fit - f| at the star points per axis
+    resid_c: np.ndarray | None = None  # (n_out,): max |fit - f| at the inner corners
 
     def points(self, zs: np.ndarray) -> list[Point]:
         """Exact unit coordinates of box-normalised points (z in {-1, -0.5, 0, 0.5, 1})."""
@@ -123,7 +129,7 @@ class Node:
         a1[d] = at
         self.dim, self.at = d, at
         self.children = (Node(self.a, tuple(b0)), Node(tuple(a1), self.b))
-        self.coef = self.resid = None
+        self.coef = self.resid = self.resid_c = None
 
     def leaves(self) -> list["Node"]:
         if self.children is None:
@@ -178,17 +184,20 @@ def _fit_leaf(node: Node, smp: _Samples, design: Design, threshold: float) -> No
     if not finite:
         node.coef = np.full((n_out, design.pinv.shape[0]), np.nan)
         node.resid = np.full((design.s, n_out), np.nan)
+        node.resid_c = np.full(n_out, np.nan)
         return
     node.coef = (design.pinv @ F).T
-    r = np.abs(design.U_ho @ node.coef.T - Fh)  # (2 s, n_out)
-    node.resid = r.reshape(design.s, 2, n_out).max(axis=1)
+    r = np.abs(design.U_ho @ node.coef.T - Fh)  # (n_ho, n_out)
+    k = 2 * design.s
+    node.resid = r[:k].reshape(design.s, 2, n_out).max(axis=1)
+    node.resid_c = r[k:].max(axis=0) if len(r) > k else np.zeros(n_out)
 
 
 def _leaf_error(node: Node, scale: np.ndarray) -> tuple[float, int]:
-    """(held-out relative error, worst axis)."""
+    """(held-out relative error, axis whose star points err most)."""
     per_axis = (node.resid / scale).max(axis=1)
     d = int(np.argmax(per_axis))
-    return float(per_axis[d]), d
+    return max(float(per_axis[d]), float((node.resid_c / scale).max())), d
 
 
 # -- tree layouts ---------------------------------------------------------------------------
@@ -312,7 +321,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                     break
                 failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
                 worst = errs[id(failing[0])][0]
-                pick = [nd for nd in failing if errs[id(nd)][0] >= worst / 4][:budget]
+                pick = [nd for nd in failing if errs[id(nd)][0] >= worst / BATCH_FACTOR][:budget]
                 new = []
                 for nd in pick:
                     d = errs[id(nd)][1]
@@ -334,7 +343,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                 "mode": "uniform" if settings.boxes is not None else "adaptive",
                 "boxes": settings.boxes, "tol": settings.tol,
                 "max_leaves": settings.max_leaves if settings.tol is not None else None,
-                "sing_threshold": thr, "design": "ccd+star(0.5) held-out",
+                "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5",
                 "stop": stop, "rounds": rounds,
                 "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
                 "samples": n_samples, "samples_failed": n_failed,

@@ -1,0 +1,214 @@
+"""Tree building, verification and the shipped trees, against the exact model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pkrt.models.build_trees import MACHINES, SHIPPED, settings_for
+from pkrt.models.mechanism import load_mechanism
+from pkrt.models.reduction import ExactModel, flatten_outputs
+from pkrt.models.treebuild import BuildSettings, BuildError, build_tree, ccd_points
+from pkrt.models.treeverify import verify_tree
+from pkrt.rt.cli import main
+from pkrt.rt.tree import CLAMPED, OK, OUT_OF_DOMAIN, eval_model, eval_outputs, eval_tau
+from pkrt.rt.treefile import check_tree_matches_model, load_tree, tree_bytes, tree_from_bytes
+
+
+@pytest.fixture(scope="module")
+def fourbar():
+    return load_mechanism("fourbar")
+
+
+@pytest.fixture(scope="module")
+def orthoglide():
+    return load_mechanism("orthoglide")
+
+
+# -- shipped trees ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_tree_matches_its_model(name):
+    model, settings = settings_for(name)
+    tree = load_tree(MACHINES / name)
+    mech = load_mechanism(model)
+    check_tree_matches_model(tree, mech.content_hash)
+    b = tree.header["build"]
+    assert (b["boxes"], b["tol"]) == (settings.boxes, settings.tol)
+    assert tree.header["actuators"]["names"] == mech.actuator_names
+    assert np.array_equal(np.c_[tree.lo, tree.hi], mech.ranges)
+    assert tree.header["verification"]["samples"] == settings.verify_samples
+
+
+def test_shipped_fourbar_rebuilds_bit_for_bit(fourbar):
+    _, settings = settings_for("fourbar.pkt")
+    tree, _ = build_tree(fourbar, settings, jobs=1, progress=False)
+    assert tree_bytes(tree) == (MACHINES / "fourbar.pkt").read_bytes()
+
+
+def test_orthoglide_build_is_deterministic_across_jobs(orthoglide):
+    s = BuildSettings(boxes=2, verify_samples=40, seed=3)
+    a, _ = build_tree(orthoglide, s, jobs=1, progress=False)
+    b, _ = build_tree(orthoglide, s, jobs=2, progress=False)
+    assert tree_bytes(a) == tree_bytes(b)
+    s = BuildSettings(tol=0.05, max_leaves=5, verify_samples=20)
+    a, _ = build_tree(orthoglide, s, jobs=1, progress=False)
+    b, _ = build_tree(orthoglide, s, jobs=2, progress=False)
+    assert a.n_leaves == 5 and a.header["build"]["stop"] == "max_leaves reached"
+    assert tree_bytes(a) == tree_bytes(b)
+
+
+# -- the design and the fit ---------------------------------------------------------------------
+
+def test_ccd_design_sizes_and_shared_samples(orthoglide):
+    assert len(ccd_points(1)) == 3 and len(ccd_points(2)) == 9 and len(ccd_points(3)) == 15
+    tree, stats = build_tree(orthoglide, BuildSettings(boxes=2, verify_samples=0), jobs=1,
+                             progress=False)
+    # shared CCD points on the 5^3 half-step grid (corners 27, face centres 3*4*3 = 36,
+    # centres 8) plus 6 held-out star points and 8 inner corners per box: each computed once
+    assert tree.header["build"]["samples"] == 27 + 36 + 8 + 14 * 8 == stats["exact_evaluations"]
+
+
+def test_kernel_interpolates_fourbar_samples_exactly(fourbar):
+    """In 1-d the CCD (corners and centre) determines the quadratic: the tree reproduces the
+    exact model at those points (to round-off), with either leaf at a shared corner."""
+    tree = load_tree(MACHINES / "fourbar.pkt")
+    exact = ExactModel(fourbar)
+    f = np.empty(3)
+    scale = np.array(tree.header["output_scale"])
+    for lo, hi in tree.leaf_box[:, :, 0]:
+        for th in (lo + 1e-12 * (hi - lo), 0.5 * (lo + hi)):
+            assert eval_outputs(tree.arrays, np.array([th]), f) == OK
+            assert np.max(np.abs(f - exact.outputs([th])) / scale) < 1e-8
+
+
+def test_kernels_agree_with_exact_orthoglide(orthoglide):
+    tree = load_tree(MACHINES / "orthoglide.pkt")
+    exact = ExactModel(orthoglide)
+    scale = np.array(tree.header["output_scale"])
+    rng = np.random.default_rng(7)
+    H, D, p, tau = np.empty((3, 3)), np.empty((3, 6)), np.empty(3), np.empty(3)
+    for _ in range(25):
+        th = -0.18 + 0.2 * rng.random(3)  # away from the stiff corners
+        td, tdd = rng.normal(size=3) * 0.3, rng.normal(size=3) * 3
+        r = exact(th)
+        assert eval_tau(tree.arrays, th, td, tdd, H, D, p, tau) == OK
+        assert np.max(np.abs(flatten_outputs(H, D, p) - flatten_outputs(r.H, r.D, r.p_ext)) / scale) < 5e-3
+        assert np.allclose(H, H.T)
+        assert np.max(np.abs(tau - r.tau(td, tdd))) < 5e-3 * np.max(np.abs(r.tau(td, tdd))) + 0.05
+
+
+# -- the figures that must show -----------------------------------------------------------------
+
+def test_fourbar_paper_figure(fourbar):
+    """16 boxes on [-1.75, 1.75]: under 1 % for |theta| <= 1.5, growing near the ends."""
+    tree = load_tree(MACHINES / "fourbar.pkt")
+    inner = verify_tree(tree, fourbar, 400, seed=1, region=[-1.5, 1.5], jobs=1, progress=False)
+    assert inner["max_rel_coef_error"] < 0.01
+    assert inner["compared"] == 400 and inner["out_of_domain_samples"] == 0
+    ends = verify_tree(tree, fourbar, 200, seed=1, region=[1.6, 1.75], jobs=1, progress=False)
+    assert ends["max_rel_coef_error"] > 3 * inner["max_rel_coef_error"]
+    v = tree.header["verification"]
+    assert v["max_rel_coef_error"] >= inner["max_rel_coef_error"]
+    assert v["max_face_jump"] < 1e-9  # 1-d CCD interpolates the shared corners
+
+
+def test_orthoglide_figures_recorded_in_the_shipped_trees():
+    """8^3 uniform: the paper's diagonal figure holds only away from the stiff corner; the
+    stored verification reports the whole box (see the report in tree headers)."""
+    t8 = load_tree(MACHINES / "orthoglide.pkt")
+    plant = load_tree(MACHINES / "orthoglide-plant.pkt")
+    v8, vp = t8.header["verification"], plant.header["verification"]
+    for v in (v8, vp):
+        assert v["compared"] == v["samples"] and v["out_of_domain_samples"] == 0
+        assert {"max_rel_coef_error", "max_rel_tau_error", "max_face_jump"} <= set(v)
+    assert v8["mean_rel_coef_error"] < 2e-3
+    assert vp["max_rel_coef_error"] < 5e-3  # adaptive, held-out tolerance 1e-3
+    assert vp["max_rel_coef_error"] < v8["max_rel_coef_error"] / 10
+    assert vp["max_face_jump"] < v8["max_face_jump"]
+
+
+def test_orthoglide_central_region(orthoglide):
+    tree = load_tree(MACHINES / "orthoglide.pkt")
+    r = verify_tree(tree, orthoglide, 150, seed=2, region=[-0.18, -0.02], jobs=1, progress=False)
+    assert r["max_rel_coef_error"] < 5e-3
+    assert r["max_rel_tau_error"] < 5e-3
+
+
+# -- out of domain and clamping -----------------------------------------------------------------
+
+def test_clamped_status(fourbar):
+    tree = load_tree(MACHINES / "fourbar.pkt")
+    f, g = np.empty(3), np.empty(3)
+    assert eval_outputs(tree.arrays, np.array([2.3]), f) == CLAMPED
+    assert eval_outputs(tree.arrays, np.array([1.75]), g) == OK
+    assert np.array_equal(f, g)
+    assert eval_outputs(tree.arrays, np.array([np.nan]), f) == CLAMPED
+    H, D, p = np.empty((1, 1)), np.empty((1, 1)), np.empty(1)
+    assert eval_model(tree.arrays, np.array([-9.0]), H, D, p) == CLAMPED
+
+
+def test_boxes_beyond_the_singularity_are_out_of_domain(tmp_path):
+    """A four-bar whose range crosses its singular configurations (|theta| = 1.8496 rad):
+    the end boxes cannot be assembled, are marked, counted and reported when evaluated."""
+    src = (MACHINES / "fourbar.toml").read_text()
+    assert "range = [-1.75, 1.75]" in src
+    path = tmp_path / "fourbar-wide.toml"
+    path.write_text(src.replace("range = [-1.75, 1.75]", "range = [-1.95, 1.95]"))
+    mech = load_mechanism(str(path))
+    tree, _ = build_tree(mech, BuildSettings(boxes=8, verify_samples=60), jobs=1, progress=False)
+    tree = tree_from_bytes(tree_bytes(tree))
+    b, v = tree.header["build"], tree.header["verification"]
+    assert list(tree.leaf_ok) == [0, 1, 1, 1, 1, 1, 1, 0]
+    assert b["leaves_out_of_domain"] == 2 and b["samples_failed"] > 0
+    assert v["out_of_domain_samples"] > 0 and v["tree_in_domain_but_exact_failed"] == 0
+    f = np.empty(3)
+    assert eval_outputs(tree.arrays, np.array([1.9]), f) == OUT_OF_DOMAIN
+    assert eval_outputs(tree.arrays, np.array([5.0]), f) == OUT_OF_DOMAIN
+    assert eval_outputs(tree.arrays, np.array([0.3]), f) == OK
+
+
+def test_singularity_threshold_marks_boxes(fourbar):
+    """The measure is smallest near the ends of the range (0.0208 at +/-1.75, 0.028 at 0)."""
+    tree, _ = build_tree(fourbar, BuildSettings(boxes=4, sing_threshold=0.022, verify_samples=0),
+                         jobs=1, progress=False)
+    assert list(tree.leaf_ok) == [0, 1, 1, 0]
+    assert tree.header["build"]["sing_threshold"] == 0.022
+
+
+def test_bad_settings(fourbar):
+    with pytest.raises(BuildError):
+        build_tree(fourbar, BuildSettings(), jobs=1)
+    with pytest.raises(BuildError):
+        build_tree(fourbar, BuildSettings(boxes=2, tol=0.1), jobs=1)
+    with pytest.raises(BuildError):
+        build_tree(fourbar, BuildSettings(tol=-1.0), jobs=1)
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+def test_cli_build_info_verify(tmp_path, capsys):
+    out = tmp_path / "fb.pkt"
+    assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--jobs", "1",
+                 "--verify-samples", "30", "--json"]) == 0
+    cap = capsys.readouterr()
+    r = json.loads(cap.out)
+    assert cap.err == ""  # no progress bar when stderr is not a terminal
+    assert r["leaves"] == 4 and r["file_bytes"] == out.stat().st_size
+    assert main(["tree", "info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["leaves"] == 4 and info["model"]["name"] == "fourbar"
+    assert main(["tree", "verify", str(out), "--samples", "30", "--jobs", "1", "--json",
+                 "--region", "-1,1"]) == 0
+    ver = json.loads(capsys.readouterr().out)
+    assert ver["passed"] and ver["region"] == [[-1.0, 1.0]]
+    assert main(["tree", "verify", str(out), "--samples", "30", "--jobs", "1",
+                 "--max-error", "1e-9"]) == 1
+    assert "verification failed" in capsys.readouterr().err
+    assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--tol", "0.1"]) == 2
+    assert main(["tree", "verify", str(out), "--model", "orthoglide"]) == 2
+    assert "rebuild the tree" in capsys.readouterr().err
+    assert main(["tree", "verify", str(out), "--region", "-3,1"]) == 2
