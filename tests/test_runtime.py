@@ -76,8 +76,8 @@ FAULTS = {
     "nan": (dict(inject=("nan", 0.3)), "non-finite feedback"),
     "stale": (dict(inject=("stale", 0.3)), "stale feedback"),
     "freeze": (dict(inject=("freeze", 0.3)), "following error"),
-    "velocity": (dict(limits=dict(velocity=np.full(3, 0.5))), "velocity limit"),
-    "position": (dict(), "position limit"),
+    "velocity": (dict(push=dict(velocity=np.full(3, 0.02))), "velocity limit"),
+    "position": (dict(push=dict(position=np.array([[-0.102, 0.06]] * 3))), "position limit"),
     "following": (dict(limits=dict(following_error=np.full(3, 2e-6))), "following error"),
 }
 
@@ -86,11 +86,11 @@ FAULTS = {
 def test_fault_stops_within_the_cycle_and_is_logged(config, tree, tmp_path, kind):
     opts, text = FAULTS[kind]
     cfg = _limits(config, **opts["limits"]) if "limits" in opts else config
-    if kind == "position":  # hold still near a limit while an external force pushes past it
+    if "push" in opts:  # hold still while an external force pushes the machine
         plan = plan_moves(np.array([[-0.1] * 3, [-0.1] * 3]), [1.0], config.rate_hz)
         drives = open_drives(config)
         drives.inject("push", 0.2, -300.0)
-        cfg = _limits(config, position=np.array([[-0.102, 0.06]] * 3), following_error=np.full(3, 1.0))
+        cfg = _limits(config, following_error=np.full(3, 1.0), **opts["push"])
         r = run_session(cfg, drives, lockstep=True, tree=tree, trajectory=plan, log_path=str(tmp_path / "f.log"))
     else:
         r, drives = _run(cfg, tree, log_path=str(tmp_path / "f.log"), inject=opts.get("inject"))
