@@ -362,8 +362,10 @@ def _text(r: dict) -> str:
          f"{r['plant_overrides'] or 'none'}",
          f"original: rms error {r['original']['rms_error']}, fault {r['original']['fault']}",
          f"replay:   rms error {r['replay']['rms_error']}, fault {r['replay']['fault']}, "
-         f"overruns {r['replay']['overruns']}",
-         f"difference over {d['cycles_compared']} cycles (replay - original):"]
+         f"overruns {r['replay']['overruns']}"]
+    if r["same_tree"] is False:
+        L.append("note: the machine's tree file is not the one the log was run with (hash differs)")
+    L.append(f"difference over {d['cycles_compared']} cycles (replay - original):")
     for ax, v in d["axes"].items():
         L.append(f"  {ax:<6} pos rms {v['pos_rms']:.4g} max {v['pos_max']:.4g} {v['pos_unit']}   "
                  f"tau rms {v['tau_rms']:.4g} max {v['tau_max']:.4g} {v['tau_unit']}")

@@ -200,3 +200,25 @@ def test_replay_errors(fourbar, tmp_path, capsys):
     not_a_log.write_bytes(b"\x00\x01garbage")
     assert main(["replay", str(not_a_log)]) == 2
     assert "not a pkrt log" in capsys.readouterr().err
+
+
+def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, capsys):
+    """The built-in Orthoglide on its simulated plant (1.5 s of the demo)."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import run_session
+
+    config = load_machine("orthoglide")
+    log = tmp_path / "og.pkl"
+    drives = open_drives(config, {})
+    try:
+        s = run_session(config, drives, duration=1.5, lockstep=True, log_path=str(log))
+    finally:
+        drives.close()
+    assert s["fault"] is None and s["cycles"] == 1501
+    r = replay_json(capsys, log)
+    assert r["difference"]["identical_torques"] and r["same_tree"] is True
+    r = replay_json(capsys, log, "--mass-scale", "0.9")
+    for ax in ("q1", "q2", "q3"):
+        d = r["difference"]["axes"][ax]
+        assert d["tau_rms"] > 0.1 and d["pos_max"] > 1e-6  # N, m
