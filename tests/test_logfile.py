@@ -217,7 +217,7 @@ def test_sigkill_mid_run_reads_to_last_complete_block(tmp_path):
             proc.kill()
     log = read_log(p)
     assert log.truncated and log.summary is None and log.bad_blocks == 0
-    assert log.n_cycles >= 50 * 8 and log.n_cycles % 50 == 0
+    assert log.n_cycles >= 100 and log.n_cycles % 50 == 0  # complete blocks only
     i = np.arange(log.n_cycles)
     np.testing.assert_array_equal(log.cycles, i)
     np.testing.assert_array_equal(log.channels["t"], i / 2000.0)
