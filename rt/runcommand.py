@@ -26,8 +26,8 @@ def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", default="pkrt-run.pktlog", help="run log file (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="write no log and no plot")
     p.add_argument("--plot", help="plot PNG (default: the log path with .png)")
-    p.add_argument("--rt", action="store_true",
-                   help="ask for SCHED_FIFO priority 80, CPU 1 and mlockall (reported applied or not)")
+    p.add_argument("--no-rt", action="store_true",
+                   help="ask for none of the configuration's real-time settings (SCHED_FIFO, CPU affinity, mlockall)")
     p.add_argument("--inject", metavar="KIND@T",
                    help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
@@ -72,9 +72,9 @@ def run_run(args) -> int:
         if not 1 <= args.rate <= 100000:
             raise UserError("--rate must be in [1, 100000] Hz")
         config = dataclasses.replace(config, rate_hz=float(args.rate))
-    if args.rt:
+    if args.no_rt:
         config = dataclasses.replace(config, realtime=dataclasses.replace(
-            config.realtime, priority=80, cpu=1, mlockall=True))
+            config.realtime, priority=0, cpu=-1, mlockall=False))
     overrides = {k: v for k, v in (("interface", args.interface), ("channel", args.channel),
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
     if args.mass_scale is not None and args.mass_scale <= 0:
