@@ -14,10 +14,11 @@ actual). Cycle k is the k-th SYNC received (0-based).
 
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
   drop         TPDOs of the first drive are lost (never sent).
-  delay        every TPDO leaves ``delay_cycles`` periods after its SYNC left the master (bus
-               timestamp): after the master's window, before the next SYNC. (A constant delay of
-               more than a period cannot be told from a timely answer by a SYNC-driven master:
-               the late frames land in the next window.)
+  delay        TPDOs back up like a transmit queue behind higher-priority traffic: those of the
+               injected cycle leave ``delay_cycles`` periods after their SYNC left the master (bus
+               timestamp: after the master's window), each later cycle's one period later still.
+               (A constant delay cannot be told from a timely answer by a SYNC-driven master once
+               it exceeds a period: the late frames land in the next window.)
   drive-fault  the first drive enters Fault reaction active (torque off), sends EMCY 0x2310
                (over-current, output side), then reports Fault.
   bus-off      the bus fails (e.g. CAN_H shorted to CAN_L): the emulator sends, on the master's
@@ -383,8 +384,10 @@ class CiA402Emulator:
                                   is_extended_id=False)
                 if self.fault == "delay" and self.injected_cycle is not None:
                     self._seq += 1
-                    # due ``delay`` after the SYNC left the master (its bus timestamp, wall clock)
-                    heapq.heappush(self._late, (now + stamp + self.delay - time.time(), self._seq, msg))
+                    # due ``delay`` after the SYNC left the master (its bus timestamp, wall
+                    # clock), one period more for every cycle since the injection
+                    lag = self.delay + (k - self.injected_cycle) * self.period
+                    heapq.heappush(self._late, (now + stamp + lag - time.time(), self._seq, msg))
                 else:
                     self._send(msg)
         self.response_us.append((time.perf_counter() - now) * 1e6)
