@@ -34,7 +34,7 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
     from pkrt.drivers import open_drives
 
     from .config import load_machine
-    from .loop import bare_loop_latency, percentiles_us
+    from .loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
     from .run import load_controller_tree, run_session
 
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
@@ -45,11 +45,16 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
         lock.append(run_session(config, d, lockstep=True, tree=tree)["realtime_factor"])
     d = open_drives(config)
     rt = run_session(config, d, duration=duration, tree=tree)
-    bare = bare_loop_latency(1.0 / rate_hz, int(duration * rate_hz))
+    r = config.realtime  # the bare loop runs under the same real-time settings
+    rep = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
+    try:
+        bare = bare_loop_latency(1.0 / rate_hz, int(duration * rate_hz))
+    finally:
+        restore_realtime(rep)
     return {
         "rate_hz": rate_hz, "duration_s": duration,
         "lockstep_realtime_factor_median": float(np.median(lock)),
-        "realtime_cycles": rt["cycles"], "realtime_overruns": rt["overruns"],
+        "realtime_settings": rt["realtime"], "realtime_cycles": rt["cycles"], "realtime_overruns": rt["overruns"],
         "realtime_fault": rt["fault"],
         "compute_us": rt["compute_us"], "wake_latency_us": rt["wake_latency_us"],
         "bare_loop_wake_latency_us": percentiles_us(bare),
