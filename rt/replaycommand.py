@@ -68,8 +68,10 @@ def machine_for_log(log: Log, machine: str | None):
     if machine:
         return load_machine(machine)
     path = log.header.get("machine_path")
-    if isinstance(path, str) and Path(path).exists():
-        return load_machine(path)
+    if isinstance(path, str):  # as recorded, else relative to the log's folder
+        for cand in (Path(path), Path(log.path).parent / path):
+            if cand.is_file():
+                return load_machine(str(cand))
     raw = log.header.get("machine")
     name = raw.get("machine", {}).get("name") if isinstance(raw, dict) else None
     if isinstance(name, str):
@@ -123,10 +125,19 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
     return out
 
 
+def loop_index(log: Log) -> np.ndarray:
+    """The loop's cycle index of each row, round(t * rate_hz) (rows skip it where a real-time
+    loop skipped periods); the row's cycle index when the log has no time or rate."""
+    rate, t = log.header.get("rate_hz"), log.channels.get("t")
+    if isinstance(rate, (int, float)) and rate > 0 and t is not None:
+        return np.rint(t * rate).astype(np.int64)
+    return log.cycles
+
+
 def compare_logs(orig: Log, new: Log) -> dict:
     """Per axis RMS and max |difference| of ``pos`` and ``tau`` (and ``tau_model``) over the
-    cycles both logs hold."""
-    common, i, j = np.intersect1d(orig.cycles, new.cycles, return_indices=True)
+    loop cycles both logs hold."""
+    common, i, j = np.intersect1d(loop_index(orig), loop_index(new), return_indices=True)
     axes = orig.axes()
     out: dict = {"cycles_compared": int(len(common)), "axes": {}}
     if not len(common):

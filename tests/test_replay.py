@@ -222,3 +222,24 @@ def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, cap
     for ax in ("q1", "q2", "q3"):
         d = r["difference"]["axes"][ax]
         assert d["tau_rms"] > 0.1 and d["pos_max"] > 1e-6  # N, m
+
+
+def test_compare_aligns_rows_by_loop_time(tmp_path):
+    """A real-time original that skipped periods 3 and 4 is compared cycle for cycle."""
+    from pkrt.rt.logfile import LogWriter
+    from pkrt.rt.replaycommand import compare_logs
+
+    def write(path, ks, offset):
+        w = LogWriter(path, {"rate_hz": 100.0, "axes": ["a"]},
+                      [("t", 1, "s"), ("pos", 1, "m"), ("tau", 1, "N")])
+        for k in ks:
+            w.row[:] = (k / 100.0, 0.1 * k, k + offset)
+            w.commit()
+        w.close({})
+        return read_log(path)
+
+    orig = write(tmp_path / "o.pkl", [0, 1, 2, 5, 6, 7], 0.0)
+    new = write(tmp_path / "n.pkl", range(8), 0.5)
+    d = compare_logs(orig, new)
+    assert d["cycles_compared"] == 6
+    assert d["axes"]["a"]["pos_max"] == 0.0 and d["axes"]["a"]["tau_max"] == 0.5
