@@ -1,0 +1,124 @@
+"""Benchmark: per-cycle cost of the CiA 402 driver path for 3 drives on python-can's virtual bus.
+
+Figures (microseconds, p50 / p99 / max), nothing asserted:
+  driver_path    the driver's own work in one cycle: send SYNC, receive and decode the 6 TPDOs
+                 (already queued by a peer, so no waiting), scale to SI, encode and send the 3
+                 RPDOs. On SocketCAN each send/recv is a system call instead of a Python queue
+                 hand-over, which is the bulk of this figure on ``virtual``.
+  encode_decode  the same without the bus: struct pack/unpack and scaling only.
+  round_trip     read() + write() against the live drive emulator (a thread in this process):
+                 SYNC out, the emulator steps the plant and answers, TPDOs in, RPDOs out.
+  emulator       the emulator's response to one SYNC (plant step + 6 TPDOs), for reference.
+
+Run: ``.venv/bin/python tests/bench/bench_can.py [--cycles N]``; ``pkrt bench --only can``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+
+import can
+import numpy as np
+
+from pkrt.drivers import cia402_protocol as p
+from pkrt.drivers.cia402 import CiA402Drives
+from pkrt.hil.cia402_emulator import CiA402Emulator
+from pkrt.rt.config import load_machine
+
+
+def _stats(x_s: np.ndarray) -> dict:
+    us = np.asarray(x_s) * 1e6
+    return {"p50": round(float(np.percentile(us, 50)), 1), "p99": round(float(np.percentile(us, 99)), 1),
+            "max": round(float(us.max()), 1)}
+
+
+def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
+    """The figures above over ``cycles`` cycles (round trip paced at ``rate_hz``)."""
+    config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=rate_hz)
+    ch = f"bench-can-{time.monotonic_ns()}"
+    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch,
+                                               "tpdo_timeout": 0.5 / rate_hz, "max_missed_cycles": 2})
+    em = CiA402Emulator.from_config(config, ch)
+    theta0 = np.array([-0.1, -0.1, -0.1])
+    em.plant.reset(theta0)
+    tau = np.array([-30.0, -30.0, 60.0])
+    out: dict = {"drives": drives.n_axes, "interface": "virtual", "cycles": cycles}
+    em.start()
+    try:
+        drives.configure()
+        drives.enable()
+        # round trip against the emulator, paced (the emulator's SYNC watchdog needs SYNCs)
+        n_rt = min(cycles, int(3.0 * rate_hz))
+        rt = np.zeros(n_rt)
+        t0 = time.perf_counter()
+        for k in range(n_rt):
+            a = time.perf_counter()
+            fb = drives.read(k / rate_hz)
+            drives.write(3000.0 * (theta0 - fb.position) - 150.0 * fb.velocity + tau)
+            rt[k] = time.perf_counter() - a
+            rest = t0 + (k + 1) / rate_hz - time.perf_counter()
+            if rest > 0:
+                time.sleep(rest)
+        out["round_trip_us"] = _stats(rt)
+        out["late_frames"] = drives.late_frames
+        em_rep = em.report()
+        out["emulator_us"] = em_rep["emulator_response_us"]
+    finally:
+        em.stop()  # from here a scripted peer stands in for the drives (no waiting)
+    try:
+        peer = can.Bus(interface="virtual", channel=ch)
+        tp1 = [can.Message(arbitration_id=p.TPDO_BASE[0] + n, data=p.TPDO1.pack(0x0037, -100000 + n),
+                           is_extended_id=False) for n in drives.node_ids]
+        tp2 = [can.Message(arbitration_id=p.TPDO_BASE[1] + n, data=p.TPDO2.pack(1000 * n), is_extended_id=False)
+               for n in drives.node_ids]
+        path = np.zeros(cycles)
+        for k in range(cycles):
+            for m1, m2 in zip(tp1, tp2):
+                peer.send(m1)
+                peer.send(m2)
+            a = time.perf_counter()
+            drives.sync()
+            drives.collect(a + 0.01)
+            fb = drives.publish(k * 0.001)
+            drives.write(tau)
+            path[k] = time.perf_counter() - a
+            while peer.recv(0.0) is not None:  # SYNC and RPDOs the driver sent
+                pass
+        assert fb.fresh and np.allclose(fb.position, [-0.099999, -0.099998, -0.099997])
+        out["driver_path_us"] = _stats(path)
+        peer.shutdown()
+    finally:
+        drives.close()
+    # encode/decode alone (no bus): what the cyclic path costs beyond python-can
+    data1 = [m.data for m in tp1]
+    data2 = [m.data for m in tp2]
+    buf = bytearray(4)
+    pos = np.zeros(3)
+    vel = np.zeros(3)
+    enc = np.zeros(cycles)
+    inc = drives._si_per_increment
+    perm = drives._permille_per_si
+    for k in range(cycles):
+        a = time.perf_counter()
+        for i in range(3):
+            sw, x = p.TPDO1.unpack_from(data1[i])
+            v, = p.TPDO2.unpack_from(data2[i])
+            p.decode_statusword(sw)
+            pos[i] = x * inc[i]
+            vel[i] = v * inc[i]
+        for i in range(3):
+            p.RPDO1.pack_into(buf, 0, p.CW_ENABLE_OPERATION, int(round(tau[i] * perm[i])))
+        enc[k] = time.perf_counter() - a
+    out["encode_decode_us"] = _stats(enc)
+    out["bus_load_1mbit_1khz"] = round((47 + 3 * (79 + 95 + 79)) * 1000 / 1e6, 3)
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=2000)
+    args = ap.parse_args()
+    print(json.dumps(run_can_bench(args.cycles), indent=1))
