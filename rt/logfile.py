@@ -84,8 +84,9 @@ def _crc(first: int, n: int, data: bytes) -> int:
 
 
 class LogWriter:
-    """Write a run log. Per cycle the caller fills ``row`` (through ``slices[name]``) and calls
-    ``commit()``; that copies the row into a ring of preallocated block buffers and never blocks
+    """Write a run log. Per cycle the caller fills ``row`` (through ``slices[name]``, or faster
+    through the preallocated views ``views[name]``: ``views["pos"][...] = x``,
+    ``views["t"][0] = t``) and calls ``commit()``; that copies the row into a ring of preallocated block buffers and never blocks
     or allocates arrays. Full blocks go to a background thread that packs, writes and flushes
     them. If the ring is full the block just filled is dropped and counted.
 
@@ -113,6 +114,7 @@ class LogWriter:
         self.block_cycles = block_cycles
         self.n_buffers = n_buffers
         self.row = np.zeros(self.width)  # the caller's staging row, fixed for the whole run
+        self.views = {name: self.row[sl] for name, sl in self.slices.items()}
         self._ring = np.zeros((n_buffers, block_cycles, self.width))
         self._slots = [[self._ring[b, k] for k in range(block_cycles)] for b in range(n_buffers)]
         self._first = np.zeros(n_buffers, dtype=np.int64)

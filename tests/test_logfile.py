@@ -318,3 +318,15 @@ def test_damaged_logs_read_or_fail_cleanly(tmp_path_factory, edits, cut):
     for name, w in log.widths.items():
         assert len(log.channels[name]) == log.n_cycles
     assert log.n_cycles <= 300
+
+
+def test_views_write_into_the_row(tmp_path):
+    w = LogWriter(tmp_path / "v.pkl", {}, [("t", 1, "s"), ("pos", 2, "m")], block_cycles=4)
+    for k in range(6):
+        w.views["t"][0] = k
+        w.views["pos"][...] = (k, 2 * k)
+        w.commit()
+    w.close({})
+    log = read_log(tmp_path / "v.pkl")
+    np.testing.assert_array_equal(log.channels["pos"], np.c_[np.arange(6), 2 * np.arange(6)])
+    np.testing.assert_array_equal(log.channels["t"], np.arange(6))
