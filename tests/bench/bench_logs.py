@@ -44,6 +44,26 @@ def _fill_and_commit(w: LogWriter, n: int, vec: np.ndarray) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _fill_views_and_commit(w: LogWriter, n: int, vec: np.ndarray) -> float:
+    """The same through ``w.views`` (preallocated views, Ellipsis assignment)."""
+    v = w.views
+    t0 = time.perf_counter()
+    for k in range(n):
+        v["t"][0] = k
+        v["ref_pos"][...] = vec
+        v["ref_vel"][...] = vec
+        v["ref_acc"][...] = vec
+        v["pos"][...] = vec
+        v["vel"][...] = vec
+        v["tau"][...] = vec
+        v["tau_model"][...] = vec
+        v["wake_us"][0] = 1.0
+        v["compute_us"][0] = 2.0
+        v["flags"][0] = 0
+        w.commit()
+    return (time.perf_counter() - t0) / n
+
+
 def _loop_latency(period: float, cycles: int, writer: LogWriter | None) -> np.ndarray:
     clock = RealClock()
     out = np.empty(cycles)
@@ -73,6 +93,11 @@ def run_logs_bench(seconds: float = 5.0) -> dict:
     res["lockstep_throughput_cycles_per_s"] = n / total
     size = os.path.getsize(os.path.join(d, "a.pkl"))
     res["file_bytes_per_cycle"] = size / n
+
+    w = LogWriter(os.path.join(d, "v.pkl"), {"lockstep": True}, CHANNELS)
+    res["loop_side_us_per_cycle_views_and_commit"] = _fill_views_and_commit(w, n, vec) * 1e6
+    w.close({})
+    os.unlink(os.path.join(d, "v.pkl"))
 
     w = LogWriter(os.path.join(d, "b.pkl"), {}, CHANNELS, wait_when_full=True)
     t0 = time.perf_counter()
