@@ -76,8 +76,10 @@ class CiA402Drives(Drives):
         self._pos_raw = np.zeros(s, dtype=np.int64)
         self._vel_raw = np.zeros(s, dtype=np.int64)
         self._got = np.zeros(2 * s, dtype=bool)
+        self._age = np.zeros(s)  # windows since each axis' position sample (0: this one)
         self._need = 0
         self._missed = 0
+        self._sync_wall = 0.0
         self.cycle = -1  # index of the last SYNC sent (0 = first cycle)
         self.late_frames = 0
         self.states = [p.State.UNKNOWN] * s
@@ -229,6 +231,7 @@ class CiA402Drives(Drives):
         for msg in self._rpdo:
             p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, 0)
         self._missed = 0
+        self._age[:] = 0.0
         self._cyclic = True
 
     def _do_disable(self) -> None:
@@ -296,6 +299,8 @@ class CiA402Drives(Drives):
             self._bus.send(self._sync, 0.001)
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN send failed (SYNC): {e}")
+        self._sync_wall = time.time()  # bus timestamps are wall-clock seconds
+        self._age += 1.0
         self.cycle += 1
 
     def collect(self, deadline: float) -> None:
@@ -311,16 +316,27 @@ class CiA402Drives(Drives):
                 if msg is None:
                     break
                 self._on_frame(msg, True)
+            if self._need:
+                # frames already queued that reached the bus within the window (their bus
+                # timestamp says so) count, though this thread was too late to take them
+                wall_deadline = self._sync_wall + self.tpdo_timeout
+                msg = bus.recv(0.0)
+                while msg is not None:
+                    self._on_frame(msg, msg.timestamp <= wall_deadline)
+                    msg = bus.recv(0.0)
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN bus error: {e}")
 
     def publish(self, t: float):
         """Scale the last raw values to SI into ``self.feedback``; a window with TPDOs missing
-        makes it stale, more than ``max_missed_cycles`` such windows in a row is a fault."""
+        makes it stale (an old position is carried forward at its velocity), more than
+        ``max_missed_cycles`` such windows in a row is a fault."""
         fb = self.feedback
         for i in range(self.n_axes):
-            fb.position[i] = self._pos_raw[i] * self._si_per_increment[i]
+            # a position sample from an earlier window is carried forward at its velocity
             fb.velocity[i] = self._vel_raw[i] * self._si_per_increment[i]
+            fb.position[i] = (self._pos_raw[i] * self._si_per_increment[i]
+                              + fb.velocity[i] * self._age[i] * self.period)
         fb.stamp = t
         if self._need:
             fb.fresh = False
@@ -373,6 +389,7 @@ class CiA402Drives(Drives):
                 self.feedback.position[i] = math.nan
                 self._fail(f"node {n}: invalid position actual value 0x80000000")
             self._pos_raw[i] = pos
+            self._age[i] = 0.0 if in_window else 1.0  # a late frame answered the previous SYNC
             self._mark(2 * i, in_window)
         elif kind == _TPDO2:
             if len(data) != p.TPDO2.size:

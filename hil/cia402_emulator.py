@@ -7,10 +7,10 @@ defines the cyclic frames. The power drive system state machine follows CiA 402 
 0x6040 commands, statusword 0x6041); controlwords act on receipt (SDO or RPDO).
 
 SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last target torque
-(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for the time
-since the previous SYNC (one period, give or take the master's jitter, or several after an
-overrun: the plant runs in real time), then sends each node's TPDOs (statusword + position actual, velocity
-actual). Cycle k is the k-th SYNC received (0-based).
+(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period
+(for n periods when the SYNC's bus timestamp shows the master skipped n - 1 after an overrun),
+then sends each node's TPDOs (statusword + position actual, velocity actual). Cycle k is the
+k-th SYNC received (0-based).
 
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
   drop         TPDOs of the first drive are lost (never sent).
@@ -145,7 +145,8 @@ class CiA402Emulator:
         # cycle bookkeeping and figures
         self.cycle = -1
         self.last_sync = 0.0  # perf_counter time the last SYNC was processed
-        self.last_stamp = 0.0  # bus timestamp of the last SYNC (s)
+        self.first_stamp = 0.0  # bus timestamp of the first SYNC (s)
+        self.periods = 0  # periods the plant has advanced since the first SYNC
         self.injected_cycle: int | None = None
         self.bus_dead = False  # bus-off or severed: nothing passes either way
         self.frames_rx = 0
@@ -352,14 +353,17 @@ class CiA402Emulator:
                     self._read_mapping(i)
 
     def _on_sync(self, now: float, stamp: float) -> None:
-        # the plant runs in real time: it advances by the time between this SYNC and the last
-        # one (bus timestamps; the master skips periods after an overrun, and its wake-up
-        # jitter moves the sampling instant as on a real machine). Nothing before the first
-        # SYNC: the machine stood still until the master took over.
-        dt = 0.0 if self.cycle < 0 else min(max(stamp - self.last_stamp, 0.0), 20.0 * self.period)
+        # the plant advances one period per SYNC, or several when the bus timestamps show the
+        # master skipped periods after an overrun: plant time stays the loop's time k * period
+        # (whole periods counted from the first SYNC, so wake-up jitter does not accumulate).
+        # Nothing before the first SYNC: the machine stood still until the master took over.
+        if self.cycle < 0:
+            self.first_stamp, self.periods = stamp, 0
+        due = max(round((stamp - self.first_stamp) / self.period), self.periods)
+        dt = (due - self.periods) * self.period
+        self.periods = due
         self.cycle += 1
         self.last_sync = now
-        self.last_stamp = stamp
         k = self.cycle
         if self.fault and self.injected_cycle is None and self.inject_cycle is not None and k >= self.inject_cycle:
             self._inject(k)

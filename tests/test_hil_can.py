@@ -1,0 +1,72 @@
+"""CAN HIL end to end: the Orthoglide demo in real time through the CiA 402 driver, the
+virtual bus and the drive emulator; tracking against the lockstep simulation of the same
+trajectory, and every CAN fault kind detected with the drives' torque off within 3 cycles."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pkrt.drivers.sim import Plant, SimDrives
+from pkrt.hil.can_hil import run_can_hil
+from pkrt.hil.cia402_emulator import FAULT_KINDS
+from pkrt.rt.config import load_machine
+from pkrt.rt.errors import UserError
+from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
+
+
+def test_hil_tracking_within_twice_the_lockstep_simulation():
+    duration = 3.0
+    hil = run_can_hil("orthoglide-can", duration=duration)
+    assert hil["fault"] is None, hil["fault"]
+    assert hil["hil"]["emulator_error"] is None
+    rate = hil["rate_hz"]
+    assert rate == load_machine("orthoglide-can").raw["emulator"]["rate_hz"]
+    assert hil["hil"]["syncs"] == hil["cycles"] == hil["hil"]["emulator_cycles"]
+    # the same machine, rate, controller and trajectory, simulated in lockstep on the same plant
+    config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=rate)
+    tree = load_controller_tree(config)
+    plan = plan_trajectory(config, tree, None, duration)
+    sim = run_session(config, SimDrives(Plant.from_config(config)), trajectory=plan, tree=tree, lockstep=True)
+    assert sim["fault"] is None
+    assert hil["rms_error"] <= 2.0 * sim["rms_error"], (hil["rms_error"], sim["rms_error"])
+    assert hil["max_error"] <= 2.0 * sim["max_error"] + 1e-4, (hil["max_error"], sim["max_error"])
+
+
+EXPECT = {"drop": "TPDO timeout: TPDO1 of node 1, TPDO2 of node 1", "delay": "TPDO timeout",
+          "drive-fault": "node 1: EMCY 0x2310 (current, device output side)", "bus-off": "CAN error frame 0x040 (bus-off)",
+          "sever": "TPDO timeout", "nan": "node 1: invalid position actual value 0x80000000"}
+
+
+@pytest.mark.parametrize("fault", FAULT_KINDS)
+def test_hil_fault_detected_and_torque_off_within_3_cycles(fault):
+    r = run_can_hil("orthoglide-can", fault=fault, duration=1.0)
+    assert r["hil"]["emulator_error"] is None
+    assert r["fault"] is not None and EXPECT[fault] in r["fault"], r["fault"]
+    inj, at, off = r["injected_cycle"], r["fault_cycle"], r["torque_off_cycle"]
+    assert inj is not None and at is not None and off is not None, (inj, at, off)
+    assert 0 <= at - inj <= 3, (inj, at)
+    assert off - at <= 3 and off - inj <= 3, (inj, at, off)
+    assert inj == round(0.5 * r["rate_hz"]) or r["overruns"] > 0  # inject_after = 0.5 s
+    assert "OPERATION_ENABLED" not in r["hil"]["drive_states"]
+
+
+def test_hil_bad_arguments():
+    with pytest.raises(UserError, match="unknown CAN fault 'corrupt'"):
+        run_can_hil("orthoglide-can", fault="corrupt", duration=0.1)
+    with pytest.raises(UserError, match="not 'cia402'"):
+        run_can_hil("orthoglide", duration=0.1)
+    with pytest.raises(UserError, match="HIL rate"):
+        run_can_hil("orthoglide-can", duration=0.1, rate_hz=0.0)
+
+
+def test_pkrt_hil_can_cli_json():
+    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "bus-off",
+                          "--duration", "1.0", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
