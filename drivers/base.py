@@ -91,6 +91,10 @@ class Drives:
         self.disable()
         self.state = DriveState.FAULTED
 
+    def describe(self) -> dict:
+        """The settings in use, for the run log's header."""
+        return {"backend": self.backend}
+
     def prepare(self, theta0: np.ndarray) -> None:
         """Before enabling: a simulated backend starts its plant at theta0 (at rest); real
         drives leave the machine where it is."""

@@ -10,6 +10,9 @@ Units: m or rad, N or N m, s.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
@@ -154,8 +157,10 @@ class Plant:
         d = config.drives
         if "plant_tree" not in d and "plant_tree" not in config.raw.get("emulator", {}):
             raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': missing")
-        path = d.get("plant_tree") or config.raw["emulator"]["plant_tree"]
-        tree = load_tree(config.resolve(path))
+        path = config.resolve(d.get("plant_tree") or config.raw["emulator"]["plant_tree"])
+        tree = load_tree(path)
+        tree.header["path"] = path
+        tree.header["file_hash"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         src = {**config.raw.get("emulator", {}), **d}
 
         def num(key, default):
@@ -210,6 +215,14 @@ class SimDrives(Drives):
             if k == kind and t >= at:
                 return v
         return None
+
+    def describe(self) -> dict:
+        ms, visc, coul, flim, _ = self.plant.params.tolist()
+        return {"backend": self.backend, "mass_scale": ms, "viscous": visc, "coulomb": coul,
+                "force_limit": flim, "substeps": self.plant.substeps, "noise": self.noise,
+                "quantization": self.quantization, "delay_cycles": len(self._hist) - 1,
+                "plant_tree": self.plant.tree.header.get("path"),
+                "plant_tree_hash": self.plant.tree.header.get("file_hash")}
 
     def prepare(self, theta0: np.ndarray) -> None:
         self.plant.reset(theta0)

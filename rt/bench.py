@@ -21,6 +21,7 @@ SECTIONS = {
     "reduction": ("tests.bench.bench_reduction", "run_reduction_bench"),
     "tree": ("tests.bench.bench_tree", "run_tree_bench"),
     "loop": ("pkrt.rt.bench", "run_loop_bench"),
+    "logs": ("tests.bench.bench_logs", "run_logs_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
     "serial": ("tests.bench.bench_serial", "run_serial_bench"),
 }

@@ -165,9 +165,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                   "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
                                                  "tau_max": c.tau_max.tolist()},
                   "trajectory": plan.description, "lockstep": lockstep, "versions": _versions(),
-                  "plant": {k: v for k, v in config.drives.items() if not isinstance(v, dict)}}
+                  "plant": drives.describe()}
         writer = LogWriter(log_path, header, channel_list(s, units[0]))
         sl = writer.slices
+        v = writer.views
 
     # warm up the kernels (compile or load from cache) before the first deadline
     ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
@@ -237,21 +238,20 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                     nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
             comp[k] = time.perf_counter() - t_start
             if writer:
-                row = writer.row
-                row[sl["t"]] = t
-                row[sl["ref_pos"]] = ref_pos[k]
-                row[sl["ref_vel"]] = ref_vel[k]
-                row[sl["ref_acc"]] = ref_acc[k]
-                row[sl["pos"]] = fb.position
-                row[sl["vel"]] = fb.velocity
-                row[sl["tau"]] = ctrl.tau if drives.torque_on else 0.0
-                row[sl["tau_model"]] = ctrl.tau_model
-                row[sl["wake_us"]] = wake_s * 1e6
-                row[sl["compute_us"]] = comp[k] * 1e6
-                row[sl["flags"]] = flags
+                v["t"][0] = t
+                v["ref_pos"][...] = ref_pos[k]
+                v["ref_vel"][...] = ref_vel[k]
+                v["ref_acc"][...] = ref_acc[k]
+                v["pos"][...] = fb.position
+                v["vel"][...] = fb.velocity
+                v["tau"][...] = ctrl.tau if drives.torque_on else 0.0
+                v["tau_model"][...] = ctrl.tau_model
+                v["wake_us"][0] = wake_s * 1e6
+                v["compute_us"][0] = comp[k] * 1e6
+                v["flags"][0] = flags
                 writer.commit()
                 if telemetry is not None:
-                    telemetry.maybe_send(k, t, row, sl)
+                    telemetry.maybe_send(k, t, writer.row, sl)
             if fault is not None:
                 break
             wd = sup.overrun(late)
@@ -267,6 +267,12 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         fault, fault_cycle = "interrupted by the user", k
         if writer:
             writer.event(k, "fault", fault)
+    except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
+        drives.disable()
+        if writer:
+            writer.event(k, "fault", f"internal error: {type(exc).__name__}: {exc}")
+            writer.close({"fault": f"internal error: {exc}", "cycles": cycles})
+        raise
     finally:
         drives.disable()
         wall = time.perf_counter() - wall0
@@ -290,7 +296,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         "trajectory": plan.description.get("kind"), "log": log_path,
     }
     if writer:
-        writer.close({k2: v for k2, v in summary.items() if k2 != "realtime"})
+        counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
+        summary["log_dropped_blocks"] = counts.get("dropped_blocks")
     return summary
 
 

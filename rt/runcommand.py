@@ -89,7 +89,9 @@ def run_run(args) -> int:
         host, _, port = args.telemetry.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
-        telemetry = Telemetry(host, int(port), args.telemetry_rate)
+        from .run import tree_axes
+
+        telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
     log = None if args.no_log else args.log
     try:
         summary = run_session(config, drives, trajectory=args.traj, duration=args.duration,
