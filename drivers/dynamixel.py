@@ -36,13 +36,21 @@ ADDR_CURRENT_LIMIT = 38
 ADDR_TORQUE_ENABLE = 64
 ADDR_HARDWARE_ERROR = 70
 ADDR_GOAL_CURRENT = 102
+ADDR_REALTIME_TICK = 120
+ADDR_PRESENT_CURRENT = 126
 ADDR_PRESENT_VELOCITY = 128
 ADDR_PRESENT_POSITION = 132
 MODE_CURRENT = 0
-FEEDBACK_LEN = 8  # Present Velocity (4) + Present Position (4), addresses 128..135
-STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with 8 data bytes, unstuffed
+# the cyclic Sync Read block, addresses 120..135: Realtime Tick (2, ms, wraps at 32768), Moving,
+# Moving Status, Present PWM (2), Present Current (2), Present Velocity (4), Present Position (4)
+FEEDBACK_ADDR = ADDR_REALTIME_TICK
+FEEDBACK_LEN = 16
+FEEDBACK_FMT = "<HBBhhii"
+STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with the block, unstuffed
+TICK_WRAP = 32768.0  # ms
 READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
 READ_SLICES_WORST = 1.0 + 1.0 / READ_SLICES  # this many timeouts
+SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
 
 
 @dataclass(frozen=True)
@@ -170,9 +178,10 @@ class DynamixelDrives(Drives):
         self.parser = dxp.PacketParser(max_length=64)
         self.low_latency = "not attempted"
         self.models: dict[int, int] = {}
-        self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0,
+        self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0, late_answers=0,
                           status_errors=0, garbage_bytes=0, tx_bytes=0, rx_bytes=0)
-        self._fail_run = 0
+        self._fail_run = 0  # consecutive cycles with incomplete feedback
+        self._late_hist = 0  # bit k: late answers seen k cycles ago
         # precomputed conversions: SI = k * (raw - zero)
         self._k_pos = [st.direction[i] * st.scale(i) / st.position_resolution[i] for i in range(s)]
         self._k_vel = [st.direction[i] * st.velocity_unit[i] / 60.0 * st.scale(i) for i in range(s)]
@@ -186,8 +195,11 @@ class DynamixelDrives(Drives):
         self._raw_hi = [r[1] for r in raw]
         self._vel_max_raw = [st.max_velocity[i] / abs(self._k_vel[i]) for i in range(s)]
         self._index = {dxl_id: i for i, dxl_id in enumerate(st.ids)}
-        self._sync_read = dxp.sync_read(st.ids, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN)
-        self._reads = {i: dxp.read(i, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN) for i in st.ids}
+        self._sync_read = dxp.sync_read(st.ids, FEEDBACK_ADDR, FEEDBACK_LEN)
+        self._reads = {i: dxp.read(i, FEEDBACK_ADDR, FEEDBACK_LEN) for i in st.ids}
+        self._lag0: list[float | None] = [None] * s  # first servo-minus-host clock lag (ms)
+        self._lag_min = [0.0] * s  # lower envelope of the accepted lags, relative to _lag0
+        self.current = np.zeros(s)  # Present Current of the last fresh read, A
         self._got = [False] * s
         # preallocated Sync Write of Goal Current: header(4) id len(2) inst addr(2) n(2) {id lo hi}*s crc(2)
         self._goal = bytearray(dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(i, b"\0\0") for i in st.ids]))
@@ -219,13 +231,32 @@ class DynamixelDrives(Drives):
         self.parser.clear()
         self.stats["garbage_bytes"] = self.parser.garbage
 
-    def _receive(self, want: dict, n_bytes: int) -> dict:
+    def _drain(self) -> list:
+        """Packets that arrived unasked (before a request), and the parser emptied."""
+        try:
+            n = self.ser.in_waiting
+            data = self.ser.read(n) if n else b""
+        except (serial.SerialException, OSError) as e:
+            raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
+        self.stats["rx_bytes"] += len(data)
+        self.parser.feed(data)
+        crc0 = self.parser.crc_errors
+        out = []
+        while (p := self.parser.next()) is not None:
+            out.append(p)
+        self.stats["crc_errors"] += self.parser.crc_errors - crc0
+        self.parser.clear()
+        self.stats["garbage_bytes"] = self.parser.garbage
+        return out
+
+    def _receive(self, want: dict, n_bytes: int, timeout: float | None = None) -> dict:
         """Collect status packets from the IDs in ``want`` whose value is None (filled in
         place) until all arrived or the transaction timeout; returns ``want``. Packets from
         other IDs, other instructions (an adapter's echo) and damaged bytes are skipped and
-        counted. ``n_bytes``: the expected size of the answers (bytes)."""
+        counted. ``n_bytes``: the expected size of the answers (bytes); ``timeout`` (s) defaults
+        to the cyclic one."""
         parser, ser = self.parser, self.ser
-        deadline = time.perf_counter() + self.settings.timeout
+        deadline = time.perf_counter() + (self.settings.timeout if timeout is None else timeout)
         missing = sum(1 for v in want.values() if v is None)
         crc0 = parser.crc_errors
         while missing:
@@ -279,13 +310,14 @@ class DynamixelDrives(Drives):
 
     def transact(self, dxl_id: int, pkt: bytes, n_params: int, what: str) -> bytes:
         """Send an instruction to one servo and return the parameters of its status packet,
-        with retries; raise DriveError when it never answers correctly."""
+        with retries (outside the cycle: ``SETUP_TIMEOUT`` each); raise DriveError when it
+        never answers correctly."""
         for attempt in range(self.settings.retries + 1):
             if attempt:
                 self.stats["retries"] += 1
             self._flush_input()
             self._send(pkt)
-            ans = self._receive({dxl_id: None}, 11 + n_params)[dxl_id]
+            ans = self._receive({dxl_id: None}, 11 + n_params, SETUP_TIMEOUT)[dxl_id]
             if ans is None or not self._check_status(ans, what):
                 continue
             if len(ans.params) != n_params:
@@ -331,13 +363,13 @@ class DynamixelDrives(Drives):
             self._limit[i] = min(self.settings.current_limit[i], lim)
         self._read(0.0)  # feedback holds the machine's position from here on
         self.stats["cycles"] = 0
-        self._fail_run = 0
+        self._fail_run = self._late_hist = 0
 
     def _do_enable(self) -> None:
         self._send_goal_zero()  # with torque still off
         for dxl_id in self.settings.ids:
             self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\x01"), 0, "torque enable")
-        self._fail_run = 0
+        self._fail_run = self._late_hist = 0
 
     def _send_goal_zero(self) -> None:
         for i in range(self.n_axes):
@@ -376,54 +408,85 @@ class DynamixelDrives(Drives):
         fb = self.feedback
         st = self.settings
         self.stats["cycles"] += 1
-        self._flush_input()  # answers that came too late for an earlier request must not pass for these
-        self._send(self._sync_read)
-        want = self._receive(dict.fromkeys(st.ids), STATUS_FEEDBACK_BYTES * self.n_axes)
-        self._screen(want)
+        # answers still arriving for an earlier cycle's request: the line delivers late
+        late = sum(1 for p in self._drain() if p.instruction == dxp.STATUS)
+        self.stats["late_answers"] += late
+        want = dict.fromkeys(st.ids)
+        late += self._request(self._sync_read, want, st.ids)
         for _ in range(st.retries):
             missing = [i for i, p in want.items() if p is None]
             if not missing:
                 break
             self.stats["retries"] += 1
-            self._flush_input()
-            self._send(self._reads[missing[0]] if len(missing) == 1 else
-                       dxp.sync_read(missing, ADDR_PRESENT_VELOCITY, FEEDBACK_LEN))
-            self._receive(want, STATUS_FEEDBACK_BYTES * len(missing))
-            self._screen(want)
+            # answers that missed the window are dropped (counted); the missing axes asked again
+            self.stats["late_answers"] += sum(1 for p in self._drain() if p.instruction == dxp.STATUS)
+            late += self._request(self._reads[missing[0]] if len(missing) == 1 else
+                                  dxp.sync_read(missing, FEEDBACK_ADDR, FEEDBACK_LEN), want, missing)
         got = self._got
         for dxl_id, pkt in want.items():
             i = self._index[dxl_id]
             got[i] = pkt is not None
             if pkt is not None:
-                vel, pos = struct.unpack_from("<ii", pkt.params)
+                _, _, _, _, cur, vel, pos = struct.unpack_from(FEEDBACK_FMT, pkt.params)
                 if not (self._raw_lo[i] <= pos <= self._raw_hi[i]) or abs(vel) > self._vel_max_raw[i]:
                     raise DriveError(f"servo {dxl_id}: implausible feedback (present position {pos} pulses, "
                                      f"present velocity {vel} LSB)")
                 fb.position[i] = self._k_pos[i] * (pos - st.zero[i])
                 fb.velocity[i] = self._k_vel[i] * vel
-        fb.fresh = all(got)
+                self.current[i] = cur * st.current_unit[i]
+        complete = all(got)
+        fb.fresh = complete and not late
         fb.stamp = t
-        if fb.fresh:
-            self._fail_run = 0
-        else:
+        # late answers in fail_cycles of the last 2 fail_cycles cycles: the line delivers late;
+        # incomplete feedback in fail_cycles cycles in a row: the servos do not answer
+        self._late_hist = ((self._late_hist << 1) | bool(late)) & ((1 << (2 * st.fail_cycles)) - 1)
+        self._fail_run = 0 if complete else self._fail_run + 1
+        if not fb.fresh:
             self.stats["failed_cycles"] += 1
-            self._fail_run += 1
-            if self._fail_run >= st.fail_cycles:
-                lost = [st.ids[i] for i in range(self.n_axes) if not got[i]]
-                raise DriveError(
-                    f"servo{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on {st.port}: "
-                    f"no valid feedback for {self._fail_run} cycles (timeouts {self.stats['timeouts']}, "
-                    f"CRC errors {self.stats['crc_errors']}, retries {self.stats['retries']})")
+        if self._fail_run >= st.fail_cycles or self._late_hist.bit_count() >= st.fail_cycles:
+            lost = [st.ids[i] for i in range(self.n_axes) if not got[i]] or list(st.ids)
+            why = (f"no valid feedback in {self._fail_run} cycles" if self._fail_run >= st.fail_cycles else
+                   f"answers arriving late in {self._late_hist.bit_count()} of {2 * st.fail_cycles} cycles")
+            raise DriveError(
+                f"servo{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on {st.port}: {why} "
+                f"(timeouts {self.stats['timeouts']}, CRC errors {self.stats['crc_errors']}, "
+                f"late answers {self.stats['late_answers']}, retries {self.stats['retries']})")
         return fb
 
-    def _screen(self, want: dict) -> None:
-        """Drop feedback answers of the wrong size or with a retryable error (set to None);
-        servo-reported errors and alerts raise."""
-        for dxl_id, pkt in want.items():
-            if pkt is None:
+    def _request(self, pkt: bytes, want: dict, ids) -> int:
+        """Send one feedback request for ``ids`` and collect the answers into ``want``; drop
+        those of the wrong size, with a retryable error, or stamped (Realtime Tick) before the
+        request was sent: answers to an older request. Returns how many were that late."""
+        t_ms = time.perf_counter() * 1e3
+        self._send(pkt)
+        self._receive(want, STATUS_FEEDBACK_BYTES * len(ids))
+        late = 0
+        for dxl_id in ids:
+            p = want[dxl_id]
+            if p is None:
                 continue
-            if (pkt.error and not self._check_status(pkt, "sync read")) or len(pkt.params) != FEEDBACK_LEN:
+            if (p.error and not self._check_status(p, "sync read")) or len(p.params) != FEEDBACK_LEN:
                 want[dxl_id] = None
+            elif self._stale(self._index[dxl_id], p.params[0] | (p.params[1] << 8), t_ms):
+                want[dxl_id] = None
+                late += 1
+        self.stats["late_answers"] += late
+        return late
+
+    def _stale(self, i: int, tick: int, t_ms: float) -> bool:
+        """True when servo i stamped this answer (``tick``, ms) well before the request went
+        out at host time ``t_ms``: the servo-minus-host clock lag dropped by more than the
+        timeout below its lower envelope over accepted answers (modulo the tick's wrap)."""
+        lag = (tick - t_ms) % TICK_WRAP
+        if self._lag0[i] is None:
+            self._lag0[i] = lag
+            return False
+        rel = (lag - self._lag0[i] + TICK_WRAP / 2) % TICK_WRAP - TICK_WRAP / 2
+        if rel < self._lag_min[i] - 1e3 * self.settings.timeout:
+            return True
+        if rel < self._lag_min[i]:
+            self._lag_min[i] = rel
+        return False
 
     def write(self, tau: np.ndarray) -> None:
         """Sync Write of Goal Current for actuator forces/torques ``tau`` (N or N m), clamped to

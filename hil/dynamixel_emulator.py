@@ -144,6 +144,7 @@ class DynamixelEmulator:
         self._tau = np.zeros(s)
         self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]
         self.parser = dxp.PacketParser(max_length=1024)
+        self.pending: list[tuple[float, bytes]] = []  # answers not sent yet (due time, bytes)
         self.arm(fault, inject_cycle, rate_hz)
 
     def arm(self, fault: str | None, inject_cycle: int, rate_hz: float) -> None:
@@ -159,6 +160,7 @@ class DynamixelEmulator:
         self.plant.reset(self.theta0)
         self.servos = {i: Servo(i, lim) for i, lim in zip(self.st.ids, self.st.current_limit)}
         self.parser.clear()
+        self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
         self.brake = True  # holding brake engaged: the plant does not move
         self._t0 = 0.0  # cycle clock: wall time of period 0's write (earliest-arriving)
@@ -172,6 +174,7 @@ class DynamixelEmulator:
         self._status_count = 0
         self.counts = dict(instructions=0, answers=0, dropped=0, corrupted=0, delayed=0, suppressed=0)
         self._update_present()
+        self._activate()  # a fault armed for cycle 0 is there from the start
 
     # -- plant <-> registers ------------------------------------------------------------------
     def _update_present(self) -> None:
@@ -186,6 +189,13 @@ class DynamixelEmulator:
             struct.pack_into("<i", t, ADDR_PRESENT_POSITION, _int32(pos))
             cur = self.servos[dxl_id].goal_current() if self._drives_plant(dxl_id) else 0
             struct.pack_into("<h", t, 126, cur)
+
+    def _tick(self, now: float) -> None:
+        """Realtime Tick (ms, wraps at 32768) and Moving of every servo at time ``now``."""
+        tick = int(now * 1000.0) % 32768
+        for sv in self.servos.values():
+            struct.pack_into("<H", sv.table, 120, tick)
+            sv.table[122] = int(abs(struct.unpack_from("<i", sv.table, ADDR_PRESENT_VELOCITY)[0]) > 0)
 
     def _drives_plant(self, dxl_id: int) -> bool:
         sv = self.servos[dxl_id]
@@ -289,6 +299,7 @@ class DynamixelEmulator:
         elif inst in (dxp.READ, dxp.WRITE) and pkt.id != dxp.BROADCAST_ID:
             if self.clock == "wall":
                 self._advance(now)
+            self._tick(now)
             for i in targets:
                 if len(p) < 4 if inst == dxp.READ else len(p) < 3:
                     self._out(i, 5, b"", now, out)  # data length error
@@ -304,6 +315,7 @@ class DynamixelEmulator:
         elif inst == dxp.SYNC_READ and len(p) >= 4:
             if self.clock == "wall":
                 self._advance(now)
+            self._tick(now)
             addr, n = struct.unpack_from("<HH", p)
             for i in p[4:]:
                 if i in self.servos:
@@ -352,7 +364,7 @@ class DynamixelEmulator:
         ``control`` also takes JSON lines: ``{"cmd": "arm", "fault": KIND|null, "inject_cycle":
         N, "rate_hz": R}`` (power-cycle and re-arm) and ``{"cmd": "report"}``; each is answered
         with one JSON line through ``reply(dict)``."""
-        pending: list[tuple[float, bytes]] = []
+        pending = self.pending
         lines = b""
         while True:
             timeout = None
@@ -374,15 +386,12 @@ class DynamixelEmulator:
                 while b"\n" in lines:
                     line, lines = lines.split(b"\n", 1)
                     if line.strip() and reply is not None:
-                        out = self.command(line)
-                        if out.get("armed"):
-                            pending.clear()
-                        reply(out)
+                        reply(self.command(line))
             if pending:
                 now = time.monotonic()
                 due = [x for x in pending if x[0] <= now]
                 if due:
-                    pending = [x for x in pending if x[0] > now]
+                    pending[:] = [x for x in pending if x[0] > now]
                     os.write(master, b"".join(b for _, b in due))
 
     def command(self, line: bytes) -> dict:

@@ -1,0 +1,403 @@
+"""Dynamixel Protocol 2.0: packets byte-exact against the ROBOTIS e-Manual's worked examples,
+byte stuffing, CRC, the streaming parser (hypothesis), settings, and the driver talking to the
+servo emulator over a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pkrt.drivers import dynamixel_protocol as dxp
+from pkrt.drivers.base import DriveConfigError, DriveError, DriveState
+from pkrt.drivers.dynamixel import ADDR_MODEL_NUMBER, DynamixelDrives, load_settings
+from pkrt.hil.dynamixel_emulator import FAULT_KINDS, build, open_pty
+from pkrt.rt.config import load_machine
+
+H = bytes.fromhex
+
+# -- the e-Manual's examples ---------------------------------------------------------------------
+
+SPEC_INSTRUCTIONS = [
+    # (what, encoder call, bytes from the e-Manual)
+    ("ping ID 1", lambda: dxp.ping(1), "FF FF FD 00 01 03 00 01 19 4E"),
+    ("read ID 1 Present Position", lambda: dxp.read(1, 132, 4), "FF FF FD 00 01 07 00 02 84 00 04 00 1D 15"),
+    ("write ID 1 Goal Position 512", lambda: dxp.write(1, 116, struct.pack("<i", 512)),
+     "FF FF FD 00 01 09 00 03 74 00 00 02 00 00 CA 89"),
+    ("sync read IDs 1, 2 Present Position", lambda: dxp.sync_read([1, 2], 132, 4),
+     "FF FF FD 00 FE 09 00 82 84 00 04 00 01 02 CE FA"),
+    ("sync write IDs 1, 2 Goal Position 150, 170",
+     lambda: dxp.sync_write(116, 4, [(1, struct.pack("<i", 150)), (2, struct.pack("<i", 170))]),
+     "FF FF FD 00 FE 11 00 83 74 00 04 00 01 96 00 00 00 02 AA 00 00 00 82 87"),
+]
+
+SPEC_STATUS = [
+    # (bytes, id, error, params)
+    ("FF FF FD 00 01 07 00 55 00 06 04 26 65 5D", 1, 0, H("06 04 26")),  # ping: model 1030, fw 38
+    ("FF FF FD 00 01 08 00 55 00 A6 00 00 00 8C C0", 1, 0, struct.pack("<i", 166)),  # read / sync read
+    ("FF FF FD 00 02 08 00 55 00 1F 08 00 00 BA BE", 2, 0, struct.pack("<i", 2079)),  # sync read, ID 2
+    ("FF FF FD 00 01 04 00 55 00 A1 0C", 1, 0, b""),  # write acknowledged
+]
+
+
+@pytest.mark.parametrize("what,encode,expected", SPEC_INSTRUCTIONS, ids=[s[0] for s in SPEC_INSTRUCTIONS])
+def test_instruction_packets_match_the_specification(what, encode, expected):
+    assert encode() == H(expected)
+    pkt = dxp.decode(H(expected))
+    assert pkt.error == -1 and pkt.instruction == H(expected)[7]
+
+
+@pytest.mark.parametrize("raw,dxl_id,error,params", SPEC_STATUS)
+def test_status_packets_match_the_specification(raw, dxl_id, error, params):
+    assert dxp.status(dxl_id, error, params) == H(raw)
+    assert dxp.decode(H(raw)) == dxp.Packet(dxl_id, dxp.STATUS, error, params)
+
+
+def test_crc_table_and_value_from_the_specification():
+    assert dxp.CRC_TABLE[:8] == (0x0000, 0x8005, 0x800F, 0x000A, 0x801B, 0x001E, 0x0014, 0x8011)
+    assert dxp.CRC_TABLE[255] == 0x0202
+    assert dxp.crc16(H("FF FF FD 00 01 03 00 01")) == 0x4E19  # sent as 19 4E
+
+
+def test_byte_stuffing():
+    # Goal Position bytes FF FF FD 00: the pattern FF FF FD gets an extra FD, LEN counts it
+    pkt = dxp.write(1, 116, H("FF FF FD 00"))
+    body = H("FF FF FD 00 01 0A 00 03 74 00 FF FF FD FD 00")
+    c = dxp.crc16(body)  # CRC over the stuffed packet
+    assert pkt == body + bytes((c & 0xFF, c >> 8))
+    assert dxp.decode(pkt).params == H("74 00 FF FF FD 00")
+    assert dxp.stuff(H("FF FF FD FD")) == H("FF FF FD FD FD")
+    assert dxp.unstuff(dxp.stuff(H("FF FF FD FF FF FD"))) == H("FF FF FD FF FF FD")
+    # a status packet whose data contains the header pattern
+    st_pkt = dxp.status(3, 0, H("FF FF FD 00 00 00 00 00"))
+    assert H("FF FF FD FD 00") in st_pkt and HEADER_COUNT(st_pkt) == 1
+    assert dxp.decode(st_pkt).params == H("FF FF FD 00 00 00 00 00")
+
+
+def HEADER_COUNT(b: bytes) -> int:
+    return b.count(dxp.HEADER)
+
+
+def test_status_error_byte():
+    raw = dxp.status(2, 0x80 | 4, b"")
+    p = dxp.decode(raw)
+    assert p.error == 0x84
+    assert dxp.error_text(p.error) == "hardware alert + data range error"
+    assert dxp.hardware_error_text(0x20 | 0x04) == "overheating error, overload error"
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ("FF FF FD 00 01 03 00 01 19 4F", "CRC mismatch"),
+    ("FF FF FD 00 01 03 00 01 19", "not a Protocol 2.0 packet"),
+    ("FF FF FD 00 01 09 00 01 19 4E", "length field"),
+    ("00 FF FD 00 01 03 00 01 19 4E", "not a Protocol 2.0 packet"),
+])
+def test_decode_rejects_bad_packets(raw, msg):
+    with pytest.raises(dxp.ProtocolError, match=msg):
+        dxp.decode(H(raw))
+
+
+def test_encoder_rejects_bad_ids():
+    with pytest.raises(dxp.ProtocolError, match="invalid Dynamixel ID 253"):
+        dxp.ping(253)
+    with pytest.raises(dxp.ProtocolError, match="invalid Dynamixel ID 254"):
+        dxp.status(dxp.BROADCAST_ID)
+    with pytest.raises(dxp.ProtocolError, match="2 data bytes for ID 1"):
+        dxp.sync_write(102, 4, [(1, b"\0\0")])
+
+
+def test_parser_resynchronises_after_garbage_and_crc_errors():
+    good1 = dxp.status(1, 0, struct.pack("<ii", 5, -7))
+    good2 = dxp.status(2, 0, H("FF FF FD 00 00 00 00 00"))
+    bad = bytearray(dxp.status(3, 0, b"\1\2\3\4"))
+    bad[-3] ^= 0x01
+    stream = H("00 FF 13 FF FF") + good1 + H("FF FF FD") + bytes(bad) + H("55 AA") + good2 + H("FF FF")
+    for chunk in (len(stream), 1, 3):  # whole, byte by byte, in threes
+        p = dxp.PacketParser()
+        got = []
+        for i in range(0, len(stream), chunk):
+            p.feed(stream[i:i + chunk])
+            while (pkt := p.next()) is not None:
+                got.append(pkt)
+        assert [g.id for g in got] == [1, 2]
+        assert got[0].params == struct.pack("<ii", 5, -7)
+        assert got[1].params == H("FF FF FD 00 00 00 00 00")
+        assert p.crc_errors == 1
+        assert bytes(p.buf) == H("FF FF")  # a possible header start is kept
+
+
+def test_parser_skips_absurd_lengths():
+    p = dxp.PacketParser(max_length=64)
+    p.feed(H("FF FF FD 00 01 FF 7F 55") + dxp.ping(4))
+    assert p.next() == dxp.Packet(4, dxp.PING, -1, b"")
+    assert p.bad_length == 1
+
+
+# -- property tests --------------------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80))
+def test_decode_of_garbage_raises_only_protocol_error(data):
+    try:
+        dxp.decode(data)
+    except dxp.ProtocolError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(4, 200))
+def test_parser_never_raises_on_garbage(chunks, max_length):
+    p = dxp.PacketParser(max_length=max_length)
+    for c in chunks:
+        p.feed(c)
+        while (pkt := p.next()) is not None:
+            assert 0 <= pkt.id <= 255 and isinstance(pkt.params, bytes)
+    assert len(p.buf) <= max_length + 7 + 40 * 12  # bounded: nothing accumulates without limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 252), st.sampled_from([dxp.PING, dxp.READ, dxp.WRITE, dxp.SYNC_READ, dxp.SYNC_WRITE]),
+       st.binary(max_size=60))
+def test_instruction_round_trip(dxl_id, inst, params):
+    raw = dxp.instruction(dxl_id, inst, params)
+    assert dxp.HEADER not in raw[4:]  # stuffing keeps the header pattern out of the body
+    assert dxp.decode(raw) == dxp.Packet(dxl_id, inst, -1, params)
+
+
+no_fd = st.binary(max_size=30).map(lambda b: b.replace(b"\xfd", b"\x00"))  # cannot form a header
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 252), st.integers(0, 255), st.binary(max_size=24), no_fd),
+                min_size=1, max_size=6), st.integers(1, 17))
+def test_status_stream_round_trip_with_garbage_between(items, chunk):
+    stream = b"".join(g + dxp.status(i, e, prm) for i, e, prm, g in items)
+    p = dxp.PacketParser()
+    got = []
+    for k in range(0, len(stream), chunk):
+        p.feed(stream[k:k + chunk])
+        while (pkt := p.next()) is not None:
+            got.append(pkt)
+    assert got == [dxp.Packet(i, dxp.STATUS, e, prm) for i, e, prm, _ in items]
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def config():
+    return load_machine("orthoglide-serial")
+
+
+def test_settings_and_unit_factors(config):
+    s = load_settings(config, {"port": "/dev/pts/99"})
+    assert s.port == "/dev/pts/99" and s.ids == (1, 2, 3) and s.baudrate == 4000000
+    # linear axis through a 40 mm/rev belt: motor torque = F * lead / 2 pi
+    assert s.force_per_lsb(0) == pytest.approx(2.69e-3 * 1.78 * 2 * math.pi / 0.04)
+    d = DynamixelDrives(s, config.limits.position)
+    assert d._k_pos[0] == pytest.approx(0.04 / 4096)  # m per pulse
+    assert d._k_vel[0] == pytest.approx(0.229 / 60 * 0.04)  # m/s per LSB
+    # a rotary axis: gear_ratio motor revolutions per axis revolution
+    r = load_settings(config, {"lead": 0.0, "gear_ratio": 2.0})
+    assert r.scale(0) == pytest.approx(math.pi)
+    assert r.force_per_lsb(0) == pytest.approx(2.69e-3 * 1.78 * 2.0)
+
+
+@pytest.mark.parametrize("override,field", [
+    ({"ids": [1, 2]}, "ids"),
+    ({"ids": [1, 1, 2]}, "ids"),
+    ({"ids": [1, 2, 253]}, "ids"),
+    ({"port": ""}, "port"),
+    ({"baudrate": "fast"}, "baudrate"),
+    ({"torque_constant": None}, "torque_constant"),
+    ({"lead": -0.01}, "lead"),
+    ({"direction": [1, 2, 1]}, "direction"),
+    ({"current_limit": 1e6}, "current_limit"),
+    ({"retries": -1}, "retries"),
+    ({"fail_cycles": 0}, "fail_cycles"),
+    ({"timeout": 0.05}, "timeout"),  # 0.05 s x 2 attempts cannot fit a 10 ms period
+    ({"low_latency": "yes"}, "low_latency"),
+])
+def test_bad_settings_name_file_table_and_field(config, override, field):
+    with pytest.raises(DriveConfigError, match=rf"orthoglide-serial\.toml: \[drives\], field '{field}'"):
+        load_settings(config, override)
+
+
+def test_unopenable_port_is_a_clear_drive_error(config):
+    d = DynamixelDrives.from_config(config, {"port": "/nonexistent/ttyUSB7"})
+    with pytest.raises(DriveError, match="cannot open serial port '/nonexistent/ttyUSB7'"):
+        d.configure()
+
+
+def test_pyserial_url_loopback_hears_only_its_own_echo(config):
+    """loop:// echoes our instruction packets: they are skipped, the servos never answer."""
+    d = DynamixelDrives.from_config(config, {"port": "loop://", "timeout": 0.001})
+    with pytest.raises(DriveError, match=r"servo 1 on loop://: no valid answer to ping after 2 attempts"):
+        d.configure()
+    assert "not available for" in d.low_latency or "not applied" in d.low_latency
+    assert d.stats["timeouts"] == 2 and d.stats["garbage_bytes"] == 0
+    d.close()
+
+
+# -- driver <-> emulator over a real pty -----------------------------------------------------------
+
+class ThreadEmulator:
+    """The emulator serving a pty from a thread of this process (tests only)."""
+
+    def __init__(self):
+        self.emu = build("orthoglide-serial")
+        self.master, self.slave, self.port = open_pty()
+        self.ctl_r, self.ctl_w = os.pipe()
+        self.replies = []
+        self.thread = threading.Thread(target=self.emu.serve, args=(self.master, self.ctl_r, self.replies.append),
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        os.close(self.ctl_w)
+        self.thread.join(5)
+        for fd in (self.ctl_r, self.master, self.slave):
+            os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    e = ThreadEmulator()
+    yield e
+    e.stop()
+
+
+@pytest.fixture
+def drives(emulator, config):
+    emulator.emu.arm(None, 0, config.rate_hz)
+    d = DynamixelDrives.from_config(config, {"port": emulator.port})
+    yield d
+    d.close()
+
+
+def test_configure_enable_read_write_disable(drives, emulator):
+    emu = emulator.emu
+    drives.configure()
+    assert drives.models == {1: 1120, 2: 1120, 3: 1120}
+    assert all(sv.table[11] == 0 for sv in emu.servos.values())  # current control mode
+    assert drives.info()["current_limit"] == [1193, 1193, 1193]
+    drives.enable()
+    assert all(sv.torque for sv in emu.servos.values())
+    fb = drives.read(0.0)
+    assert fb.fresh
+    np.testing.assert_allclose(fb.position, emu.plant.theta, atol=0.04 / 4096)
+    np.testing.assert_allclose(fb.position, [-0.1, -0.1, -0.1], atol=0.04 / 4096)
+    tau = np.array([10.0, -20.0, 300.0])
+    drives.write(tau)
+    fpl = drives.settings.force_per_lsb(0)
+    drives.read(0.01)  # the write has been handled once the next answer is in
+    assert [sv.goal_current() for sv in emu.servos.values()] == [round(x / fpl) for x in tau]
+    assert emu.cycles == 1
+    assert drives.feedback.position[2] > -0.1  # 300 N up: the third slider moved up
+    drives.write(np.array([1e6, -1e6, 0.0]))  # clamped to the current limit
+    drives.read(0.02)
+    assert [sv.goal_current() for sv in emu.servos.values()] == [1193, -1193, 0]
+    drives.disable()
+    drives.configure()  # answers again: the disable reached every servo
+    assert not any(sv.torque for sv in emu.servos.values())
+    assert all(sv.goal_current() == 0 for sv in emu.servos.values())
+    assert drives.stats["timeouts"] == 0 and drives.stats["crc_errors"] == 0
+
+
+def test_servo_status_error_is_reported(drives):
+    drives.configure()
+    with pytest.raises(DriveError, match="servo 2: access error during model write"):
+        drives.transact(2, dxp.write(2, ADDR_MODEL_NUMBER, b"\0\0"), 0, "model write")
+
+
+def test_retries_recover_lost_and_corrupted_answers(drives, emulator, config):
+    for kind in ("drop", "corrupt"):
+        emulator.emu.arm(kind, 0, config.rate_hz)
+        emulator.emu.fault_period = 2  # every second status packet of servo 2
+        drives.configure()
+        drives.enable()
+        for k in range(12):
+            fb = drives.read(k * 0.01)
+            assert fb.fresh
+            drives.write(np.zeros(3))
+        assert drives.stats["retries"] >= 5
+        if kind == "corrupt":
+            assert drives.stats["crc_errors"] >= 5
+        drives.disable()
+    emulator.emu.fault_period = 1
+
+
+def test_non_finite_torque_command_faults_with_torque_off(drives, emulator):
+    drives.configure()
+    drives.enable()
+    drives.read(0.0)
+    with pytest.raises(DriveError, match="non-finite torque command on axis 1"):
+        drives.write(np.array([0.0, np.nan, 0.0]))
+    assert drives.state is DriveState.FAULTED and not drives.torque_on
+    drives.transact(1, dxp.ping(1), 3, "ping")  # handled after the torque-off packets
+    assert not any(sv.torque for sv in emulator.emu.servos.values())
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_each_fault_is_detected_with_torque_off_within_3_cycles(kind, drives, emulator, config):
+    inject = 5
+    emulator.emu.arm(kind, inject, config.rate_hz)
+    drives.configure()
+    drives.enable()
+    raised_at = None
+    for k in range(inject + 6):
+        try:
+            fb = drives.read(k * 0.01)
+        except DriveError as e:
+            raised_at = k
+            reason = str(e)
+            break
+        drives.write(20.0 * (-0.1 - fb.position) + np.array([0.0, 0.0, 60.0]))
+    assert raised_at is not None, f"{kind} not detected: {drives.info()} {emulator.emu.report()}"
+    assert inject <= raised_at <= inject + 3
+    assert drives.fault_reason == reason and drives.state is DriveState.FAULTED
+    drives.close()  # waits for nothing; let the emulator take the last packets in
+    deadline = 50
+    while emulator.emu.torque_off_cycle is None and deadline:
+        threading.Event().wait(0.01)
+        deadline -= 1
+    emu = emulator.emu
+    assert emu.injected_cycle == inject
+    assert emu.torque_off_cycle is not None and emu.torque_off_cycle - emu.injected_cycle <= 3
+    assert emu.nonzero_after_off == 0
+    expected = {"drop": "no valid feedback", "delay": "no valid feedback", "corrupt": "no valid feedback",
+                "drive-fault": "overload error", "sever": "no valid feedback", "nan": "implausible feedback"}
+    assert expected[kind] in reason
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(min_size=1, max_size=60), min_size=1, max_size=4))
+def test_driver_fed_garbage_raises_only_drive_error(config, chunks):
+    """Whatever comes back on the line, read() returns feedback or raises DriveError."""
+    master, slave, port = open_pty()
+    d = DynamixelDrives.from_config(config, {"port": port, "timeout": 0.001, "fail_cycles": 2})
+
+    def answer(data: bytes) -> None:
+        os.read(master, 4096)  # the request
+        os.write(master, data)
+
+    try:
+        d._open()
+        for c in chunks:
+            t = threading.Thread(target=answer, args=(dxp.status(1, 0, struct.pack("<ii", 0, -10240)) + c,))
+            t.start()
+            try:
+                d.read(0.0)
+            except DriveError:
+                break
+            finally:
+                t.join()
+    finally:
+        d.close()
+        os.close(master)
+        os.close(slave)
