@@ -1,0 +1,78 @@
+"""Serial HIL end to end: the Orthoglide demo in real time through the Dynamixel driver, a
+pseudo-terminal and the servo emulator in another process; tracking against the lockstep
+simulation, and each fault kind detected with torque off within 3 cycles."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pkrt.hil.dynamixel_emulator import FAULT_KINDS
+from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
+from pkrt.rt.cli import main
+from pkrt.rt.errors import UserError
+from pkrt.rt.logfile import read_log
+
+MACHINE = "orthoglide-serial"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    config = serial_config(MACHINE, None)
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz)
+    yield emu
+    emu.stop()
+
+
+def test_tracking_within_2x_of_the_lockstep_simulation(emulator):
+    hil = run_serial_hil(MACHINE, duration=4.0, emulator=emulator)
+    ref = run_lockstep_reference(MACHINE, duration=4.0)
+    assert ref["fault"] is None
+    assert hil["fault"] is None, hil["fault"]
+    assert hil["cycles"] + hil["emulator"]["skipped_periods"] >= 400
+    assert hil["rms_error"] <= 2.0 * ref["rms_error"], (hil["rms_error"], ref["rms_error"], hil["overruns"])
+    assert hil["driver"]["tx_bytes"] > 0 and hil["driver"]["cycles"] == hil["cycles"]
+    assert hil["emulator"]["torque_off_cycle"] is not None  # the end of the run took torque off
+    assert hil["emulator"]["nonzero_after_off"] == 0
+
+
+EXPECTED = {"drop": "servo 2 on", "delay": "servos 1, 2, 3 on", "corrupt": "servo 2 on",
+            "drive-fault": "overload error", "sever": "servos 1, 2, 3 on", "nan": "implausible feedback"}
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_each_fault_detected_and_torque_off_within_3_cycles(kind, emulator, tmp_path):
+    log = tmp_path / "hil.pktlog"
+    r = run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log))
+    assert r["injected_fault"] == kind
+    assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
+    assert r["fault"].startswith("drive: ")
+    assert r["injected_cycle"] is not None and r["fault_cycle"] is not None
+    assert 0 <= r["fault_cycle"] - r["injected_cycle"] <= 3
+    assert r["torque_off_cycle"] is not None and 0 <= r["torque_off_cycle"] - r["fault_cycle"] <= 3
+    assert r["emulator"]["nonzero_after_off"] == 0  # no current commanded after torque off
+    events = read_log(str(log)).events
+    assert any(r["fault"] in json.dumps(e) for e in events)
+
+
+def test_bus_off_is_not_a_serial_fault():
+    with pytest.raises(UserError, match="bus-off is a CAN fault"):
+        run_serial_hil(MACHINE, fault="bus-off")
+
+
+def test_pkrt_run_on_the_emulator_port(emulator, capsys, tmp_path):
+    emulator.arm(None, None, 100.0)
+    rc = main(["run", "--machine", MACHINE, "--port", emulator.port, "--duration", "0.5", "--json",
+               "--no-log"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["fault"] is None and out["cycles"] >= 45
+    assert emulator.report()["cycles"] >= 45
+
+
+def test_pkrt_hil_cli_with_a_bad_port_reports_one_line(capsys):
+    rc = main(["run", "--machine", MACHINE, "--port", "/nonexistent/ttyUSB9", "--duration", "0.1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "cannot open serial port '/nonexistent/ttyUSB9'" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
