@@ -389,7 +389,7 @@ class CiA402Drives(Drives):
                 self.feedback.position[i] = math.nan
                 self._fail(f"node {n}: invalid position actual value 0x80000000")
             self._pos_raw[i] = pos
-            self._age[i] = 0.0 if in_window else 1.0  # a late frame answered the previous SYNC
+            self._age[i] = 0.0  # the newest sample (sync() ages it by one window per SYNC)
             self._mark(2 * i, in_window)
         elif kind == _TPDO2:
             if len(data) != p.TPDO2.size:
