@@ -12,6 +12,10 @@ too close to a singularity).
 Outputs f, in order (``pkrt.models.reduction.output_layout``): H upper triangle row by row,
 D row by row (s x s(s+1)/2), p_ext. Equation of motion: H thetadd + D [td td] - p_ext = tau.
 
+The ``*_w`` kernels take a scratch array of ``work_size(s)`` floats and allocate nothing (use
+them, or ``TreeWorkspace``, on the online path); ``eval_outputs``, ``eval_model`` and
+``eval_tau`` are the same with the scratch allocated per call.
+
 Kernel status codes: OK = 0, CLAMPED = 1 (theta was outside the root box and was clamped),
 OUT_OF_DOMAIN = 2 (the leaf is marked out of domain). Status is never silent: callers check it.
 """
@@ -67,7 +71,7 @@ class Tree:
         return sum(a.nbytes for a in self.arrays)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def find_leaf(T, theta, th):
     """Clamp theta into the root box (into th) and return (leaf, status)."""
     lo, hi, node_dim, node_split, node_child = T[0], T[1], T[2], T[3], T[4]
@@ -94,7 +98,7 @@ def find_leaf(T, theta, th):
     return leaf, status
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def basis(T, leaf, th, u):
     """Quadratic basis u at th in the box-normalised coordinates of a leaf."""
     box = T[5]
@@ -109,40 +113,48 @@ def basis(T, leaf, th, u):
             c += 1
 
 
-@njit(cache=True)
-def eval_outputs(T, theta, f):
-    """Fill the flat outputs f at theta; return the status."""
+def work_size(s: int) -> int:
+    """Length of the scratch array the ``*_w`` kernels take: th (s), u (n_basis), [td td]."""
+    return s + n_basis(s) + s * (s + 1) // 2
+
+
+@njit(cache=True, inline="always")
+def eval_outputs_w(T, theta, f, work):
+    """Fill the flat outputs f at theta using ``work`` (work_size(s)) as scratch; return the
+    status. Allocates nothing."""
     s = theta.shape[0]
-    th = np.empty(s)
-    u = np.empty(1 + s + s * (s + 1) // 2)
+    nb = 1 + s + s * (s + 1) // 2
+    th = work[:s]
+    u = work[s:s + nb]
     leaf, status = find_leaf(T, theta, th)
     basis(T, leaf, th, u)
-    coef = T[7]
+    cl = T[7][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
     for o in range(f.shape[0]):
         acc = 0.0
-        for b in range(u.shape[0]):
-            acc += coef[leaf, o, b] * u[b]
+        for b in range(nb):
+            acc += cl[o, b] * u[b]
         f[o] = acc
     return status
 
 
-@njit(cache=True)
-def eval_model(T, theta, H, D, p_ext):
-    """Fill preallocated H (s, s), D (s, s(s+1)/2), p_ext (s,); return the status."""
+@njit(cache=True, inline="always")
+def eval_model_w(T, theta, H, D, p_ext, work):
+    """Fill preallocated H (s, s), D (s, s(s+1)/2), p_ext (s,) using ``work`` as scratch;
+    return the status. Allocates nothing."""
     s = theta.shape[0]
     m = s * (s + 1) // 2
-    th = np.empty(s)
-    u = np.empty(1 + s + m)
+    nb = 1 + s + m
+    th = work[:s]
+    u = work[s:s + nb]
     leaf, status = find_leaf(T, theta, th)
     basis(T, leaf, th, u)
-    coef = T[7]
-    nb = u.shape[0]
+    cl = T[7][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
     o = 0
     for j in range(s):
         for k in range(j, s):
             acc = 0.0
             for b in range(nb):
-                acc += coef[leaf, o, b] * u[b]
+                acc += cl[o, b] * u[b]
             H[j, k] = acc
             H[k, j] = acc
             o += 1
@@ -150,21 +162,21 @@ def eval_model(T, theta, H, D, p_ext):
         for c in range(m):
             acc = 0.0
             for b in range(nb):
-                acc += coef[leaf, o, b] * u[b]
+                acc += cl[o, b] * u[b]
             D[i, c] = acc
             o += 1
     for i in range(s):
         acc = 0.0
         for b in range(nb):
-            acc += coef[leaf, o, b] * u[b]
+            acc += cl[o, b] * u[b]
         p_ext[i] = acc
         o += 1
     return status
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def quad_velocities(td, out):
-    """[td td] = (td1^2, td1 td2, ..., ts^2), upper triangle row by row."""
+    """[td td] = (td1^2, td1 td2, ..., ts^2), upper triangle, row by row."""
     s = td.shape[0]
     c = 0
     for j in range(s):
@@ -173,13 +185,14 @@ def quad_velocities(td, out):
             c += 1
 
 
-@njit(cache=True)
-def eval_tau(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau):
-    """tau = H thetadd + D [td td] - p_ext, filling H, D, p_ext too; return the status."""
+@njit(cache=True, inline="always")
+def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
+    """tau = H thetadd + D [td td] - p_ext, filling H, D, p_ext too, using ``work`` as
+    scratch; return the status. Allocates nothing (the online path)."""
     s = theta.shape[0]
-    status = eval_model(T, theta, H, D, p_ext)
     m = s * (s + 1) // 2
-    w = np.empty(m)
+    status = eval_model_w(T, theta, H, D, p_ext, work)
+    w = work[s + 1 + s + m:]
     quad_velocities(theta_dot, w)
     for i in range(s):
         acc = -p_ext[i]
@@ -191,6 +204,30 @@ def eval_tau(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau):
     return status
 
 
+@njit(cache=True)
+def _scratch(s):
+    return np.empty(2 * s + 1 + s * (s + 1))  # work_size(s)
+
+
+@njit(cache=True)
+def eval_outputs(T, theta, f):
+    """As eval_outputs_w with a scratch array allocated per call (offline use)."""
+    return eval_outputs_w(T, theta, f, _scratch(theta.shape[0]))
+
+
+@njit(cache=True)
+def eval_model(T, theta, H, D, p_ext):
+    """As eval_model_w with a scratch array allocated per call (prefer eval_model_w online)."""
+    return eval_model_w(T, theta, H, D, p_ext, _scratch(theta.shape[0]))
+
+
+@njit(cache=True)
+def eval_tau(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau):
+    """As eval_tau_w with a scratch array allocated per call (prefer eval_tau_w online)."""
+    return eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau,
+                      _scratch(theta.shape[0]))
+
+
 class TreeWorkspace:
     """Preallocated outputs for one tree (the per-cycle data of the Model/Data split)."""
 
@@ -200,6 +237,13 @@ class TreeWorkspace:
         self.D = np.zeros((s, s * (s + 1) // 2))
         self.p_ext = np.zeros(s)
         self.tau = np.zeros(s)
+        self.work = np.zeros(work_size(s))
 
     def tau_of(self, tree: Tree, theta, theta_dot, theta_ddot) -> int:
-        return eval_tau(tree.arrays, theta, theta_dot, theta_ddot, self.H, self.D, self.p_ext, self.tau)
+        """Fill H, D, p_ext and tau at a state; return the status. Allocates nothing."""
+        return eval_tau_w(tree.arrays, theta, theta_dot, theta_ddot, self.H, self.D, self.p_ext,
+                          self.tau, self.work)
+
+    def model_of(self, tree: Tree, theta) -> int:
+        """Fill H, D, p_ext at theta; return the status. Allocates nothing."""
+        return eval_model_w(tree.arrays, theta, self.H, self.D, self.p_ext, self.work)

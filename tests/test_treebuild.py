@@ -46,7 +46,9 @@ def test_shipped_tree_matches_its_model(name):
 def test_shipped_fourbar_rebuilds_bit_for_bit(fourbar):
     _, settings = settings_for("fourbar.pkt")
     tree, _ = build_tree(fourbar, settings, jobs=1, progress=False)
-    assert tree_bytes(tree) == (MACHINES / "fourbar.pkt").read_bytes()
+    assert tree_bytes(tree) == (MACHINES / "fourbar.pkt").read_bytes(), (
+        "fourbar.pkt differs from a rebuild: the exact model's numerics changed? "
+        "Rebuild the shipped trees with: python -m pkrt.models.build_trees")
 
 
 def test_orthoglide_build_is_deterministic_across_jobs(orthoglide):
