@@ -76,15 +76,16 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         last = drives.cycle  # last SYNC sent
         if 0 <= sync_index <= min(last, sync_cycle.shape[0] - 1):
             return int(sync_cycle[sync_index])
-        if last >= 0 and sync_index > last:  # after the last SYNC (a drive's own watchdog)
-            return int(sync_cycle[min(last, sync_cycle.shape[0] - 1)]) + (sync_index - last)
         return None
 
+    ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
+    base = loop_cycle(ev[0]) if ev is not None else None
+    off = None if base is None else base + ev[1]
     summary["loop_torque_off_cycle"] = summary.get("torque_off_cycle")
     summary.update({
         "bus": "can", "fault_kind": fault,
         "injected_cycle": loop_cycle(em["injected_cycle"]),
-        "torque_off_cycle": loop_cycle(em["torque_off_cycle"]),
+        "torque_off_cycle": off,
         "hil": {"interface": "virtual", "channel": channel, "bus_load": drives.bus_load,
                 "late_frames": drives.late_frames, "syncs": drives.cycle + 1,
                 "emulator_cycles": em["emulator_cycles"], "emulator_frames_rx": em["frames_rx"],

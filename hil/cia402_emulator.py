@@ -138,7 +138,7 @@ class CiA402Emulator:
         self.mode = [0] * s
         self.target = np.zeros(s)  # per mille
         self.tau = np.zeros(s)  # applied this period, N or N m
-        self.off_cycle: list[int | None] = [None] * s
+        self.off_event: list[tuple[int, int] | None] = [None] * s  # (SYNC index, periods after it)
         self.ever_enabled = [False] * s
         self._rx_layout: dict[int, tuple[int, struct.Struct, tuple]] = {}
         self._tx_layout: list[list[tuple[int, struct.Struct, tuple]]] = [[] for _ in range(s)]
@@ -244,16 +244,16 @@ class CiA402Emulator:
                 new = S.OPERATION_ENABLED if self.mode[i] == p.MODE_CST else st  # 3+4, 4, 16
         self._set_state(i, new)
 
-    def _set_state(self, i: int, new: S, cycle: int | None = None) -> None:
-        """Enter state ``new``; leaving Operation enabled records the torque-off cycle (the
-        current one unless ``cycle`` says otherwise)."""
+    def _set_state(self, i: int, new: S, later: int = 0) -> None:
+        """Enter state ``new``; leaving Operation enabled records the torque-off event: the
+        current SYNC plus ``later`` periods (a watchdog trips between SYNCs)."""
         old = self.state[i]
         self.state[i] = new
         if new is S.OPERATION_ENABLED and old is not S.OPERATION_ENABLED:
-            self.off_cycle[i] = None
+            self.off_event[i] = None
             self.ever_enabled[i] = True
         elif old is S.OPERATION_ENABLED and new is not S.OPERATION_ENABLED:
-            self.off_cycle[i] = max(self.cycle if cycle is None else cycle, 0)
+            self.off_event[i] = (max(self.cycle, 0), later)
             self.target[i] = 0.0
 
     # -- PDO mapping -------------------------------------------------------------------------------
@@ -418,7 +418,7 @@ class CiA402Emulator:
             return
         for i in range(len(self.node_ids)):
             if self.state[i] is S.OPERATION_ENABLED:  # tripped at last_sync + sync_timeout
-                self._set_state(i, S.FAULT, self.cycle + int(self.sync_timeout / self.period))
+                self._set_state(i, S.FAULT, int(self.sync_timeout / self.period))
                 if not self.bus_dead:  # EMCY 0x8130: life guard / heartbeat (SYNC) error
                     self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
                                            data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))
@@ -431,16 +431,26 @@ class CiA402Emulator:
 
     # -- results -----------------------------------------------------------------------------------
     @property
-    def torque_off_cycle(self) -> int | None:
-        """The cycle from which no drive applies torque (None while any is in Operation enabled)."""
+    def torque_off_event(self) -> tuple[int, int] | None:
+        """(SYNC index, periods after it) from which no drive applies torque; None while any
+        drive is in Operation enabled."""
         if any(st is S.OPERATION_ENABLED for st in self.state):
             return None
-        offs = [c for c, e in zip(self.off_cycle, self.ever_enabled) if e]
-        return max(offs) if offs and all(c is not None for c in offs) else None
+        offs = [ev for ev, e in zip(self.off_event, self.ever_enabled) if e]
+        if not offs or any(ev is None for ev in offs):
+            return None
+        return max(offs, key=lambda ev: ev[0] + ev[1])
+
+    @property
+    def torque_off_cycle(self) -> int | None:
+        """The torque-off event in emulator cycles (SYNC index + periods)."""
+        ev = self.torque_off_event
+        return None if ev is None else ev[0] + ev[1]
 
     def report(self) -> dict:
         r = np.asarray(self.response_us) if self.response_us else np.zeros(1)
         return {"injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
+                "torque_off_event": self.torque_off_event,
                 "emulator_cycles": self.cycle + 1, "frames_rx": self.frames_rx, "frames_tx": self.frames_tx,
                 "emulator_response_us": {"p50": float(np.percentile(r, 50)), "p99": float(np.percentile(r, 99)),
                                          "max": float(r.max())},
