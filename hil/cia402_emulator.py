@@ -145,8 +145,7 @@ class CiA402Emulator:
         # cycle bookkeeping and figures
         self.cycle = -1
         self.last_sync = 0.0  # perf_counter time the last SYNC was processed
-        self.first_stamp = 0.0  # bus timestamp of the first SYNC (s)
-        self.periods = 0  # periods the plant has advanced since the first SYNC
+        self.grid = 0.0  # nominal bus time (s) of the last SYNC: the plant's time
         self.injected_cycle: int | None = None
         self.bus_dead = False  # bus-off or severed: nothing passes either way
         self.frames_rx = 0
@@ -353,15 +352,20 @@ class CiA402Emulator:
                     self._read_mapping(i)
 
     def _on_sync(self, now: float, stamp: float) -> None:
-        # the plant advances one period per SYNC, or several when the bus timestamps show the
-        # master skipped periods after an overrun: plant time stays the loop's time k * period
-        # (whole periods counted from the first SYNC, so wake-up jitter does not accumulate).
-        # Nothing before the first SYNC: the machine stood still until the master took over.
+        # the plant advances one period per SYNC, or n when the bus timestamp shows the master
+        # skipped n - 1 periods after an overrun: a SYNC later than the nominal grid by less than
+        # a period is the master's wake-up jitter. The grid is anchored on the earliest SYNC
+        # seen. Nothing before the first SYNC: the machine stood still until then.
         if self.cycle < 0:
-            self.first_stamp, self.periods = stamp, 0
-        due = max(round((stamp - self.first_stamp) / self.period), self.periods)
-        dt = (due - self.periods) * self.period
-        self.periods = due
+            self.grid, dt = stamp, 0.0
+        else:
+            late = stamp - (self.grid + self.period)
+            if late < 0.0:
+                self.grid += late  # earlier than any SYNC so far: move the grid back
+                late = 0.0
+            n = 1 + int(late / self.period)
+            self.grid += n * self.period
+            dt = n * self.period
         self.cycle += 1
         self.last_sync = now
         k = self.cycle
