@@ -361,7 +361,11 @@ class DynamixelDrives(Drives):
             lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
                                                     "current limit read"))[0]
             self._limit[i] = min(self.settings.current_limit[i], lim)
-        self._read(0.0)  # feedback holds the machine's position from here on
+        for _ in range(self.settings.fail_cycles):  # feedback holds the machine's position from here on
+            if self._read(0.0).fresh:
+                break
+        else:
+            raise DriveError(f"servos on {self.settings.port}: no complete feedback at configure")
         self.stats["cycles"] = 0
         self._fail_run = self._late_hist = 0
 
@@ -397,7 +401,9 @@ class DynamixelDrives(Drives):
     # -- cyclic -------------------------------------------------------------------------------
     def read(self, t: float):
         """One Sync Read (then a Read / Sync Read of the missing axes, up to ``retries`` rounds) ->
-        ``self.feedback`` in SI. A fault takes torque off before DriveError is raised."""
+        ``self.feedback`` in SI at loop time t (s); an axis without a valid answer is carried on
+        at its last velocity and the feedback is not fresh. A fault takes torque off before
+        DriveError is raised."""
         try:
             return self._read(t)
         except DriveError as e:
@@ -423,10 +429,13 @@ class DynamixelDrives(Drives):
             late += self._request(self._reads[missing[0]] if len(missing) == 1 else
                                   dxp.sync_read(missing, FEEDBACK_ADDR, FEEDBACK_LEN), want, missing)
         got = self._got
+        dt = t - fb.stamp
         for dxl_id, pkt in want.items():
             i = self._index[dxl_id]
             got[i] = pkt is not None
-            if pkt is not None:
+            if pkt is None:  # no news: the axis is carried on at its last velocity
+                fb.position[i] += fb.velocity[i] * dt
+            else:
                 _, _, _, _, cur, vel, pos = struct.unpack_from(FEEDBACK_FMT, pkt.params)
                 if not (self._raw_lo[i] <= pos <= self._raw_hi[i]) or abs(vel) > self._vel_max_raw[i]:
                     raise DriveError(f"servo {dxl_id}: implausible feedback (present position {pos} pulses, "

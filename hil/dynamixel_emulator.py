@@ -8,8 +8,8 @@ Read, Write, Sync Read and Sync Write for its servos, each with an X-series cont
 Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
 of a lockstep simulation whatever the jitter of the messages, plus the periods the loop
-skipped after an overrun (counted on the wall clock from the earliest-arriving write, under
-the old currents). ``wall`` advances it to the present wall-clock time before each Read / Sync
+skipped after an overrun, under the old currents, before the next read is answered (counted
+on the wall clock, on a period grid anchored at the earliest-arriving read, and write). ``wall`` advances it to the present wall-clock time before each Read / Sync
 Read is answered and before each Goal Current write takes effect (torques piecewise constant
 in between), so message jitter shows up as motion. In both, a holding brake keeps the machine
 still while every servo's torque is off, and releases at the first Goal Current write after
@@ -163,9 +163,10 @@ class DynamixelEmulator:
         self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
         self.brake = True  # holding brake engaged: the plant does not move
-        self._t0 = 0.0  # cycle clock: wall time of period 0's write (earliest-arriving)
+        self._t0 = {"read": None, "write": None}  # cycle clock: grid origins (earliest arrivals)
         self._k_plant = 0  # cycle clock: the plant is at the start of this period
         self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
+        self.skips: list = []  # (cycle, "read"/"write", periods, phase) of the first 20 skips
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.injected = False
         self.injected_cycle: int | None = None
@@ -189,6 +190,14 @@ class DynamixelEmulator:
             struct.pack_into("<i", t, ADDR_PRESENT_POSITION, _int32(pos))
             cur = self.servos[dxl_id].goal_current() if self._drives_plant(dxl_id) else 0
             struct.pack_into("<h", t, 126, cur)
+
+    def _catch_up(self, now: float) -> None:
+        """Before answering a read: the plant moves to the present (wall clock) or through
+        the loop periods skipped since the last write (cycle clock)."""
+        if self.clock == "wall":
+            self._advance(now)
+        elif not self.brake:
+            self._advance(now, self._skipped(now, "read") * self.dt)
 
     def _tick(self, now: float) -> None:
         """Realtime Tick (ms, wraps at 32768) and Moving of every servo at time ``now``."""
@@ -219,13 +228,21 @@ class DynamixelEmulator:
                 self.plant.step(self._tau, dt / n)
         self._update_present()
 
-    def _skipped(self, now: float) -> int:
-        """Cycle clock: loop periods skipped before this write (0 normally)."""
-        k = math.floor((now - self._t0) / self.dt)
-        if k < self._k_plant:  # earlier than any write so far: re-anchor the grid here
-            self._t0 = now - self._k_plant * self.dt
+    def _skipped(self, now: float, kind: str) -> int:
+        """Cycle clock: loop periods skipped before this ``kind`` ("read" or "write") of
+        instruction, on a grid anchored at the earliest-arriving one of that kind (reads come
+        early in a cycle, writes later). 0 normally."""
+        t0 = self._t0[kind]
+        if t0 is None:
+            self._t0[kind] = now - self._k_plant * self.dt
+            return 0
+        k = math.floor((now - t0) / self.dt)
+        if k < self._k_plant:  # earlier than any so far: re-anchor the grid here
+            self._t0[kind] = now - self._k_plant * self.dt
             return 0
         skipped = k - self._k_plant
+        if skipped and len(self.skips) < 20:
+            self.skips.append((self.cycles, kind, skipped, round((now - t0) / self.dt - self._k_plant, 3)))
         self._k_plant = k
         self.skipped_periods += skipped
         return skipped
@@ -297,8 +314,7 @@ class DynamixelEmulator:
             for i in targets:
                 self._out(i, 0, self.servos[i].read(0, 2)[1] + bytes((self.servos[i].table[6],)), now, out)
         elif inst in (dxp.READ, dxp.WRITE) and pkt.id != dxp.BROADCAST_ID:
-            if self.clock == "wall":
-                self._advance(now)
+            self._catch_up(now)
             self._tick(now)
             for i in targets:
                 if len(p) < 4 if inst == dxp.READ else len(p) < 3:
@@ -313,8 +329,7 @@ class DynamixelEmulator:
                     self._check_torque_off()
                     self._out(i, err, b"", now, out)
         elif inst == dxp.SYNC_READ and len(p) >= 4:
-            if self.clock == "wall":
-                self._advance(now)
+            self._catch_up(now)
             self._tick(now)
             addr, n = struct.unpack_from("<HH", p)
             for i in p[4:]:
@@ -329,14 +344,15 @@ class DynamixelEmulator:
             if self.clock == "wall":
                 self._advance(now)  # the old currents act up to now
             elif goal and not self.brake:
-                self._advance(now, self._skipped(now) * self.dt)  # periods the loop skipped
+                self._advance(now, self._skipped(now, "write") * self.dt)  # periods the loop skipped
             for k in range(4, len(p), n + 1):
                 if p[k] in self.servos:
                     self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
             if goal and any(sv.torque for sv in self.servos.values()):
                 if self.brake:
                     self.brake = False
-                    self._t0, self._k_plant = now, 0
+                    self._t0 = {"read": None, "write": now}
+                    self._k_plant = 0
                 if self.clock == "cycle":
                     self._advance(now, self.dt)
                     self._k_plant += 1
@@ -352,7 +368,7 @@ class DynamixelEmulator:
     def report(self) -> dict:
         return dict(fault=self.fault, cycles=self.cycles, injected_cycle=self.injected_cycle,
                     torque_off_cycle=self.torque_off_cycle, nonzero_after_off=self.nonzero_after_off,
-                    clock=self.clock, skipped_periods=self.skipped_periods,
+                    clock=self.clock, skipped_periods=self.skipped_periods, skips=self.skips,
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
                     **self.counts)
