@@ -234,7 +234,7 @@ def drift(prim_i, prim_f, X, R, V, W, theta, theta_dot, gamma):
 @njit(cache=True)
 def step_config(X, R, dq, X_out, R_out):
     """X_out[b] = X[b] + dx_b and R_out[b] = exp([dpsi_b]x) R[b] (Rodrigues), dq = (dx_b, dpsi_b)
-    per body (m, rad, world frame). The outputs may not alias the inputs."""
+    per body (m, rad, world frame). The outputs may be the inputs (in-place update)."""
     for b in range(X.shape[0]):
         i = 6 * b
         for k in range(3):
@@ -266,9 +266,91 @@ def step_config(X, R, dq, X_out, R_out):
 
 
 @njit(cache=True)
+def lu_factor(A, piv):
+    """In-place LU factorisation with partial pivoting (as LAPACK getrf): A = P L U with unit
+    L below the diagonal and U on and above it; piv[k] is the row swapped with row k.
+    Returns False if a pivot is exactly zero (singular matrix)."""
+    n = A.shape[0]
+    for k in range(n):
+        p = k
+        big = abs(A[k, k])
+        for i in range(k + 1, n):
+            if abs(A[i, k]) > big:
+                big = abs(A[i, k])
+                p = i
+        piv[k] = p
+        if big == 0.0:
+            return False
+        if p != k:
+            for j in range(n):
+                A[k, j], A[p, j] = A[p, j], A[k, j]
+        inv = 1.0 / A[k, k]
+        for i in range(k + 1, n):
+            f = A[i, k] * inv
+            A[i, k] = f
+            if f != 0.0:  # the constraint Jacobians are sparse
+                for j in range(k + 1, n):
+                    A[i, j] -= f * A[k, j]
+    return True
+
+
+@njit(cache=True)
+def lu_solve(LU, piv, B):
+    """Solve A X = B in place (B: n x m) with the factors of ``lu_factor``."""
+    n = LU.shape[0]
+    m = B.shape[1]
+    for k in range(n):
+        p = piv[k]
+        if p != k:
+            for c in range(m):
+                B[k, c], B[p, c] = B[p, c], B[k, c]
+    for i in range(n):
+        for j in range(i):
+            f = LU[i, j]
+            if f != 0.0:
+                for c in range(m):
+                    B[i, c] -= f * B[j, c]
+    for i in range(n - 1, -1, -1):
+        for j in range(i + 1, n):
+            f = LU[i, j]
+            if f != 0.0:
+                for c in range(m):
+                    B[i, c] -= f * B[j, c]
+        inv = 1.0 / LU[i, i]
+        for c in range(m):
+            B[i, c] *= inv
+
+
+@njit(cache=True)
+def _matTmat(A, B, out):
+    """out = A^T B."""
+    for i in range(A.shape[1]):
+        for j in range(B.shape[1]):
+            acc = 0.0
+            for k in range(A.shape[0]):
+                acc += A[k, i] * B[k, j]
+            out[i, j] = acc
+
+
+# Kernels below use explicit loops rather than array expressions and slice assignments:
+# numba compiles those slowly (seconds each), and a cold start pays it once per checkout.
+
+@njit(cache=True)
 def _square(jac, rows, A):
+    """A = jac[rows] (the square system)."""
     for i in range(rows.shape[0]):
-        A[i, :] = jac[rows[i], :]
+        for j in range(jac.shape[1]):
+            A[i, j] = jac[rows[i], j]
+
+
+@njit(cache=True)
+def _max_abs(v):
+    m = 0.0
+    for i in range(v.shape[0]):
+        a = abs(v[i])
+        if a > m or a != a:  # NaN propagates
+            m = a
+    return m
 
 
 @njit(cache=True)
@@ -276,44 +358,46 @@ def newton(prim_i, prim_f, rows, X, R, theta_from, theta, tol, max_iter, cap, ph
     """Assemble at theta starting from (X, R), assembled at theta_from; X and R are updated in
     place. First the linear prediction dq = q_theta (theta - theta_from) (paper eq. 12), then
     Newton-Raphson on the square system ``rows`` with steps capped at ``cap`` (m or rad), until
-    max |phi| over all rows < tol. Returns (max |phi| at the final X, R; Newton iterations).
-    phi, jac and jac_theta are work arrays (all rows); on return they hold the values at the
-    final configuration. Raises LinAlgError if the square Jacobian is exactly singular."""
+    max |phi| over all rows < tol. Returns (max |phi| at the final X, R; Newton iterations);
+    the residual is inf if the square Jacobian is exactly singular. phi, jac and jac_theta are
+    work arrays (all rows); on return they hold the values at the final configuration."""
     n = rows.shape[0]
     s = theta.shape[0]
     A = np.empty((n, n))
-    rhs = np.empty((n, s))
-    r = np.empty(n)
-    dq = np.zeros(n)
-    X_new = np.empty_like(X)
-    R_new = np.empty_like(R)
+    piv = np.empty(n, dtype=np.int64)
+    qt = np.empty((n, s))
+    dq = np.empty(n)
+    dq_col = dq.reshape((n, 1))  # the same memory, as the n x 1 right-hand side of lu_solve
     evaluate(prim_i, prim_f, X, R, theta_from, phi, jac, jac_theta)
     _square(jac, rows, A)
+    if not lu_factor(A, piv):
+        return np.inf, 0
     for i in range(n):
         for k in range(s):
-            rhs[i, k] = -jac_theta[rows[i], k]
-    qt = np.linalg.solve(A, rhs)
+            qt[i, k] = -jac_theta[rows[i], k]
+    lu_solve(A, piv, qt)
     for i in range(n):
         dq[i] = 0.0
         for k in range(s):
             dq[i] += qt[i, k] * (theta[k] - theta_from[k])
     it = 0
     while True:
-        step_config(X, R, dq, X_new, R_new)
-        X[:, :] = X_new
-        R[:, :, :] = R_new
+        step_config(X, R, dq, X, R)
         evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta)
-        res = np.max(np.abs(phi))
+        res = _max_abs(phi)
         if res < tol or it == max_iter:
             return res, it
         it += 1
         _square(jac, rows, A)
+        if not lu_factor(A, piv):
+            return np.inf, it
         for i in range(n):
-            r[i] = -phi[rows[i]]
-        dq = np.linalg.solve(A, r)
-        big = np.max(np.abs(dq))
+            dq[i] = -phi[rows[i]]
+        lu_solve(A, piv, dq_col)
+        big = _max_abs(dq)
         if big > cap:
-            dq *= cap / big
+            for i in range(n):
+                dq[i] *= cap / big
 
 
 @njit(cache=True)
@@ -366,6 +450,7 @@ def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, 
     """Exact reduced model at an assembled configuration (X, R) (see ``reduction.reduce_at``).
 
     Writes q_theta (n x s), H (s x s), D (s x s(s+1)/2, columns in [td td] order) and p_ext (s).
+    Returns False (outputs undefined) if the square Jacobian is exactly singular.
     The quadratic-velocity terms are the gyroscopic forces A and the analytic constraint drift
     G, both quadratic in theta_dot; their bilinear parts are taken by polarisation:
     column (j, k) = Q(e_j + e_k) - Q(e_j) - Q(e_k) for j < k, Q(e_j) for j = k.
@@ -381,24 +466,32 @@ def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, 
     jt = np.empty((n_all, s))
     evaluate(prim_i, prim_f, X, R, theta, phi, jac, jt)
     A = np.empty((n, n))
+    piv = np.empty(n, dtype=np.int64)
     _square(jac, rows, A)
-    rhs = np.empty((n, s))
+    if not lu_factor(A, piv):
+        return False
     for i in range(n):
         for k in range(s):
-            rhs[i, k] = -jt[rows[i], k]
-    q_theta[:, :] = np.linalg.solve(A, rhs)
+            q_theta[i, k] = -jt[rows[i], k]
+    lu_solve(A, piv, q_theta)
 
     Iw = np.empty((nb, 3, 3))
-    for b in range(nb):
-        Iw[b] = R[b] @ inertias[b] @ R[b].T
+    for b in range(nb):  # R I R^T
+        for i in range(3):
+            for j in range(3):
+                acc = 0.0
+                for k in range(3):
+                    for l in range(3):
+                        acc += R[b, i, k] * inertias[b, k, l] * R[b, j, l]
+                Iw[b, i, j] = acc
     Mq = np.empty((n, s))
     _mass_times(masses, Iw, q_theta, Mq)
-    H[:, :] = q_theta.T @ Mq
+    _matTmat(q_theta, Mq, H)
     for j in range(s):
         for k in range(j + 1, s):
-            m = 0.5 * (H[j, k] + H[k, j])
-            H[j, k] = m
-            H[k, j] = m
+            sym = 0.5 * (H[j, k] + H[k, j])
+            H[j, k] = sym
+            H[k, j] = sym
     for j in range(s):
         p = 0.0
         for b in range(nb):
@@ -419,27 +512,38 @@ def reduce_kernel(prim_i, prim_f, rows, X, R, masses, inertias, gravity, theta, 
         e[:] = 0.0
         e[j] = 1.0
         _quadratic_form(prim_i, prim_f, rows, X, R, Iw, q_theta, theta, e, g, ag)
-        Gd[:, j] = g
-        Ad[:, j] = ag
+        for i in range(n):
+            Gd[i, j] = g[i]
+            Ad[i, j] = ag[i]
     c = 0
     for j in range(s):
         for k in range(j, s):
-            if j == k:
-                G[:, c] = Gd[:, j]
-                Ag[:, c] = Ad[:, j]
-            else:  # polarisation: the td_j td_k coefficient
+            if j != k:  # polarisation: the td_j td_k coefficient
                 e[:] = 0.0
                 e[j] = 1.0
                 e[k] = 1.0
                 _quadratic_form(prim_i, prim_f, rows, X, R, Iw, q_theta, theta, e, g, ag)
-                G[:, c] = g - Gd[:, j] - Gd[:, k]
-                Ag[:, c] = ag - Ad[:, j] - Ad[:, k]
+            for i in range(n):
+                if j == k:
+                    G[i, c] = Gd[i, j]
+                    Ag[i, c] = Ad[i, j]
+                else:
+                    G[i, c] = g[i] - Gd[i, j] - Gd[i, k]
+                    Ag[i, c] = ag[i] - Ad[i, j] - Ad[i, k]
             c += 1
     # qdd = q_theta thetadd + B [td td] with Phi_q B = -G; D = q_theta^T (A + M B)
-    B = np.linalg.solve(A, -G)
+    B = np.empty((n, nq))
+    for i in range(n):
+        for c in range(nq):
+            B[i, c] = -G[i, c]
+    lu_solve(A, piv, B)
     MB = np.empty((n, nq))
     _mass_times(masses, Iw, B, MB)
-    D[:, :] = q_theta.T @ (Ag + MB)
+    for i in range(n):
+        for c in range(nq):
+            MB[i, c] += Ag[i, c]
+    _matTmat(q_theta, MB, D)
+    return True
 
 
 def count_rows(prim_i: np.ndarray) -> int:

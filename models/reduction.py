@@ -70,11 +70,8 @@ class Assembler:
         rows = mech.square_rows
         X, R = cfg.X.copy(), cfg.R.copy()
         phi, jac, jt = self._work
-        try:
-            res, _ = C.newton(mech.prim_i, mech.prim_f, rows, X, R, theta_from, theta, self.tol,
-                              self.max_iter, 0.1, phi, jac, jt)
-        except np.linalg.LinAlgError:
-            res = np.inf
+        res, _ = C.newton(mech.prim_i, mech.prim_f, rows, X, R, theta_from, theta, self.tol,
+                          self.max_iter, 0.1, phi, jac, jt)
         new = Config(X, R)
         if res < self.tol:
             return new, res, 0.0
@@ -140,8 +137,10 @@ def reduce_at(mech: Mechanism, cfg: Config, theta: np.ndarray) -> Reduced:
     H = np.empty((s, s))
     D = np.empty((s, s * (s + 1) // 2))
     p_ext = np.empty(s)
-    C.reduce_kernel(mech.prim_i, mech.prim_f, mech.square_rows, cfg.X, cfg.R, mech.masses,
-                    mech.inertias, mech.gravity, theta, qt, H, D, p_ext)
+    if not C.reduce_kernel(mech.prim_i, mech.prim_f, mech.square_rows, cfg.X, cfg.R, mech.masses,
+                           mech.inertias, mech.gravity, theta, qt, H, D, p_ext):
+        raise AssemblyError(f"{mech.name} at theta = {np.round(theta, 9).tolist()}: the constraint "
+                            f"Jacobian with the actuators locked is singular (no reduced model)")
     return Reduced(theta, H, D, p_ext, qt, cfg)
 
 
