@@ -326,3 +326,20 @@ def test_bad_theta_is_refused_before_the_kernels(orthoglide, theta):
 
     with pytest.raises(AssemblyError, match="expected 3 finite"):
         reduce_at(orthoglide, orthoglide.ref_config, theta)
+
+
+def test_lu_kernels_match_numpy_and_detect_singularity():
+    from pkrt.models.constraints import lu_factor, lu_solve
+
+    rng = np.random.default_rng(9)
+    A = rng.normal(size=(12, 12))
+    A[:, 3] *= 1e-6  # needs pivoting
+    B = rng.normal(size=(12, 4))
+    LU, piv = A.copy(), np.empty(12, dtype=np.int64)
+    assert lu_factor(LU, piv)
+    X = B.copy()
+    lu_solve(LU, piv, X)
+    np.testing.assert_allclose(X, np.linalg.solve(A, B), rtol=1e-9)
+    S = A.copy()
+    S[:, 7] = 0.0  # a coordinate no row constrains: the elimination meets an exact zero pivot
+    assert not lu_factor(S, piv)
