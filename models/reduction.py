@@ -75,11 +75,11 @@ class Assembler:
         new = Config(X, R)
         if res < self.tol:
             return new, res, 0.0
-        _, jac, _ = mech.evaluate(new, theta)
+        if not np.all(np.isfinite(new.X)) or not np.all(np.isfinite(new.R)):
+            return cfg, np.inf, 0.0  # diverged: report from the start point's side
+        phi, jac, _ = mech.evaluate(new, theta)
         sv = np.linalg.svd(jac[rows], compute_uv=False)
-        if not np.isfinite(res):
-            res = float(np.abs(mech.evaluate(new, theta)[0]).max())
-        return new, float(res), float(sv[-1] / sv[0])
+        return new, float(np.abs(phi).max()), float(sv[-1] / sv[0]) if sv[0] > 0 else 0.0
 
     def solve(self, theta) -> Config:
         """Assemble at theta, walking from the last solution in sub-steps."""
