@@ -1,11 +1,22 @@
 """Dynamixel Protocol 2.0 drives over a serial port (pyserial): X-series servos in current mode.
 
-Per cycle: ``read`` sends one Sync Read of Present Velocity + Present Position (addresses
-128..135, one contiguous 8-byte block) and collects one status packet per servo; ``write``
-sends one Sync Write of Goal Current (address 102, 2 bytes, signed), which the servos do not
-answer. Missing or corrupted answers are retried (individual Reads) within the cycle; a cycle
-that still lacks an axis is not fresh, and ``fail_cycles`` such cycles in a row are a fault.
-A status error or hardware alert from a servo is a fault, with its reason.
+Per cycle: ``read`` sends one Sync Read of one contiguous block, addresses 120..135 (Realtime
+Tick, Moving, Moving Status, Present PWM, Present Current, Present Velocity 128, Present
+Position 132), and collects one status packet per servo; ``write`` sends one Sync Write of
+Goal Current (address 102, 2 bytes, signed), which the servos do not answer. The block starts
+at the Realtime Tick (8 bytes more than velocity + position alone) because status packets
+carry no sequence number: the tick tells an answer to this request from a late answer to an
+older one, which would otherwise pass for fresh feedback on a line that delivers late.
+
+Failures: missing, corrupted or late answers are asked again (a Read or Sync Read of the
+missing servos, ``retries`` rounds within the cycle); an axis still without an answer is
+carried on at its last velocity and the feedback is not fresh. ``fail_cycles`` incomplete
+cycles in a row, or late answers in ``fail_cycles`` of the last 2 ``fail_cycles`` cycles, are a
+fault; so is a status error, a hardware alert (with the Hardware Error Status as the reason)
+and implausible feedback (position beyond the limits plus ``position_margin``, velocity
+beyond ``max_velocity``). A fault takes torque off (Sync Write of Torque Enable 0, then Goal
+Current 0) before ``DriveError`` is raised. Timeouts, CRC errors, late answers and retries
+are counted in ``stats``.
 
 Units (the ``[drives]`` table): ``current_unit`` A per LSB, ``torque_constant`` N m/A,
 ``position_resolution`` pulses per motor revolution, ``velocity_unit`` rev/min per LSB,

@@ -7,11 +7,12 @@ Read, Write, Sync Read and Sync Write for its servos, each with an X-series cont
 
 Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
-of a lockstep simulation whatever the jitter of the messages, plus the periods the loop
-skipped after an overrun, under the old currents, before the next read is answered (counted
-on the wall clock, on a period grid anchored at the earliest-arriving read, and write). ``wall`` advances it to the present wall-clock time before each Read / Sync
-Read is answered and before each Goal Current write takes effect (torques piecewise constant
-in between), so message jitter shows up as motion. In both, a holding brake keeps the machine
+of a lockstep simulation whatever the jitter of the messages; periods the loop skipped after
+an overrun are added under the old currents before the next read is answered (or write
+applied), counted on the wall clock on a period grid anchored at the earliest-arriving read
+(write). ``wall`` advances it to the present wall-clock time before each Read / Sync Read is
+answered and before each Goal Current write takes effect (torques piecewise constant in
+between), so message jitter shows up as motion. In both, a holding brake keeps the machine
 still while every servo's torque is off, and releases at the first Goal Current write after
 torque on (the loop's first cycle), as drives with a brake do.
 

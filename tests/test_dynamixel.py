@@ -401,3 +401,35 @@ def test_driver_fed_garbage_raises_only_drive_error(config, chunks):
         d.close()
         os.close(master)
         os.close(slave)
+
+
+def test_emulator_control_table_rules(emulator):
+    """The emulated servos answer as X-series servos do (no line: bytes in, bytes out)."""
+    emu = emulator.emu
+    emu.arm(None, 0, 100.0)
+
+    def ask(pkt):
+        p = dxp.PacketParser()
+        for _, b in emu.handle(pkt):
+            p.feed(b)
+        out = []
+        while (x := p.next()) is not None:
+            out.append(x)
+        return out
+
+    assert [a.id for a in ask(dxp.ping(dxp.BROADCAST_ID))] == [1, 2, 3]  # broadcast ping: all answer
+    assert ask(dxp.ping(9)) == []  # nobody there
+    assert ask(dxp.write(1, 11, b"\x00"))[0].error == 0  # operating mode, torque off: fine
+    assert ask(dxp.write(1, 64, b"\x01"))[0].error == 0  # torque on
+    assert ask(dxp.write(1, 11, b"\x03"))[0].error == 7  # EEPROM locked while torque is on
+    assert ask(dxp.write(1, 64, b"\x02"))[0].error == 4  # torque enable 2: data range error
+    assert ask(dxp.write(1, 132, b"\0\0\0\0"))[0].error == 7  # present position is read-only
+    assert ask(dxp.write(1, 102, struct.pack("<h", 2000)))[0].error == 6  # beyond the current limit
+    assert ask(dxp.instruction(1, 0x7F))[0].error == 2  # unknown instruction
+    assert ask(dxp.read(2, 146, 4))[0].error == 7  # past the table
+    emu.servos[3].shutdown(0x20)
+    a = ask(dxp.read(3, 70, 1))[0]
+    assert a.error == dxp.ERR_ALERT and a.params == b"\x20"
+    assert ask(dxp.write(3, 64, b"\x01"))[0].error == dxp.ERR_ALERT | 1  # no torque before a reboot
+    emu.arm(None, 0, 100.0)
+    assert emu.servos[3].table[70] == 0 and not emu.servos[1].torque  # re-arming power-cycles
