@@ -55,9 +55,10 @@ def test_hil_fault_detected_and_torque_off_within_3_cycles(fault):
     assert r["hil"]["emulator_error"] is None
     assert r["fault"] is not None and EXPECT[fault] in r["fault"], r["fault"]
     inj, at, off = r["injected_cycle"], r["fault_cycle"], r["torque_off_cycle"]
-    assert inj is not None and at is not None and off is not None, (inj, at, off)
-    assert 0 <= at - inj <= 3, (inj, at)
-    assert off - at <= 3 and off - inj <= 3, (inj, at, off)
+    why = (inj, at, off, r["fault"], r["overruns"], r["hil"])
+    assert inj is not None and at is not None and off is not None, why
+    assert 0 <= at - inj <= 3, why
+    assert off - at <= 3 and off - inj <= 3, why
     assert inj == round(0.5 * r["rate_hz"]) or r["overruns"] > 0  # inject_after = 0.5 s
     assert "OPERATION_ENABLED" not in r["hil"]["drive_states"]
 
