@@ -15,6 +15,7 @@ import os
 import select
 import subprocess
 import sys
+import tempfile
 
 from pkrt.drivers import open_drives
 from pkrt.rt.config import MachineConfig, load_machine
@@ -35,13 +36,18 @@ class EmulatorProcess:
             cmd += ["--fault", fault]
         if inject_cycle is not None:
             cmd += ["--inject-cycle", str(int(inject_cycle))]
+        self.errors = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block it
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=self.errors, text=True)
         line = self._readline(START_TIMEOUT)
         if not line:
-            err = self.proc.stderr.read() if self.proc.poll() is not None else "no answer"
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.errors.seek(0)
+            err = self.errors.read().strip()
             self.kill()
-            raise Fault(f"servo emulator did not start: {err.strip().splitlines()[-1] if err.strip() else 'no output'}")
+            raise Fault(f"servo emulator did not start: {err.splitlines()[-1] if err else 'no output'}")
         self.port = json.loads(line)["port"]
 
     def _command(self, cmd: dict, timeout: float = 10.0) -> dict:
@@ -83,8 +89,8 @@ class EmulatorProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            f.close()
+        self.proc.stdout.close()
+        self.errors.close()
 
 
 def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
