@@ -29,6 +29,7 @@ failed send (a bus-off controller refuses frames).
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 import time
@@ -41,6 +42,9 @@ from . import cia402_protocol as p
 from .base import DriveConfigError, DriveError, Drives
 
 _TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
+
+# canopen logs SDO aborts and timeouts itself; the driver reports them as one-line DriveErrors
+logging.getLogger("canopen").addHandler(logging.NullHandler())
 
 
 def _frame_bits(n_bytes: int) -> int:
