@@ -99,7 +99,8 @@ class CiA402Drives(Drives):
         self._bus: can.BusABC | None = None
         self._network: canopen.Network | None = None
         self._nodes: list[canopen.RemoteNode] = []
-        self._cyclic = False
+        self._cyclic = False  # configured and enabled: the cyclic path owns the bus
+        self._started = False  # NMT started: RPDOs reach the drives
 
     # -- construction from a machine configuration ------------------------------------------------
     @classmethod
@@ -204,6 +205,7 @@ class CiA402Drives(Drives):
 
     def _do_enable(self) -> None:
         self._nmt(p.NMT_START)
+        self._started = True  # PDOs live: disable() can reach the drives from here on
         deadline = time.monotonic() + self.enable_timeout
         for i, node in enumerate(self._nodes):
             last_cw = -1
@@ -241,7 +243,7 @@ class CiA402Drives(Drives):
     def _do_disable(self) -> None:
         """Torque off: controlword 'disable operation' (0x0007) and zero target torque to every
         drive, sent at once (asynchronous RPDO). Never raises: base.disable() guards it."""
-        if self._bus is None or not self._cyclic:
+        if self._bus is None or not self._started:
             return
         for msg in self._rpdo:
             p.RPDO1.pack_into(msg.data, 0, p.CW_DISABLE_OPERATION, 0)
@@ -258,7 +260,7 @@ class CiA402Drives(Drives):
         if self._bus is None:
             return
         try:
-            if self._cyclic:
+            if self._started:
                 for msg in self._rpdo:
                     p.RPDO1.pack_into(msg.data, 0, p.CW_SHUTDOWN, 0)
                     self._bus.send(msg, 0.001)
@@ -272,7 +274,7 @@ class CiA402Drives(Drives):
                 self._network.notifier.stop()
             self._bus.shutdown()
             self._bus = None
-            self._cyclic = False
+            self._cyclic = self._started = False
 
     # -- cyclic path -------------------------------------------------------------------------------
     def read(self, t: float):

@@ -347,6 +347,23 @@ def test_rated_torque_mismatch_refused(config, plant):
         em.stop()
 
 
+def test_enable_timeout_takes_torque_off_again(config, plant):
+    drives, em, ch = make_pair(config, plant, enable_timeout=0.05)
+    em.mode[2] = 0  # node 3 refuses Operation enabled: its mode of operation is not CST
+    em.start()
+    try:
+        drives.configure()
+        em.mode[2] = 0
+        with pytest.raises(DriveError, match=r"node 3: not in Operation enabled after 0.05 s \(state SWITCHED_ON"):
+            drives.enable()
+        drives.disable()
+        time.sleep(0.02)
+        assert p.State.OPERATION_ENABLED not in em.state and em.state[0] is p.State.SWITCHED_ON
+    finally:
+        drives.close()
+        em.stop()
+
+
 def test_unknown_fault_kind_refused(config, plant):
     with pytest.raises(DriveConfigError, match="unknown CAN fault kind 'corrupt'"):
         CiA402Emulator.from_config(config, "x", fault="corrupt", plant=plant)
