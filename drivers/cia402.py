@@ -163,6 +163,15 @@ class CiA402Drives(Drives):
             self._bus = can.Bus(interface=self.interface, channel=self.channel, bitrate=self.bitrate)
         except (can.CanError, OSError, ValueError, ImportError, TypeError) as e:
             raise DriveError(f"cannot open CAN interface {self.interface!r} channel {self.channel!r}: {e}") from None
+        try:
+            bus_state = self._bus.state  # interfaces that track it (pcan, kvaser, ...); else ACTIVE
+        except (can.CanError, NotImplementedError, OSError):
+            bus_state = can.BusState.ACTIVE
+        if bus_state is can.BusState.ERROR:
+            self._bus.shutdown()
+            self._bus = None
+            raise DriveError(f"CAN interface {self.interface!r} channel {self.channel!r} is in the error state "
+                             "(bus-off): check wiring, termination and bitrate")
         self._network = canopen.Network(self._bus)
         self._network.notifier = can.Notifier(self._bus, self._network.listeners, 0.05)
         for n in self.node_ids:

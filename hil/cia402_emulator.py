@@ -456,6 +456,6 @@ class CiA402Emulator:
         return {"injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
                 "torque_off_event": self.torque_off_event,
                 "emulator_cycles": self.cycle + 1, "frames_rx": self.frames_rx, "frames_tx": self.frames_tx,
-                "emulator_response_us": {"p50": float(np.percentile(r, 50)), "p99": float(np.percentile(r, 99)),
-                                         "max": float(r.max())},
+                "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
+                                         "p99": round(float(np.percentile(r, 99)), 1), "max": round(float(r.max()), 1)},
                 "drive_states": [st.name for st in self.state], "emulator_error": self.error}
