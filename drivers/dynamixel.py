@@ -212,6 +212,7 @@ class DynamixelDrives(Drives):
         self._lag_min = [0.0] * s  # lower envelope of the accepted lags, relative to _lag0
         self.current = np.zeros(s)  # Present Current of the last fresh read, A
         self._got = [False] * s
+        self._want: dict = dict.fromkeys(st.ids)  # this cycle's answers (id -> packet or None)
         # preallocated Sync Write of Goal Current: header(4) id len(2) inst addr(2) n(2) {id lo hi}*s crc(2)
         self._goal = bytearray(dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(i, b"\0\0") for i in st.ids]))
         self._torque_off = dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in st.ids])
@@ -242,8 +243,9 @@ class DynamixelDrives(Drives):
         self.parser.clear()
         self.stats["garbage_bytes"] = self.parser.garbage
 
-    def _drain(self) -> list:
-        """Packets that arrived unasked (before a request), and the parser emptied."""
+    def _drain(self) -> int:
+        """Take in what arrived unasked (before a request) and empty the parser; returns the
+        number of status packets in it (late answers)."""
         try:
             n = self.ser.in_waiting
             data = self.ser.read(n) if n else b""
@@ -252,13 +254,13 @@ class DynamixelDrives(Drives):
         self.stats["rx_bytes"] += len(data)
         self.parser.feed(data)
         crc0 = self.parser.crc_errors
-        out = []
+        n = 0
         while (p := self.parser.next()) is not None:
-            out.append(p)
+            n += p.instruction == dxp.STATUS
         self.stats["crc_errors"] += self.parser.crc_errors - crc0
         self.parser.clear()
         self.stats["garbage_bytes"] = self.parser.garbage
-        return out
+        return n
 
     def _receive(self, want: dict, n_bytes: int, timeout: float | None = None) -> dict:
         """Collect status packets from the IDs in ``want`` whose value is None (filled in
@@ -426,9 +428,11 @@ class DynamixelDrives(Drives):
         st = self.settings
         self.stats["cycles"] += 1
         # answers still arriving for an earlier cycle's request: the line delivers late
-        late = sum(1 for p in self._drain() if p.instruction == dxp.STATUS)
+        late = self._drain()
         self.stats["late_answers"] += late
-        want = dict.fromkeys(st.ids)
+        want = self._want
+        for dxl_id in st.ids:
+            want[dxl_id] = None
         late += self._request(self._sync_read, want, st.ids)
         for _ in range(st.retries):
             missing = [i for i, p in want.items() if p is None]
@@ -436,7 +440,7 @@ class DynamixelDrives(Drives):
                 break
             self.stats["retries"] += 1
             # answers that missed the window are dropped (counted); the missing axes asked again
-            self.stats["late_answers"] += sum(1 for p in self._drain() if p.instruction == dxp.STATUS)
+            self.stats["late_answers"] += self._drain()
             late += self._request(self._reads[missing[0]] if len(missing) == 1 else
                                   dxp.sync_read(missing, FEEDBACK_ADDR, FEEDBACK_LEN), want, missing)
         got = self._got

@@ -433,3 +433,22 @@ def test_emulator_control_table_rules(emulator):
     assert ask(dxp.write(3, 64, b"\x01"))[0].error == dxp.ERR_ALERT | 1  # no torque before a reboot
     emu.arm(None, 0, 100.0)
     assert emu.servos[3].table[70] == 0 and not emu.servos[1].torque  # re-arming power-cycles
+
+
+def test_wall_clock_plant_moves_between_messages(drives, emulator):
+    """With the wall clock, the plant moves with the time between messages, not per write."""
+    emu = emulator.emu
+    emu.clock = "wall"
+    try:
+        drives.configure()
+        drives.enable()
+        z0 = drives.read(0.0).position[2]
+        drives.write(np.array([0.0, 0.0, 300.0]))  # up, against gravity
+        z1 = drives.read(0.0).position[2]
+        threading.Event().wait(0.05)
+        z2 = drives.read(0.05).position[2]
+        # 50 ms under (300 N - weight) lifts the slider by millimetres; the first read came
+        # right after the write
+        assert z0 <= z1 < z2 and z2 - z0 > 1e-3 and z2 - z1 > 5 * (z1 - z0)
+    finally:
+        emu.clock = "cycle"
