@@ -303,7 +303,8 @@ def check_tree_matches_model(tree: Tree, content_hash: str, model_name: str | No
         raise TreeFileError(
             f"the tree was built from model '{m.get('name', '?')}' with content hash "
             f"{str(m.get('content_hash'))[:12]}..., but model '{name}' has hash "
-            f"{content_hash[:12]}...: rebuild the tree with 'pkrt build'")
+            f"{content_hash[:12]}...: rebuild the tree with 'pkrt build' (or give the model file "
+            f"it was built from)")
 
 
 __all__ = ["FORMAT", "VERSION", "TreeFileError", "save_tree", "load_tree", "tree_bytes",

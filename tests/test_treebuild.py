@@ -133,6 +133,18 @@ def test_orthoglide_figures_recorded_in_the_shipped_trees():
     assert vp["max_face_jump"] < v8["max_face_jump"]
 
 
+def test_adaptive_beats_uniform_in_the_same_memory(orthoglide):
+    """64 leaves either way (same array bytes): adaptive splitting puts them where the model
+    is stiff, and both report the face jumps."""
+    uni, _ = build_tree(orthoglide, BuildSettings(boxes=4, verify_samples=300), jobs=2, progress=False)
+    ada, _ = build_tree(orthoglide, BuildSettings(tol=1e-4, max_leaves=64, verify_samples=300),
+                        jobs=2, progress=False)
+    assert ada.n_leaves == uni.n_leaves == 64 and ada.nbytes == uni.nbytes
+    vu, va = uni.header["verification"], ada.header["verification"]
+    assert va["max_rel_coef_error"] < vu["max_rel_coef_error"] / 2
+    assert va["max_face_jump"] > 0 and vu["max_face_jump"] > 0
+
+
 def test_orthoglide_central_region(orthoglide):
     tree = load_tree(MACHINES / "orthoglide.pkt")
     r = verify_tree(tree, orthoglide, 150, seed=2, region=[-0.18, -0.02], jobs=1, progress=False)
