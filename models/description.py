@@ -90,10 +90,12 @@ def resolve_model_path(name_or_path: str) -> Path:
 def rotation_from_vector(rv) -> np.ndarray:
     """Rotation matrix of a rotation vector (axis times angle, rad)."""
     rv = np.asarray(rv, dtype=float)
-    a = np.linalg.norm(rv)
-    if a < 1e-300:
+    big = np.abs(rv).max()
+    if big < 1e-300:
         return np.eye(3)
-    k = rv / a
+    k = rv / big  # scaled first: no overflow in the norm
+    a = big * np.linalg.norm(k)
+    k = k / np.linalg.norm(k)
     K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
     return np.eye(3) + np.sin(a) * K + (1 - np.cos(a)) * K @ K
 
@@ -143,10 +145,11 @@ class _Reader:
         if not np.all(np.isfinite(a)):
             self.fail(where, field, "must be finite")
         if unit:
-            nrm = np.linalg.norm(a)
-            if nrm < 1e-12:
+            big = np.abs(a).max()
+            if big < 1e-12:
                 self.fail(where, field, "must be a non-zero vector")
-            a = a / nrm
+            a = a / big  # scaled first: no overflow in the norm
+            a = a / np.linalg.norm(a)
         return a
 
     def table_list(self, doc, key):

@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from pkrt.models.description import MACHINES_DIR
+from pkrt.models.description import MACHINES_DIR, ModelError
+from pkrt.models.mechanism import load_mechanism
 from pkrt.rt.cli import main
 
 FOURBAR = (MACHINES_DIR / "fourbar.toml").read_text()
@@ -96,6 +100,10 @@ CASES = {
     "absurd_pose": (
         _edit(FOURBAR, "position = [0.05, 0.0, 0.0]", "position = [1e300, 0.0, 0.0]"),
         ["[assembly]", "cannot be assembled", "residual inf"]),
+    # an axis whose norm overflows is still a direction (no warning): here it tilts O's axis
+    "overflowing_axis": (
+        _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [1e308, 1e308, 0.0]\nref1"),
+        ["[[actuators]]", "mobility is 0 but 1 actuator(s)", "rank 18"]),
     "invalid_toml": (
         _edit(FOURBAR, "[model]", "[model"),
         ["not a valid TOML file", "line 7"]),
@@ -194,3 +202,39 @@ def test_subprocess_json_good_model():
 
     r = json.loads(p.stdout)
     assert (r["coordinates"], r["constraints"], r["redundant_constraints"], r["mobility"]) == (18, 20, 3, 1)
+
+
+# -- property: any edit of a field gives a model or one ModelError, nothing else (no warning) --
+
+_VALUE_LINES = [i for i, line in enumerate(FOURBAR.splitlines())
+                if "=" in line and not line.lstrip().startswith("#")]
+
+_toml_scalars = st.one_of(
+    st.integers(-10**6, 10**6).map(str),
+    st.floats(allow_nan=True, allow_infinity=True, width=64).map(
+        lambda x: "nan" if x != x else ("inf" if x == float("inf") else ("-inf" if x == -float("inf") else repr(x)))),
+    st.sampled_from(['"ground"', '"input"', '"coupler"', '"revolute"', '"fixed"', '"spherical"',
+                     '"prismatic"', '"universal"', '""', '"O"', '"Q"', "true", "false"]),
+)
+_toml_values = st.recursive(
+    _toml_scalars, lambda inner: st.lists(inner, max_size=4).map(lambda v: "[" + ", ".join(v) + "]"),
+    max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(_VALUE_LINES), value=_toml_values)
+def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
+    lines = FOURBAR.splitlines()
+    key = lines[line].split("=", 1)[0]
+    lines[line] = f"{key}= {value}"
+    path = tmp_path / "fuzz.toml"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a warning would be a second line on stderr
+            mech = load_mechanism(str(path))
+    except ModelError as e:
+        msg = str(e)
+        assert msg.startswith(f"{path}: ") and "\n" not in msg, msg
+    else:
+        assert mech.n_coords - len(mech.independent) == mech.n_act
