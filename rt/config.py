@@ -102,6 +102,13 @@ def _vec(tbl, key, s, where, path, default=None, positive=True) -> np.ndarray:
     return a
 
 
+def _int(tbl, key, default, where, path, lowest) -> int:
+    v = tbl.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
+        raise UserError(f"{path}: [{where}], field '{key}': expected a whole number >= {lowest}, got {v!r}")
+    return v
+
+
 def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarray | None = None) -> MachineConfig:
     """Read a machine configuration. ``n_axes`` and ``ranges`` (from the model) size the
     per-axis values and default the position limits; without them the model is loaded."""
@@ -147,12 +154,17 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     limits = Limits(pos, _vec(lim, "velocity", s, "limits", path),
                     _vec(lim, "acceleration", s, "limits", path),
                     _vec(lim, "following_error", s, "limits", path),
-                    int(lim.get("stale_cycles", 3)), int(lim.get("watchdog_cycles", 5)))
+                    _int(lim, "stale_cycles", 3, "limits", path, 1),
+                    _int(lim, "watchdog_cycles", 5, "limits", path, 1))
     drives = doc.get("drives")
     if not isinstance(drives, dict) or not isinstance(drives.get("backend"), str):
         raise UserError(f"{path}: [drives], field 'backend': missing")
     rt = doc.get("realtime", {})
-    realtime = RealtimeConfig(int(rt.get("priority", 0)), int(rt.get("cpu", -1)),
-                              bool(rt.get("mlockall", False)), bool(rt.get("gc_freeze", True)))
+    for key in ("mlockall", "gc_freeze"):
+        if not isinstance(rt.get(key, False), bool):
+            raise UserError(f"{path}: [realtime], field '{key}': expected true or false")
+    realtime = RealtimeConfig(_int(rt, "priority", 0, "realtime", path, 0),
+                              _int(rt, "cpu", -1, "realtime", path, -1),
+                              rt.get("mlockall", False), rt.get("gc_freeze", True))
     return MachineConfig(str(path), m["name"], model, str(path.parent / m["tree"]), float(rate),
                          ctrl, limits, drives, realtime, doc)

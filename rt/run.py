@@ -37,14 +37,17 @@ def domain_mask(T, pos):
 
 def load_controller_tree(config: MachineConfig) -> Tree:
     """The configuration's tree, checked against its model file's content hash."""
-    from .treefile import check_tree_matches_model, load_tree
+    from .treefile import TreeFileError, check_tree_matches_model, load_tree
 
     tree = load_tree(config.tree)
     try:
         have = hashlib.sha256(Path(config.model_path).read_bytes()).hexdigest()
     except OSError:
         raise UserError(f"{config.path}: [machine], field 'model': cannot read {config.model_path}") from None
-    check_tree_matches_model(tree, have, Path(config.model_path).stem)
+    try:
+        check_tree_matches_model(tree, have, Path(config.model_path).stem)
+    except TreeFileError as e:
+        raise TreeFileError(f"{config.tree}: {e}") from None
     return tree
 
 
