@@ -41,10 +41,14 @@ def run_hil(args) -> int:
         from .serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
     r = run(machine, **kw)
-    text = (f"HIL over {args.bus}: {r.get('cycles')} cycles, RMS error {r.get('rms_error')}, "
-            f"max error {r.get('max_error')}, overruns {r.get('overruns')}\n"
-            f"  fault: {r.get('fault')} (injected cycle {r.get('injected_cycle')}, detected cycle "
-            f"{r.get('fault_cycle')}, torque off cycle {r.get('torque_off_cycle')})")
+    rms, mx = r.get("rms_error"), r.get("max_error")
+    text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz: {r.get('cycles')} cycles, overruns {r.get('overruns')}"
+            + (f", tracking error RMS {rms * 1e3:.4f} mm, max {mx * 1e3:.4f} mm" if rms is not None else ""))
+    if r.get("fault"):
+        text += (f"\n  fault: {r['fault']}\n  injected at cycle {r.get('injected_cycle')}, detected at cycle "
+                 f"{r.get('fault_cycle')}, torque off at cycle {r.get('torque_off_cycle')}")
+    else:
+        text += "\n  no faults"
     emit(r, args.json, text)
     if r.get("fault") and not args.fault:
         raise Fault(f"HIL run stopped at cycle {r.get('fault_cycle')}: {r['fault']}")
