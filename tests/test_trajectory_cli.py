@@ -123,3 +123,29 @@ def test_main_job_json(tmp_path):
         assert key in out
     assert out["faults"] == 0 and out["rms_error"] < 1e-4
     assert log.exists() and (tmp_path / "demo.png").exists()
+
+
+def test_model_check_reports_structure(capsys):
+    assert main(["model", "check", "fourbar", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["coordinates"], r["constraints"], r["redundant_constraints"], r["mobility"]) == (18, 20, 3, 1)
+    assert r["singularity_measure"] > r["singular_threshold"]
+    assert main(["model", "check", "orthoglide"]) == 0
+    assert "mobility 3 = actuators 3" in capsys.readouterr().out
+
+
+def test_model_eval_tree_matches_model(capsys):
+    from pathlib import Path
+
+    tree = Path(__file__).resolve().parent.parent / "models" / "machines" / "orthoglide.pkt"
+    args = ["--theta", "-0.1,0.02,-0.2", "--theta-dot", "0.1,-0.2,0.3", "--theta-ddot", "1,2,-3", "--json"]
+    assert main(["model", "eval", "orthoglide", *args]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert main(["model", "eval", str(tree), *args]) == 0
+    approx = json.loads(capsys.readouterr().out)
+    for key in ("H", "D", "p_ext", "h", "tau"):
+        a, b = np.array(exact[key]), np.array(approx[key])
+        assert np.max(np.abs(a - b)) <= 0.01 * np.max(np.abs(a)), key
+    # outside the tree's box: clamped and said so
+    assert main(["model", "eval", str(tree), "--theta", "0.5,0,0", "--json"]) == 0
+    assert "clamped" in json.loads(capsys.readouterr().out)["warning"]
