@@ -226,3 +226,43 @@ def test_cli_build_info_verify(tmp_path, capsys):
     assert main(["tree", "verify", str(out), "--model", "orthoglide"]) == 2
     assert "rebuild the tree" in capsys.readouterr().err
     assert main(["tree", "verify", str(out), "--region", "-3,1"]) == 2
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    """stderr on a real pseudo-terminal: tqdm draws a bar; the JSON on stdout is unchanged."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import fcntl
+    import struct
+    import termios
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100
+    chunks: list[bytes] = []
+
+    def drain():
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO once the terminal is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    out = tmp_path / "fb.pkt"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "build", "fourbar", "-o", str(out),
+                               "--boxes", "4", "--jobs", "1", "--verify-samples", "30", "--json"],
+                              stdout=subprocess.PIPE, stderr=slave, timeout=120)
+    finally:
+        os.close(slave)
+        reader.join(5)
+        os.close(master)
+    err = b"".join(chunks)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["leaves"] == 4
+    assert b"build" in err and b"pt" in err  # the tqdm bar ("build: ... pt/s")
