@@ -158,6 +158,9 @@ class Plant:
         if "plant_tree" not in d and "plant_tree" not in config.raw.get("emulator", {}):
             raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': missing")
         path = config.resolve(d.get("plant_tree") or config.raw["emulator"]["plant_tree"])
+        if Path(path).resolve() == Path(config.tree).resolve():
+            raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': the plant must not use the "
+                                   f"controller's own tree (give a finer tree)")
         tree = load_tree(path)
         tree.header["path"] = path
         tree.header["file_hash"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()

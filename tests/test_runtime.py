@@ -142,3 +142,21 @@ def test_trajectory_beyond_limits_is_refused_before_moving(config, tree):
     fast = plan_moves(np.array([[-0.1] * 3, [-0.2, -0.1, -0.1]]), [0.05], config.rate_hz)
     with pytest.raises(UserError, match="axis q1 exceeds the velocity limit"):
         run_session(config, drives, lockstep=True, tree=tree, trajectory=fast)
+
+
+def test_sensor_options_degrade_tracking_but_run(config, tree):
+    clean, _ = _run(config, tree, duration=2.0)
+    for opt in ({"noise": 2e-6}, {"quantization": 2e-5}, {"delay_cycles": 2}):
+        r, d = _run(config, tree, duration=2.0, overrides=opt)
+        assert r["fault"] is None, (opt, r["fault"])
+        assert r["rms_error"] > clean["rms_error"], opt
+        key, val = next(iter(opt.items()))
+        assert d.describe()[key] == val
+
+
+def test_plant_never_uses_the_controller_tree(config):
+    from pkrt.drivers.base import DriveConfigError
+
+    same = dataclasses.replace(config, drives={**config.drives, "plant_tree": "orthoglide.pkt"})
+    with pytest.raises(DriveConfigError, match="controller's own tree"):
+        open_drives(same)
