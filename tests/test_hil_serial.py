@@ -28,8 +28,9 @@ def emulator():
 
 def test_tracking_within_2x_of_the_lockstep_simulation(emulator):
     """A cycle the loop skips after an overrun costs millimetres whatever the drives (the
-    reference moves on, the last force is held): on this shared machine a run may catch one,
-    so up to three runs are made and the first without overruns is compared."""
+    reference moves on, the last force is held), and so does an emulator stall long enough to
+    look like one: on this shared machine a run may catch one, so up to three runs are made and
+    the first without overruns or skipped periods is compared."""
     ref = run_lockstep_reference(MACHINE, duration=4.0)
     assert ref["fault"] is None
     runs = []
@@ -37,11 +38,12 @@ def test_tracking_within_2x_of_the_lockstep_simulation(emulator):
         hil = run_serial_hil(MACHINE, duration=4.0, emulator=emulator)
         assert hil["fault"] is None, hil["fault"]
         runs.append(hil)
-        if hil["overruns"] == 0:
+        if hil["overruns"] == 0 and hil["emulator"]["skipped_periods"] == 0:
             break
-    hil = min(runs, key=lambda r: (r["overruns"], r["rms_error"]))
+    hil = min(runs, key=lambda r: (r["overruns"] + r["emulator"]["skipped_periods"], r["rms_error"]))
     assert hil["cycles"] + hil["emulator"]["skipped_periods"] >= 400
-    assert hil["rms_error"] <= 2.0 * ref["rms_error"], (hil["rms_error"], ref["rms_error"], hil["overruns"])
+    assert hil["rms_error"] <= 2.0 * ref["rms_error"], (hil["rms_error"], ref["rms_error"], hil["overruns"],
+                                                        hil["emulator"]["skips"], hil["driver"])
     assert hil["driver"]["tx_bytes"] > 0 and hil["driver"]["cycles"] == hil["cycles"]
     assert hil["emulator"]["torque_off_cycle"] is not None  # the end of the run took torque off
     assert hil["emulator"]["nonzero_after_off"] == 0
