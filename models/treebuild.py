@@ -39,6 +39,7 @@ from .treeverify import SampleEvaluator, output_scale, verify_tree
 
 FORMAT_BUILDER = "pkrt.models.treebuild 2"
 DEFAULT_VERIFY_SAMPLES = 1000
+MIN_WIDTH = Fraction(1, 2 ** 24)  # adaptive: boxes this narrow (unit coordinates) are not split
 BATCH_FACTOR = 1.5  # adaptive: each round splits the failing leaves within this factor of the worst
 
 Point = tuple[Fraction, ...]
@@ -168,9 +169,10 @@ class _Samples:
             self.f[p], self.sing[p] = f, float(g)
 
     def scale(self, threshold: float) -> np.ndarray:
-        keys = [p for p in self.f if self.sing[p] >= threshold]
-        F = np.array([self.f[p] for p in keys]) if keys else np.zeros((0, len(next(iter(self.f.values())))))
-        return output_scale(F, self.mech.n_act) if len(F) else np.ones(F.shape[1])
+        """Output scales over the in-domain samples (``treeverify.output_scale``)."""
+        n_out = len(output_layout(self.mech.n_act))
+        F = np.array([f for p, f in self.f.items() if self.sing[p] >= threshold]).reshape(-1, n_out)
+        return output_scale(F, self.mech.n_act)
 
 
 def _fit_leaf(node: Node, smp: _Samples, design: Design, threshold: float) -> None:
@@ -311,9 +313,10 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                 scale = smp.scale(thr)
                 leaves = root.leaves()
                 errs = {id(nd): _leaf_error(nd, scale) for nd in leaves if nd.ok}
-                failing = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
+                over = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
+                failing = [nd for nd in over if nd.b[errs[id(nd)][1]] - nd.a[errs[id(nd)][1]] > MIN_WIDTH]
                 if not failing:
-                    stop = "tolerance met"
+                    stop = "tolerance met" if not over else "minimum box width reached"
                     break
                 budget = settings.max_leaves - len(leaves)
                 if budget <= 0:
