@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.tree import Tree, n_basis, n_outputs
+from pkrt.rt.tree import Tree
 
 from .mechanism import Mechanism
 from .reduction import output_layout

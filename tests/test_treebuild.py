@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -266,3 +265,22 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["leaves"] == 4
     assert b"build" in err and b"pt" in err  # the tqdm bar ("build: ... pt/s")
+
+
+def test_allocation_free_kernels_match_and_workspace():
+    from pkrt.rt.tree import TreeWorkspace, eval_outputs_w, eval_tau_w, work_size
+    tree = load_tree(MACHINES / "orthoglide.pkt")
+    ws = TreeWorkspace(tree)
+    rng = np.random.default_rng(11)
+    H, D, p, tau = np.empty((3, 3)), np.empty((3, 6)), np.empty(3), np.empty(3)
+    work, f, g = np.full(work_size(3), np.nan), np.empty(27), np.empty(27)
+    for th in list(tree.lo + (tree.hi - tree.lo) * rng.random((20, 3))) + [np.array([0.5, 0, -1.0])]:
+        td, tdd = rng.normal(size=3), rng.normal(size=3)
+        s1 = eval_tau(tree.arrays, th, td, tdd, H, D, p, tau)
+        s2 = eval_tau_w(tree.arrays, th, td, tdd, ws.H, ws.D, ws.p_ext, ws.tau, work)
+        assert s1 == s2 and np.array_equal(tau, ws.tau) and np.array_equal(H, ws.H)
+        assert ws.tau_of(tree, th, td, tdd) == s1 and np.array_equal(ws.tau, tau)
+        assert ws.model_of(tree, th) == s1 and np.array_equal(ws.D, D)
+        assert eval_outputs_w(tree.arrays, th, f, work) == eval_outputs(tree.arrays, th, g) == s1
+        assert np.array_equal(f, g) and np.array_equal(f, flatten_outputs(H, D, p))
+    assert s1 == CLAMPED
