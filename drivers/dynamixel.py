@@ -151,7 +151,8 @@ def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
     if worst > period:
         raise DriveConfigError(
             f"{where} 'timeout': {timeout} s with {ints['retries']} retries can take "
-            f"{1e3 * worst:.2f} ms, more than the {1e3 * period:.2f} ms period at {config.rate_hz:g} Hz")
+            f"{1e3 * worst:.2f} ms, more than the {1e3 * period:.2f} ms period at {config.rate_hz:g} Hz "
+            f"(lower the timeout or the retries)")
     margin = d.get("position_margin", 0.05)
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0:
         raise bad("position_margin", "a number >= 0 (m or rad)")

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from pkrt.drivers import open_drives
+from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import Fault, UserError
 
@@ -120,6 +121,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         hint = " (bus-off is a CAN fault)" if fault == "bus-off" else ""
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
+    load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
     rate = config.rate_hz
     inject = None
     if fault is not None:
