@@ -120,11 +120,14 @@ def tree_summary(tree) -> dict:
 
 
 def _depth(tree) -> int:
-    depth = np.zeros(len(tree.node_dim), dtype=int)
-    for n in range(len(tree.node_dim)):  # children always follow their parent (depth first)
+    """Longest root-to-leaf path (the loader guarantees a proper tree)."""
+    deepest, stack = 0, [(0, 0)]
+    while stack:
+        n, d = stack.pop()
+        deepest = max(deepest, d)
         if tree.node_dim[n] >= 0:
-            depth[tree.node_child[n]] = depth[n] + 1
-    return int(depth.max())
+            stack += [(int(tree.node_child[n, 0]), d + 1), (int(tree.node_child[n, 1]), d + 1)]
+    return deepest
 
 
 def run_tree_info(args) -> int:
