@@ -112,6 +112,8 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     """Run the machine's demo through driver + pty + emulator process; returns the
     ``run_session`` summary plus ``injected_fault``, ``injected_cycle``, ``torque_off_cycle``
     (measured in the emulator: the cycle at which every servo's torque was off),
+    ``detection_cycles`` (cycles run from the injection to the fault; loop indices also count
+    the cycles an overrun skipped),
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
     running (otherwise one is started and stopped)."""
@@ -149,8 +151,12 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
             return ran[w]
         return (ran[-1] + 1) if ran else w
 
+    detection = None  # cycles run from the injection to the fault (skipped cycles not counted)
+    if report.get("injected_cycle") is not None and result.get("fault_cycle") in ran:
+        detection = ran.index(result["fault_cycle"]) - report["injected_cycle"]
     out = dict(result)
     out.update(bus="serial", injected_fault=fault, injected_cycle=loop_cycle(report.get("injected_cycle")),
+               detection_cycles=detection,
                torque_off_cycle=loop_cycle(report.get("torque_off_cycle")),
                torque_off_cycle_host=result.get("torque_off_cycle"),
                driver=drives.info() if drives is not None else None, emulator=report)
