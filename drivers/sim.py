@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model, quad_velocities
+from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities
 
 from .base import DriveConfigError, DriveError, Drives
 
@@ -54,10 +54,10 @@ def _solve_spd(A, b, x):
 
 
 @njit(cache=True)
-def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out):
+def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work):
     """Forward dynamics acceleration; returns the tree status (or 3 if H is not SPD)."""
     ms, visc, coul = params[0], params[1], params[2]
-    status = eval_model(T, th, H, D, p)
+    status = eval_model_w(T, th, H, D, p, work)
     quad_velocities(thd, w)
     s = th.shape[0]
     for i in range(s):
@@ -87,6 +87,7 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params):
     w = np.empty(m)
     rhs = np.empty(s)
     tau = np.empty(s)
+    work = np.empty(s + 1 + s + m + m)  # tree scratch (rt.tree.work_size)
     for i in range(s):
         tau[i] = min(max(tau_cmd[i], -params[3]), params[3])
     k = np.empty((4, 2 * s))
@@ -99,7 +100,7 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params):
             c = 0.0 if stage == 0 else (0.5 if stage < 3 else 1.0)
             for i in range(2 * s):
                 xs[i] = x[i] if stage == 0 else x[i] + c * h * k[stage - 1, i]
-            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a)
+            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a, work)
             worst = max(worst, st)
             for i in range(s):
                 k[stage, i] = xs[s + i]

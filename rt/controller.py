@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model, quad_velocities
+from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 
 CT, PD = 0, 1
 FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE = 1, 2, 4, 8
@@ -22,13 +22,14 @@ FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE = 1, 2, 4, 8
 
 @njit(cache=True)
 def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
-            tau_model, tau):
-    """Fill tau_model (before saturation) and tau; return (flags, tree status).
+            tau_model, tau, work):
+    """Fill tau_model (before saturation) and tau; return (flags, tree status). Allocates
+    nothing: H, D, p, w, v and ``work`` (tree scratch) are preallocated.
 
     gains rows: 0 kp, 1 kd, 2 tau_max, 3 H0 diagonal, 4 viscous, 5 coulomb, 6 v_eps.
     """
     s = theta.shape[0]
-    status = eval_model(T, theta, H, D, p)
+    status = eval_model_w(T, theta, H, D, p, work)
     quad_velocities(theta_dot, w)
     flags = 0
     if status != 0:
@@ -75,17 +76,19 @@ class Controller:
         self.v = np.zeros(s)
         self.tau_model = np.zeros(s)
         self.tau = np.zeros(s)
+        self.work = np.zeros(work_size(s))
         # nominal inertia at the centre of the tree's box (plan once)
         centre = 0.5 * (tree.lo + tree.hi)
         H0 = np.zeros((s, s))
-        eval_model(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s))
+        eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
         self.gains = np.vstack([np.broadcast_to(np.asarray(x, float), (s,)) for x in
                                 (kp, kd, tau_max, np.diag(H0), viscous, coulomb, 1e-3)]).copy()
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""
         return control(self.arrays, self.kind, theta, theta_dot, ref_pos, ref_vel, ref_acc,
-                       self.gains, self.H, self.D, self.p, self.w, self.v, self.tau_model, self.tau)
+                       self.gains, self.H, self.D, self.p, self.w, self.v, self.tau_model, self.tau,
+                       self.work)
 
 
 __all__ = ["Controller", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
