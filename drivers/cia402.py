@@ -103,6 +103,10 @@ class CiA402Drives(Drives):
         self._started = False  # NMT started: RPDOs reach the drives
 
     # -- construction from a machine configuration ------------------------------------------------
+    def describe(self) -> dict:
+        return {"backend": self.backend, "interface": self.interface, "channel": self.channel,
+                "bitrate": self.bitrate, "node_ids": self.node_ids, "bus_load": self.bus_load}
+
     @classmethod
     def from_config(cls, config, overrides: dict) -> "CiA402Drives":
         """The drives of a machine configuration's ``[drives]`` table; ``overrides`` (e.g.

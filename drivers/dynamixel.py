@@ -546,6 +546,9 @@ class DynamixelDrives(Drives):
         buf[end + 1] = c >> 8
         return buf
 
+    def describe(self) -> dict:
+        return {"backend": self.backend, **self.info()}
+
     def info(self) -> dict:
         """Port, settings applied and counters, for reports."""
         return dict(port=self.settings.port, baudrate=self.settings.baudrate, ids=list(self.settings.ids),

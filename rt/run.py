@@ -191,6 +191,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
     wall0 = time.perf_counter()
     k = 0
+    fb = drives.feedback  # the last reading, even if the first read fails
     try:
         if not lockstep:
             clock.t0 = time.monotonic() + 2 * period  # start on a clean boundary
@@ -296,7 +297,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         "compute_us": percentiles_us(comp[ran]), "wake_latency_us": percentiles_us(wake[ran]),
         "realtime_factor": (cycles * period / wall) if wall > 0 else None,
         "realtime": rt_report or {"mode": "lockstep" if lockstep else "not requested"},
-        "trajectory": plan.description.get("kind"), "log": log_path,
+        "trajectory": plan.description.get("kind"), "log": log_path, "drives": drives.describe(),
     }
     if writer:
         counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
