@@ -55,7 +55,9 @@ def run_hil(args) -> int:
     if args.fault and not r.get("fault"):
         raise Fault(f"injected fault '{args.fault}' was not detected")
     if args.fault:
-        off, at = r.get("torque_off_cycle"), r.get("fault_cycle")
+        off, at, inj = r.get("torque_off_cycle"), r.get("fault_cycle"), r.get("injected_cycle")
+        if at is not None and (inj is None or at < inj):
+            raise Fault(f"the run stopped at cycle {at}, before the injected fault '{args.fault}': {r['fault']}")
         if off is None or at is None or off - at > 3:
             raise Fault(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
                         f"(fault cycle {at}, torque off cycle {off})")

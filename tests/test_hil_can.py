@@ -49,9 +49,24 @@ EXPECT = {"drop": "TPDO timeout: TPDO1 of node 1, TPDO2 of node 1", "delay": "TP
           "sever": "TPDO timeout", "nan": "node 1: invalid position actual value 0x80000000"}
 
 
+# A real-time run on this shared 2-vCPU machine can stall long enough for the drives' own SYNC
+# watchdog or the TPDO window to fire before the injected fault: that is a correct detection of
+# a real stall, not of the injected fault, so such a run is repeated (at most 3 runs).
+TIMING = ("TPDO timeout", "EMCY 0x8130")
+
+
+def _run_until_injected(run, expected: str, attempts: int = 3) -> dict:
+    for _ in range(attempts):
+        r = run()
+        stalled = r["fault"] and expected not in r["fault"] and any(t in r["fault"] for t in TIMING)
+        if not stalled:
+            return r
+    return r
+
+
 @pytest.mark.parametrize("fault", FAULT_KINDS)
 def test_hil_fault_detected_and_torque_off_within_3_cycles(fault):
-    r = run_can_hil("orthoglide-can", fault=fault, duration=1.0)
+    r = _run_until_injected(lambda: run_can_hil("orthoglide-can", fault=fault, duration=1.0), EXPECT[fault])
     assert r["hil"]["emulator_error"] is None
     assert r["fault"] is not None and EXPECT[fault] in r["fault"], r["fault"]
     inj, at, off = r["injected_cycle"], r["fault_cycle"], r["torque_off_cycle"]
@@ -73,8 +88,13 @@ def test_hil_bad_arguments():
 
 
 def test_pkrt_hil_can_cli_json():
-    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "bus-off",
-                          "--duration", "1.0", "--json"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)
+    def run():
+        out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "bus-off",
+                              "--duration", "1.0", "--json"], capture_output=True, text=True, timeout=120)
+        r = json.loads(out.stdout)
+        r["returncode"], r["stderr"] = out.returncode, out.stderr
+        return r
+
+    r = _run_until_injected(run, "bus-off")
+    assert r["returncode"] == 0, r["stderr"]
     assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
