@@ -152,6 +152,15 @@ class _Reader:
             a = a / np.linalg.norm(a)
         return a
 
+    def entry(self, tbl, i: int, key: str, seen: list[str]) -> tuple[str, str]:
+        """Name and location of the i-th entry of [[key]]; its name must be new."""
+        name = tbl.get("name") if isinstance(tbl.get("name"), str) else f"#{i + 1}"
+        where = f"[[{key}]] '{name}'"
+        self.string(tbl, where, "name")
+        if name in seen:
+            self.fail(where, "name", f"duplicate {key[:-1]} name")
+        return name, where
+
     def table_list(self, doc, key):
         v = doc.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
@@ -178,13 +187,9 @@ def load_description(name_or_path: str) -> Description:
 
     bodies: list[Body] = []
     for i, b in enumerate(r.table_list(doc, "bodies")):
-        bname = b.get("name") if isinstance(b.get("name"), str) else f"#{i + 1}"
-        where = f"[[bodies]] '{bname}'"
-        r.string(b, where, "name")
+        bname, where = r.entry(b, i, "bodies", [x.name for x in bodies])
         if bname == GROUND:
             r.fail(where, "name", "'ground' is reserved for the fixed frame")
-        if any(x.name == bname for x in bodies):
-            r.fail(where, "name", "duplicate body name")
         mass = r.number(b, where, "mass", positive=True)
         inertia = _inertia(r, b, where)
         bodies.append(Body(bname, mass, r.vector(b, where, "com", default=(0, 0, 0)), inertia,
@@ -196,11 +201,7 @@ def load_description(name_or_path: str) -> Description:
 
     joints: list[JointSpec] = []
     for i, j in enumerate(r.table_list(doc, "joints")):
-        jname = j.get("name") if isinstance(j.get("name"), str) else f"#{i + 1}"
-        where = f"[[joints]] '{jname}'"
-        r.string(j, where, "name")
-        if any(x.name == jname for x in joints):
-            r.fail(where, "name", "duplicate joint name")
+        jname, where = r.entry(j, i, "joints", [x.name for x in joints])
         jtype = r.string(j, where, "type")
         if jtype not in JOINT_TYPES:
             r.fail(where, "type", f"unknown joint type '{jtype}' (known: {', '.join(JOINT_TYPES)})")
@@ -219,9 +220,7 @@ def load_description(name_or_path: str) -> Description:
 
     actuators: list[ActuatorSpec] = []
     for i, a in enumerate(r.table_list(doc, "actuators")):
-        aname = a.get("name") if isinstance(a.get("name"), str) else f"#{i + 1}"
-        where = f"[[actuators]] '{aname}'"
-        r.string(a, where, "name")
+        aname, where = r.entry(a, i, "actuators", [x.name for x in actuators])
         jn = r.string(a, where, "joint")
         if jn not in jby:
             r.fail(where, "joint", f"no joint named '{jn}'")

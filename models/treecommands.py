@@ -8,41 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.cli import emit, vector
+from pkrt.rt.cli import emit, positive_number, vector, whole_number
 from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
 
 from .mechanism import load_mechanism
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not (np.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return v
 
 
 def _fmt(x) -> str:
@@ -55,18 +25,18 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="model file or built-in name (fourbar, orthoglide, ...)")
     p.add_argument("-o", "--output", required=True, metavar="TREE", help="tree file to write")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--boxes", type=_positive_int, metavar="N",
+    g.add_argument("--boxes", type=whole_number(1), metavar="N",
                    help="uniform: N intervals per actuator, N^s leaves (default 8)")
-    g.add_argument("--tol", type=_positive_float, metavar="REL",
+    g.add_argument("--tol", type=positive_number, metavar="REL",
                    help="adaptive: split until every leaf's held-out relative error is below REL")
-    p.add_argument("--max-leaves", type=_positive_int, default=4096, metavar="N",
+    p.add_argument("--max-leaves", type=whole_number(1), default=4096, metavar="N",
                    help="adaptive: leaf budget (default 4096)")
     p.add_argument("--sing-threshold", type=float, default=None, metavar="X",
                    help="out of domain below this singularity measure (default: the model's)")
-    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
                    help="processes (default: all cores); the result does not depend on it")
-    p.add_argument("--seed", type=_nonneg_int, default=0, metavar="K", help="verification seed")
-    p.add_argument("--verify-samples", type=_nonneg_int, default=1000, metavar="N",
+    p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="verification seed")
+    p.add_argument("--verify-samples", type=whole_number(0), default=1000, metavar="N",
                    help="random states for the verification stored in the file (default 1000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -160,18 +130,18 @@ def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
-    p.add_argument("--samples", type=_positive_int, default=2000, metavar="N",
+    p.add_argument("--samples", type=whole_number(1), default=2000, metavar="N",
                    help="random states (default 2000)")
-    p.add_argument("--seed", type=_nonneg_int, default=0, metavar="K", help="random seed")
+    p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="random seed")
     p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
                    help="sample theta in this box: lo,hi for every axis or lo1,hi1,lo2,hi2,...")
     p.add_argument("--diagonal", action="store_true",
                    help="theta evenly spaced on the region's diagonal (the paper's Figure 5)")
-    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
                    help="processes (default: all cores)")
-    p.add_argument("--max-error", type=_positive_float, default=None, metavar="REL",
+    p.add_argument("--max-error", type=positive_number, default=None, metavar="REL",
                    help="exit 1 if max_rel_coef_error exceeds REL")
-    p.add_argument("--max-jump", type=_positive_float, default=None, metavar="REL",
+    p.add_argument("--max-jump", type=positive_number, default=None, metavar="REL",
                    help="exit 1 if max_face_jump exceeds REL")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -49,6 +49,31 @@ def vector(text: str) -> np.ndarray:
     return v
 
 
+def whole_number(lowest: int):
+    """argparse type: an integer >= ``lowest``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got '{text}'") from None
+        if v < lowest:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got {v}")
+        return v
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (np.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return v
+
+
 def _join_negative_values(argv: list[str]) -> list[str]:
     """Turn ``--opt -0.1,0.2`` into ``--opt=-0.1,0.2`` so argparse accepts negative vectors."""
     out: list[str] = []

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from .cli import emit
+from .cli import emit, positive_number
 from .config import load_machine
 from .errors import UserError
 
@@ -18,11 +18,11 @@ def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
     p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z); default: the demo")
-    p.add_argument("--rate", type=float, help="loop rate in Hz (default: the configuration's)")
-    p.add_argument("--duration", type=float, help="run time in s (cut the trajectory or hold its end)")
+    p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
+    p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
     p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
     p.add_argument("--controller", choices=("ct", "pd"), help="ct: computed torque; pd: PD plus gravity")
-    p.add_argument("--mass-scale", type=float, help="simulated plant: scale every mass and inertia (model mismatch)")
+    p.add_argument("--mass-scale", type=positive_number, help="simulated plant: scale every mass and inertia (model mismatch)")
     p.add_argument("--log", default="pkrt-run.pktlog", help="run log file (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="write no log and no plot")
     p.add_argument("--plot", help="plot PNG (default: the log path with .png)")
@@ -31,7 +31,7 @@ def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", metavar="KIND@T",
                    help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
-    p.add_argument("--telemetry-rate", type=float, default=50.0, help="telemetry messages per second")
+    p.add_argument("--telemetry-rate", type=positive_number, default=50.0, help="telemetry messages per second")
     p.add_argument("--interface", help="CAN: python-can interface (socketcan, virtual, pcan, ...)")
     p.add_argument("--channel", help="CAN: channel (can0, ...)")
     p.add_argument("--port", help="serial: port or pyserial URL")
@@ -77,8 +77,6 @@ def run_run(args) -> int:
             config.realtime, priority=0, cpu=-1, mlockall=False))
     overrides = {k: v for k, v in (("interface", args.interface), ("channel", args.channel),
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
-    if args.mass_scale is not None and args.mass_scale <= 0:
-        raise UserError("--mass-scale must be positive")
     tree = load_controller_tree(config)
     drives = open_drives(config, overrides)
     hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
