@@ -182,9 +182,16 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     fault = None
     fault_cycle = torque_off_cycle = None
     overruns = saturated = cycles = 0
-    drives.prepare(ref_pos[0].copy())
-    drives.configure()
-    drives.enable()
+    try:
+        drives.prepare(ref_pos[0].copy())
+        drives.configure()
+        drives.enable()
+    except BaseException as exc:  # the drives never came up: torque off, the log says why
+        drives.disable()
+        if writer:
+            writer.event(0, "fault", f"drives not enabled: {exc}")
+            writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
+        raise
     clock = VirtualClock() if lockstep else RealClock()
     if not lockstep and realtime:
         r = config.realtime

@@ -84,7 +84,7 @@ def test_pkrt_run_on_the_emulator_port(emulator, capsys, tmp_path):
 
 
 def test_pkrt_hil_cli_with_a_bad_port_reports_one_line(capsys):
-    rc = main(["run", "--machine", MACHINE, "--port", "/nonexistent/ttyUSB9", "--duration", "0.1"])
+    rc = main(["run", "--machine", MACHINE, "--port", "/nonexistent/ttyUSB9", "--duration", "0.1", "--no-log"])
     err = capsys.readouterr().err
     assert rc == 1 and "cannot open serial port '/nonexistent/ttyUSB9'" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -160,3 +160,16 @@ def test_plant_never_uses_the_controller_tree(config):
     same = dataclasses.replace(config, drives={**config.drives, "plant_tree": "orthoglide.pkt"})
     with pytest.raises(DriveConfigError, match="controller's own tree"):
         open_drives(same)
+
+
+def test_drives_that_cannot_be_enabled_leave_a_complete_log(tmp_path):
+    from pkrt.drivers.base import DriveError
+
+    cfg = load_machine("orthoglide-serial")
+    drives = open_drives(cfg, {"port": str(tmp_path / "no-such-tty")})
+    log = tmp_path / "failed.pktlog"
+    with pytest.raises(DriveError, match="cannot open serial port"):
+        run_session(cfg, drives, duration=0.2, log_path=str(log))
+    assert not drives.torque_on
+    r = read_log(str(log))
+    assert not r.truncated and "drives not enabled" in r.events[0]["message"]
