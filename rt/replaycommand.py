@@ -84,8 +84,10 @@ def machine_for_log(log: Log, machine: str | None):
 
 
 def _contiguous(log: Log) -> bool:
-    c = log.cycles
-    return len(c) > 0 and c[-1] - c[0] == len(c) - 1
+    """True when no loop period is missing between the rows (a real-time loop skips periods
+    after an overrun; its rows then have gaps in loop time)."""
+    k = loop_index(log)
+    return len(k) > 0 and k[-1] - k[0] == len(k) - 1
 
 
 def reference_from_log(log: Log, rate_hz: float):
