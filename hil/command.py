@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from pkrt.rt.cli import emit
+from pkrt.rt.cli import emit, positive_number
 from pkrt.rt.errors import Fault, UserError
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
@@ -19,9 +19,9 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bus", choices=("can", "serial"), required=True,
                    help="can: CiA 402 over python-can's virtual bus; serial: Dynamixel 2.0 over a pseudo-terminal")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
-    p.add_argument("--duration", type=float, default=5.0, help="run time in s (default: %(default)s)")
+    p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
-    p.add_argument("--rate", type=float, help="loop rate in Hz (default: the configuration's)")
+    p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--log", help="run log file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

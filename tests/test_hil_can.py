@@ -98,3 +98,13 @@ def test_pkrt_hil_can_cli_json():
     r = _run_until_injected(run, "bus-off")
     assert r["returncode"] == 0, r["stderr"]
     assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
+
+
+@pytest.mark.parametrize("opt", [["--duration", "nan"], ["--duration", "inf"], ["--duration", "-1"],
+                                 ["--rate", "nan"], ["--rate", "0"]])
+def test_pkrt_hil_non_finite_or_non_positive_numbers_are_usage_errors(opt):
+    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", *opt, "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    assert out.stderr.startswith("pkrt: error: ") and "Traceback" not in out.stderr, out.stderr
