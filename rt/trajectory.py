@@ -262,7 +262,8 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
         k = int(np.argmax(np.diff(t) <= 0))
         raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
     sp = CubicSpline(t - t[0], data[:, 1:], bc_type="clamped")
-    tt = np.arange(0, int(np.floor((t[-1] - t[0]) * rate_hz)) + 1) / rate_hz
+    span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
+    tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
     P, Pd, Pdd = sp(tt), sp(tt, 1), sp(tt, 2)
     desc = {"kind": "csv", "path": str(path), "columns": head}
     if cart:

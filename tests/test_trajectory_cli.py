@@ -149,3 +149,13 @@ def test_model_eval_tree_matches_model(capsys):
     # outside the tree's box: clamped and said so
     assert main(["model", "eval", str(tree), "--theta", "0.5,0,0", "--json"]) == 0
     assert "clamped" in json.loads(capsys.readouterr().out)["warning"]
+
+
+def test_csv_trajectory_keeps_its_last_sample(tmp_path):
+    """1.001 * 1000 is 1000.9999999999999 in floating point: the resampled plan must still
+    end at the file's last time and point (floor without a tolerance dropped it)."""
+    f = tmp_path / "t.csv"
+    f.write_text("t,q1,q2,q3\n0,-0.1,-0.1,-0.1\n0.5,-0.09,-0.1,-0.1\n1.001,-0.08,-0.1,-0.1\n")
+    p = load_trajectory_csv(str(f), 1000.0, ["q1", "q2", "q3"])
+    assert p.n == 1002 and p.duration == pytest.approx(1.001)
+    assert np.allclose(p.pos[-1], [-0.08, -0.1, -0.1]) and np.allclose(p.vel[-1], 0.0)
