@@ -136,10 +136,25 @@ def loop_index(log: Log) -> np.ndarray:
     return log.cycles
 
 
-def compare_logs(orig: Log, new: Log) -> dict:
+def first_fault_cycle(log: Log) -> int | None:
+    """The loop cycle of the log's first fault event, or None."""
+    ks = [e["cycle"] for e in log.events if "fault" in str(e.get("kind")) and isinstance(e.get("cycle"), int)]
+    return min(ks) if ks else None
+
+
+def compare_logs(orig: Log, new: Log, offset: int = 0) -> dict:
     """Per axis RMS and max |difference| of ``pos`` and ``tau`` (and ``tau_model``) over the
-    loop cycles both logs hold."""
-    common, i, j = np.intersect1d(loop_index(orig), loop_index(new), return_indices=True)
+    loop cycles both logs hold, before the first fault of either (a fault row holds the bad
+    reading and a torque of 0). ``offset``: the original's loop cycle of the new log's cycle 0
+    (a replay starts at the original's first logged row)."""
+    ko, kn = loop_index(orig), loop_index(new) + offset
+    fn = first_fault_cycle(new)
+    stops = [c for c in (first_fault_cycle(orig), None if fn is None else fn + offset) if c is not None]
+    if stops:
+        ko, kn = np.where(ko < min(stops), ko, -1), np.where(kn < min(stops), kn, -2)
+    common, i, j = np.intersect1d(ko, kn, return_indices=True)
+    keep = common >= 0
+    common, i, j = common[keep], i[keep], j[keep]
     axes = orig.axes()
     out: dict = {"cycles_compared": int(len(common)), "axes": {}}
     if not len(common):
@@ -206,7 +221,7 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
         "same_tree": (tree_hash == log.header.get("tree_hash")) if tree_hash and log.header.get("tree_hash") else None,
         "original": {k: orig_sum.get(k) for k in ("cycles", "rms_error", "max_error", "fault")},
         "replay": {k: summary.get(k) for k in ("cycles", "rms_error", "max_error", "fault", "overruns")},
-        "difference": compare_logs(log, new),
+        "difference": compare_logs(log, new, int(loop_index(log)[0])),
         "replay_log": out_log,
     }
 

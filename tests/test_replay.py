@@ -270,3 +270,51 @@ def test_replay_of_a_log_with_skipped_periods_stays_aligned(fourbar, tmp_path, c
     assert out["reference"]["sample_exact"] is False
     for ax in out["difference"]["axes"].values():
         assert ax["pos_max"] < 1e-3, ax  # aligned: the difference is the skipped periods' effect only
+
+
+def test_replay_of_a_faulted_log_compares_the_cycles_before_the_fault(fourbar, tmp_path, capsys):
+    """The fault row of a faulted run holds the bad reading (NaN) and a torque of 0 (torque
+    off): comparing it made the position difference NaN (null in JSON) and the torques differ,
+    though the lockstep replay reproduces every controlled cycle exactly."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import run_session
+
+    config = load_machine(str(fourbar["machine"]))
+    drives = open_drives(config)
+    drives.inject("nan", 0.5)
+    log = tmp_path / "nan.pkl"
+    try:
+        r = run_session(config, drives, trajectory=str(fourbar["traj"]), lockstep=True, log_path=str(log))
+    finally:
+        drives.close()
+    assert r["fault_cycle"] == 500
+    out = replay_json(capsys, log, "--lockstep")
+    d = out["difference"]
+    assert d["cycles_compared"] == 500
+    assert d["identical_torques"] is True
+    assert d["axes"]["theta"]["pos_max"] == 0.0 and d["axes"]["theta"]["tau_max"] == 0.0
+
+
+def test_replay_of_a_log_that_lost_its_first_block_stays_aligned(fourbar, tmp_path, capsys):
+    """A log whose first rows are missing (a bad first block) starts at loop cycle k0 > 0;
+    the replay starts there at its own cycle 0, so the comparison must shift it by k0 (it
+    compared the replay's cycle k with the original's cycle k: a k0-period time shift)."""
+    from pkrt.rt.logfile import LogWriter
+
+    orig = read_log(fourbar["log"])
+    k0 = 300
+    header = {k: v for k, v in orig.header.items() if k not in ("format", "version", "created", "software",
+                                                                  "block_cycles")}
+    cut = tmp_path / "cut.pkl"
+    w = LogWriter(cut, header, [(n, orig.widths[n], orig.units[n]) for n in orig.channels])
+    for r in range(k0, orig.n_cycles):
+        for n, a in orig.channels.items():
+            w.views[n][...] = a[r]
+        w.commit()
+    w.close(orig.summary)
+    out = replay_json(capsys, cut, "--lockstep")
+    d = out["difference"]
+    assert d["cycles_compared"] == orig.n_cycles - k0
+    # the replay starts at rest where the original was moving: a short transient, not a shift
+    assert d["axes"]["theta"]["pos_max"] < 0.02, d
