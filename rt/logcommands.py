@@ -223,9 +223,14 @@ def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
     t, p = log.get("t"), log.get(name)
     if t is None or p is None:
         raise LogFileError(f"{log.path}: the log has no '{'t' if t is None else name}' channel")
-    if len(t) < 2:
-        raise LogFileError(f"{log.path}: the log holds {len(t)} cycle(s), too few for a trajectory")
     p = _cols(p)
+    bad = ~(np.isfinite(t) & np.all(np.isfinite(p), axis=1))
+    if bad.any():  # a faulted run's last row holds the bad reading: the trajectory ends before it
+        n = int(np.argmax(bad))
+        t, p = t[:n], p[:n]
+    if len(t) < 2:
+        raise LogFileError(f"{log.path}: the log holds {len(t)} cycle(s) with finite values, too few "
+                           f"for a trajectory")
     axes = log.axes()
     if len(axes) != p.shape[1]:
         axes = [f"q{i + 1}" for i in range(p.shape[1])]

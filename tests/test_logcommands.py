@@ -218,3 +218,24 @@ def test_demo_run_writes_its_plot(tmp_path, capsys):
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size == (1600, 1000)
     assert read_log(log).summary["cycles"] == r["cycles"]
+
+
+def test_export_traj_of_a_faulted_run_stops_before_the_bad_reading(tmp_path, capsys):
+    """A run stopped by a NaN reading logs that reading in its fault row: `--traj --measured`
+    wrote it as 'nan', and `pkrt run --traj` then refused the file (values must be finite)."""
+    from pkrt.rt.logfile import LogWriter
+    from pkrt.rt.trajectory import load_trajectory_csv
+
+    p = tmp_path / "nan.pkl"
+    w = LogWriter(p, {"axes": ["a", "b"], "rate_hz": 100.0},
+                  [("t", 1, "s"), ("ref_pos", 2, "m"), ("pos", 2, "m")])
+    for i in range(20):
+        w.row[:] = (i * 0.01, 0.1, 0.2, 0.1 if i < 19 else np.nan, 0.2)
+        w.commit()
+    w.event(19, "fault", "non-finite feedback on axis a")
+    w.close({"fault": "non-finite feedback on axis a"})
+    out = tmp_path / "meas.csv"
+    assert main(["log", "export", str(p), "--traj", str(out), "--measured"]) == 0
+    capsys.readouterr()
+    tr = load_trajectory_csv(str(out), 100.0, ["a", "b"])
+    assert tr.n == 19 and np.allclose(tr.pos, [0.1, 0.2])
