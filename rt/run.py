@@ -170,8 +170,13 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                   "trajectory": plan.description, "lockstep": lockstep, "versions": _versions(),
                   "plant": drives.describe()}
         writer = LogWriter(log_path, header, channel_list(s, units[0]))
-        sl = writer.slices
-        v = writer.views
+        row, sl, v = writer.row, writer.slices, writer.views
+    elif telemetry is not None:  # no log: the same staging row, for telemetry only
+        sl, c = {}, 0
+        for name, width, _ in channel_list(s, units[0]):
+            sl[name], c = slice(c, c + width), c + width
+        row = np.zeros(c)
+        v = {name: row[x] for name, x in sl.items()}
 
     # warm up the kernels (compile or load from cache) before the first deadline
     ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
@@ -248,7 +253,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                     flags |= FLAG_OVERRUN
                     nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
             comp[k] = time.perf_counter() - t_start
-            if writer:
+            if writer or telemetry is not None:
                 v["t"][0] = t
                 v["ref_pos"][...] = ref_pos[k]
                 v["ref_vel"][...] = ref_vel[k]
@@ -260,9 +265,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                 v["wake_us"][0] = wake_s * 1e6
                 v["compute_us"][0] = comp[k] * 1e6
                 v["flags"][0] = flags
-                writer.commit()
+                if writer:
+                    writer.commit()
                 if telemetry is not None:
-                    telemetry.maybe_send(k, t, writer.row, sl)
+                    telemetry.maybe_send(k, t, row, sl)
             if fault is not None:
                 break
             wd = sup.overrun(late)

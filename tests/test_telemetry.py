@@ -130,3 +130,26 @@ def test_lockstep_run_streams_at_the_configured_rate(tmp_path, listener):
     np.testing.assert_allclose(np.diff(ts), 0.02, atol=1e-9)
     assert {"pos/theta", "ref_pos/theta", "tau/theta", "wake_us", "flags"} <= set(msgs[0])
     assert all(np.isfinite(x["tau/theta"]) for x in msgs)
+
+
+def test_run_without_a_log_still_streams(tmp_path, listener):
+    """`pkrt run --no-log --telemetry HOST:PORT`: telemetry was sent from the log's staging row
+    only, so a run without a log sent nothing."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import run_session
+
+    m = make_fourbar_machine(tmp_path)
+    config = load_machine(str(m["machine"]))
+    tel = Telemetry("127.0.0.1", listener.getsockname()[1], rate_hz=50, axes=["theta"])
+    drives = open_drives(config, {})
+    try:
+        s = run_session(config, drives, trajectory=str(m["traj"]), lockstep=True, log_path=None,
+                        telemetry=tel, duration=0.5)
+    finally:
+        drives.close()
+        tel.close()
+    msgs = receive_all(listener)
+    assert s["fault"] is None and len(msgs) == tel.sent == 26
+    assert {"pos/theta", "ref_pos/theta", "tau/theta", "wake_us", "flags"} <= set(msgs[0])
+    assert msgs[-1]["timestamp"] == pytest.approx(0.5) and np.isfinite(msgs[-1]["pos/theta"])
