@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 from .cli import emit, positive_number
@@ -47,6 +48,8 @@ def _inject(drives, spec: str, rate: float):
         value = float(val) if val else 200.0
     except ValueError:
         raise UserError(f"--inject: expected KIND@T or push@T=FORCE, got '{spec}'") from None
+    if not (math.isfinite(at_s) and math.isfinite(value)):  # nan@nan would never fire
+        raise UserError(f"--inject: time and force must be finite numbers, got '{spec}'")
     if kind not in SIM_FAULTS:
         raise UserError(f"--inject: unknown fault '{kind}' ({', '.join(SIM_FAULTS)})")
     if kind == "slow":
@@ -79,24 +82,26 @@ def run_run(args) -> int:
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
     tree = load_controller_tree(config)
     drives = open_drives(config, overrides)
-    hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
     telemetry = None
-    if args.telemetry:
-        from .telemetry import Telemetry
-
-        host, _, port = args.telemetry.rpartition(":")
-        if not host or not port.isdigit():
-            raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
-        from .run import tree_axes
-
-        telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
     log = None if args.no_log else args.log
-    try:
+    try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
+        hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
+        if args.telemetry:
+            from .telemetry import Telemetry
+
+            host, _, port = args.telemetry.rpartition(":")
+            if not host or not port.isdigit():
+                raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
+            from .run import tree_axes
+
+            telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
         summary = run_session(config, drives, trajectory=args.traj, duration=args.duration,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
                               telemetry=telemetry, on_cycle=hook, tree=tree)
     finally:
         drives.close()
+        if telemetry is not None:
+            telemetry.close()
     if log:
         plot = args.plot or str(Path(log).with_suffix(".png"))
         try:

@@ -173,3 +173,42 @@ def test_drives_that_cannot_be_enabled_leave_a_complete_log(tmp_path):
     assert not drives.torque_on
     r = read_log(str(log))
     assert not r.truncated and "drives not enabled" in r.events[0]["message"]
+
+
+@pytest.mark.parametrize("argv", [["--inject", "bogus@1"], ["--inject", "nan@x"], ["--inject", "nan@nan"],
+                                  ["--telemetry", "127.0.0.1:notaport"], ["--telemetry", "127.0.0.1:70000"]])
+def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, capsys):
+    """Bad --inject / --telemetry values were found after the drives were opened, and left them
+    open (a CAN bus or serial port stays claimed); the telemetry socket was never closed."""
+    import pkrt.drivers
+    from pkrt.rt import telemetry as tel_mod
+    from pkrt.rt.cli import main
+
+    opened, sockets = [], []
+    real_open, real_tel = pkrt.drivers.open_drives, tel_mod.Telemetry
+
+    def spy_open(*a, **kw):
+        d = real_open(*a, **kw)
+        opened.append(d)
+        real_close = d.close
+        d.closed = False
+
+        def close():
+            d.closed = True
+            real_close()
+        d.close = close
+        return d
+
+    class SpyTelemetry(real_tel):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            sockets.append(self._sock)
+
+    monkeypatch.setattr(pkrt.drivers, "open_drives", spy_open)
+    monkeypatch.setattr(tel_mod, "Telemetry", SpyTelemetry)
+    assert main(["run", "--lockstep", "--no-log", "--duration", "0.05", *argv]) == 2
+    assert capsys.readouterr().err.startswith("pkrt: error:")
+    assert opened and all(d.closed for d in opened)
+    # a good telemetry option: the run's socket is closed when the run ends
+    assert main(["run", "--lockstep", "--no-log", "--duration", "0.05", "--telemetry", "127.0.0.1:9"]) == 0
+    assert sockets and all(s.fileno() == -1 for s in sockets)
