@@ -201,6 +201,26 @@ def _body_index(desc: Description, name: str) -> int:
     return -1 if name == GROUND else [b.name for b in desc.bodies].index(name)
 
 
+def _check_actuated_angles(desc: Description, prim_i, prim_f, cfg: Config, theta) -> None:
+    """The ANGLE row sin(alpha - theta - c0) = 0 also holds at alpha = theta + c0 + pi: refuse
+    an assembly whose actuated angle is half a turn from the guess (cos(...) < 0)."""
+    for k in range(len(prim_i)):
+        if prim_i[k, 0] != C.ANGLE or prim_i[k, 3] < 0:
+            continue
+        b1, b2, a = int(prim_i[k, 1]), int(prim_i[k, 2]), int(prim_i[k, 3])
+        R1 = np.eye(3) if b1 < 0 else cfg.R[b1]
+        R2 = np.eye(3) if b2 < 0 else cfg.R[b2]
+        f = prim_f[k]
+        ang = theta[a] + f[C.C0]
+        c = (R2 @ f[C.B2:C.B2 + 3]) @ (R1 @ (np.cos(ang) * f[C.U1:C.U1 + 3] + np.sin(ang) * f[C.V1:C.V1 + 3]))
+        if not c > 0:
+            name = desc.actuators[a].name
+            raise AssemblyError(
+                f"{desc.path}: [assembly]: actuator '{name}' assembled half a turn away from the "
+                f"guess theta = {float(theta[a]):g} (the body poses are far from it); pose the "
+                f"bodies near the guess")
+
+
 def compile_mechanism(desc: Description) -> Mechanism:
     """Stack primitives, assemble the guess, eliminate redundant rows, check mobility."""
     bodies = desc.bodies
@@ -246,6 +266,7 @@ def compile_mechanism(desc: Description) -> Mechanism:
             f"{desc.path}: [assembly]: the guess cannot be assembled at theta = "
             f"{desc.theta_guess.tolist()} (residual {res:.3g}, smallest singular value "
             f"{sv[min(len(sv), jac.shape[1]) - 1]:.3g}); check body poses and joint frames")
+    _check_actuated_angles(desc, prim_i, prim_f, cfg, desc.theta_guess)
 
     # rank-revealing QR of Phi_q^T picks independent passive rows
     Jp = jac[:n_passive]

@@ -238,3 +238,13 @@ def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
         assert msg.startswith(f"{path}: ") and "\n" not in msg, msg
     else:
         assert mech.n_coords - len(mech.independent) == mech.n_act
+
+
+@pytest.mark.parametrize("guess", ["2.5", "3.141592653589793", "-2.8"])
+def test_assembly_guess_on_the_antipodal_solution_of_an_actuated_angle(guess, tmp_path, capsys):
+    """The actuated-angle row is sin(alpha - theta) = 0, also met by alpha = theta + pi: a guess
+    theta far from the body poses must not assemble the crank half a turn away (it did, and
+    'model check' reported the mechanism assembled at that theta)."""
+    path = tmp_path / "flipped.toml"
+    path.write_text(_edit(FOURBAR, "theta = [0.0]", f"theta = [{guess}]"))
+    _check_one_line_error(capsys, main(["model", "check", str(path)]), ["[assembly]", "half a turn"], path)
