@@ -18,7 +18,8 @@ Uniform build: N intervals per axis (N^s leaves), split in a balanced binary tre
 Adaptive build: start from the root box; each round, among the in-domain leaves whose held-out
 error exceeds ``tol``, split the worst ones (those within BATCH_FACTOR of the worst, worst
 first, at most ``max_leaves`` leaves in all) at their middle along the axis whose star points
-err most. Out-of-domain leaves are not split.
+err most. Out-of-domain leaves are split (at their middle along their widest axis) only while
+they have an in-domain sample and are larger than the largest in-domain leaf.
 """
 
 from __future__ import annotations
@@ -202,6 +203,35 @@ def _leaf_error(node: Node, scale: np.ndarray) -> tuple[float, int]:
     return max(float(per_axis[d]), float((node.resid_c / scale).max())), d
 
 
+def _volume(nd: Node) -> Fraction:
+    v = Fraction(1)
+    for a, b in zip(nd.a, nd.b):
+        v *= b - a
+    return v
+
+
+def _widest(nd: Node) -> int:
+    w = [b - a for a, b in zip(nd.a, nd.b)]
+    return w.index(max(w))
+
+
+def _partly_in_domain(leaves: list[Node], smp: "_Samples", design: Design, threshold: float) -> list[Node]:
+    """Adaptive: out-of-domain leaves with an in-domain sample, larger than the largest
+    in-domain leaf (all of them while there is none), to split so that the domain's edge is
+    resolved as finely as the in-domain leaves (a root box across a singularity would
+    otherwise stay one out-of-domain leaf)."""
+    ok_vol = max((_volume(nd) for nd in leaves if nd.ok), default=Fraction(0))
+    out = []
+    for nd in leaves:
+        if nd.ok or _volume(nd) <= ok_vol or nd.b[_widest(nd)] - nd.a[_widest(nd)] <= MIN_WIDTH:
+            continue
+        pts = nd.points(design.fit_z) + nd.points(design.ho_z)
+        if any(np.all(np.isfinite(smp.f[p])) and smp.sing[p] >= threshold for p in pts):
+            out.append(nd)
+    out.sort(key=lambda nd: (nd.a, nd.b))
+    return out
+
+
 # -- tree layouts ---------------------------------------------------------------------------
 
 def _uniform_nodes(node: Node, idx_lo: list[int], idx_hi: list[int], n: int) -> None:
@@ -315,19 +345,26 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                 errs = {id(nd): _leaf_error(nd, scale) for nd in leaves if nd.ok}
                 over = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
                 failing = [nd for nd in over if nd.b[errs[id(nd)][1]] - nd.a[errs[id(nd)][1]] > MIN_WIDTH]
-                if not failing:
+                partial = _partly_in_domain(leaves, smp, design, thr)
+                if not failing and not partial:
                     stop = "tolerance met" if not over else "minimum box width reached"
                     break
                 budget = settings.max_leaves - len(leaves)
                 if budget <= 0:
                     stop = "max_leaves reached"
                     break
-                failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
-                worst = errs[id(failing[0])][0]
-                pick = [nd for nd in failing if errs[id(nd)][0] >= worst / BATCH_FACTOR][:budget]
+                pick = []
+                if failing:
+                    failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
+                    worst = errs[id(failing[0])][0]
+                    pick = [nd for nd in failing if errs[id(nd)][0] >= worst / BATCH_FACTOR][:budget]
+                split_dim = {id(nd): errs[id(nd)][1] for nd in pick}
+                for nd in partial[: budget - len(pick)]:
+                    pick.append(nd)
+                    split_dim[id(nd)] = _widest(nd)
                 new = []
                 for nd in pick:
-                    d = errs[id(nd)][1]
+                    d = split_dim[id(nd)]
                     nd.split(d, (nd.a[d] + nd.b[d]) / 2)
                     new.extend(nd.children)
         leaves = root.leaves()

@@ -284,3 +284,26 @@ def test_allocation_free_kernels_match_and_workspace():
         assert eval_outputs_w(tree.arrays, th, f, work) == eval_outputs(tree.arrays, th, g) == s1
         assert np.array_equal(f, g) and np.array_equal(f, flatten_outputs(H, D, p))
     assert s1 == CLAMPED
+
+
+def test_adaptive_build_over_a_range_crossing_the_singularity(tmp_path):
+    """Adaptive build of the four-bar on [-1.9, 1.9] (singular at |theta| = 1.8496): the root
+    box's corners cannot be assembled, so the root is out of domain; it used to stay the only
+    leaf (out-of-domain leaves were never split): a tree out of domain everywhere, exit 0. Now
+    leaves that are partly in domain are split down to the in-domain leaves' size."""
+    src = (MACHINES / "fourbar.toml").read_text()
+    path = tmp_path / "fourbar-wide.toml"
+    path.write_text(src.replace("range = [-1.75, 1.75]", "range = [-1.9, 1.9]"))
+    mech = load_mechanism(str(path))
+    tree, _ = build_tree(mech, BuildSettings(tol=1e-3, verify_samples=200), jobs=1, progress=False)
+    ok = tree.leaf_ok.astype(bool)
+    assert ok.any() and not ok.all()
+    lo, hi = tree.leaf_box[ok, 0, 0].min(), tree.leaf_box[ok, 1, 0].max()
+    assert lo < -1.6 and hi > 1.6  # in domain up to the last in-domain box towards the singularity
+    f = np.empty(3)
+    assert eval_outputs(tree.arrays, np.array([0.3]), f) == OK
+    assert eval_outputs(tree.arrays, np.array([1.88]), f) == OUT_OF_DOMAIN
+    v = tree.header["verification"]
+    assert v["compared"] > 0 and v["tree_in_domain_but_exact_failed"] == 0
+    assert v["max_rel_coef_error"] < 0.05
+    assert tree.header["build"]["stop"] == "tolerance met"
