@@ -51,6 +51,8 @@ def run_build(args) -> int:
     out = Path(args.output)
     if out.parent and not out.parent.is_dir():
         raise UserError(f"{out}: the output folder does not exist")
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give the tree file to write (e.g. {out / 'tree.pkt'})")
     tree, stats = build_tree(mech, settings, jobs=args.jobs)
     save_tree(tree, out)
     b, v = tree.header["build"], tree.header["verification"]

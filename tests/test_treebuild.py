@@ -307,3 +307,15 @@ def test_adaptive_build_over_a_range_crossing_the_singularity(tmp_path):
     assert v["compared"] > 0 and v["tree_in_domain_but_exact_failed"] == 0
     assert v["max_rel_coef_error"] < 0.05
     assert tree.header["build"]["stop"] == "tolerance met"
+
+
+def test_cli_build_output_is_a_folder(tmp_path, capsys):
+    """'-o' naming a folder: refused before building (it built the whole tree, then failed
+    with 'Is a directory: DIR.tmp' and left that temporary file beside the folder)."""
+    folder = tmp_path / "trees"
+    folder.mkdir()
+    assert main(["build", "fourbar", "-o", str(folder), "--boxes", "2", "--jobs", "1",
+                 "--verify-samples", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pkrt: error: {folder}: ") and "folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trees"]
