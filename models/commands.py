@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from pkrt.rt.cli import emit, vector
-from pkrt.rt.errors import UserError
+from pkrt.rt.errors import Fault, UserError
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
@@ -89,8 +89,9 @@ def run_model_eval(args) -> int:
                 OUT_OF_DOMAIN: "theta in a box marked out of domain"}[status]
         if status == OUT_OF_DOMAIN:
             # The values there are not trustworthy; report the condition, exit 1.
-            emit({"error": warn, "theta": theta}, args.json, f"pkrt: {warn}")
-            return 1
+            if args.json:
+                emit({"error": warn, "theta": theta}, True)
+            raise Fault(warn)
     else:
         from .mechanism import load_mechanism
         from .reduction import ExactModel

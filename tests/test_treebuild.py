@@ -319,3 +319,23 @@ def test_cli_build_output_is_a_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"pkrt: error: {folder}: ") and "folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trees"]
+
+
+def test_cli_model_eval_in_an_out_of_domain_box(tmp_path, capsys):
+    """Exit 1 with 'pkrt: error: ...' on stderr (the message went to stdout, stderr empty);
+    with --json also one JSON object on stdout."""
+    src = (MACHINES / "fourbar.toml").read_text()
+    path = tmp_path / "fourbar-wide.toml"
+    path.write_text(src.replace("range = [-1.75, 1.75]", "range = [-1.95, 1.95]"))
+    out = tmp_path / "wide.pkt"
+    assert main(["build", str(path), "-o", str(out), "--boxes", "8", "--jobs", "1",
+                 "--verify-samples", "0"]) == 0
+    capsys.readouterr()
+    assert main(["model", "eval", str(out), "--theta", "1.9"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.strip().splitlines() == ["pkrt: error: theta in a box marked out of domain"]
+    assert main(["model", "eval", str(out), "--theta", "1.9", "--json"]) == 1
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["error"] == "theta in a box marked out of domain"
+    assert cap.err.startswith("pkrt: error: ")
