@@ -80,7 +80,9 @@ class CiA402Drives(Drives):
         self._pos_raw = np.zeros(s, dtype=np.int64)
         self._vel_raw = np.zeros(s, dtype=np.int64)
         self._got = np.zeros(2 * s, dtype=bool)
-        self._age = np.zeros(s)  # windows since each axis' position sample (0: this one)
+        self._age = np.zeros(s)  # loop time (s) since each axis' position sample (0: this one)
+        self._window_dt = self.period  # loop time since the previous SYNC (more after an overrun)
+        self._last_t: float | None = None  # loop time of the last read
         self._need = 0
         self._missed = 0
         self._sync_wall = 0.0
@@ -251,6 +253,8 @@ class CiA402Drives(Drives):
             p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, 0)
         self._missed = 0
         self._age[:] = 0.0
+        self._last_t = None
+        self._window_dt = self.period
         self._cyclic = True
 
     def _do_disable(self) -> None:
@@ -294,6 +298,10 @@ class CiA402Drives(Drives):
         """Send SYNC, collect every drive's TPDOs; fill ``self.feedback`` (SI, actuator order)."""
         if not self._cyclic:
             raise DriveError(f"cannot read drives in state {self.state.value}")
+        # loop time since the last SYNC: more than a period when the loop skipped periods
+        dt = self.period if self._last_t is None else t - self._last_t
+        self._window_dt = dt if dt > 0.0 else self.period
+        self._last_t = t
         self.drain()
         self.sync()
         self.collect(time.perf_counter() + self.tpdo_timeout)
@@ -319,7 +327,7 @@ class CiA402Drives(Drives):
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN send failed (SYNC): {e}")
         self._sync_wall = time.time()  # bus timestamps are wall-clock seconds
-        self._age += 1.0
+        self._age += self._window_dt
         self.cycle += 1
 
     def collect(self, deadline: float) -> None:
@@ -355,7 +363,7 @@ class CiA402Drives(Drives):
             # a position sample from an earlier window is carried forward at its velocity
             fb.velocity[i] = self._vel_raw[i] * self._si_per_increment[i]
             fb.position[i] = (self._pos_raw[i] * self._si_per_increment[i]
-                              + fb.velocity[i] * self._age[i] * self.period)
+                              + fb.velocity[i] * self._age[i])
         fb.stamp = t
         if self._need:
             fb.fresh = False
@@ -408,7 +416,7 @@ class CiA402Drives(Drives):
                 self.feedback.position[i] = math.nan
                 self._fail(f"node {n}: invalid position actual value 0x80000000")
             self._pos_raw[i] = pos
-            self._age[i] = 0.0  # the newest sample (sync() ages it by one window per SYNC)
+            self._age[i] = 0.0  # the newest sample (sync() ages it by the loop time per SYNC)
             self._mark(2 * i, in_window)
         elif kind == _TPDO2:
             if len(data) != p.TPDO2.size:

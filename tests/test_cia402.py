@@ -367,3 +367,52 @@ def test_enable_timeout_takes_torque_off_again(config, plant):
 def test_unknown_fault_kind_refused(config, plant):
     with pytest.raises(DriveConfigError, match="unknown CAN fault kind 'corrupt'"):
         CiA402Emulator.from_config(config, "x", fault="corrupt", plant=plant)
+
+
+class _ScriptedBus:
+    """A bus that answers the next SYNC with the frames the test puts in ``answer``."""
+
+    def __init__(self):
+        self.rx: list[can.Message] = []
+        self.answer: list[can.Message] = []
+
+    def send(self, msg, timeout=None):
+        if msg.arbitration_id == p.SYNC_COB_ID:
+            self.rx, self.answer = self.answer, []
+
+    def recv(self, timeout=None):
+        return self.rx.pop(0) if self.rx else None
+
+
+def test_stale_position_carried_forward_over_skipped_loop_periods(config):
+    """A window without TPDOs after the loop skipped periods (an overrun): the last position
+    is carried forward at its velocity over the loop time since its SYNC (it was carried over
+    one period per SYNC, i.e. 1 period where 3 had passed)."""
+    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": "unused",
+                                               "max_missed_cycles": 2})
+    bus = _ScriptedBus()
+    drives._bus, drives._cyclic, drives.torque_on = bus, True, True
+    k = 1.0 / drives._si_per_increment[0]  # increments per m
+
+    def tpdos(pos_m, vel):
+        out = []
+        for n in drives.node_ids:
+            out.append(can.Message(arbitration_id=0x180 + n, is_extended_id=False,
+                                   data=struct.pack("<Hi", 0x0037, int(round(pos_m * k)))))
+            out.append(can.Message(arbitration_id=0x280 + n, is_extended_id=False,
+                                   data=struct.pack("<i", int(round(vel * k)))))
+        return out
+
+    bus.answer = tpdos(-0.1, 0.5)
+    fb = drives.read(0.0)
+    assert fb.fresh and fb.position[0] == pytest.approx(-0.1)
+    # the loop overran: the next read is 3 periods later, and its TPDOs do not come
+    fb = drives.read(3 * drives.period)
+    assert not fb.fresh
+    np.testing.assert_allclose(fb.position, -0.1 + 0.5 * 3 * drives.period, rtol=0, atol=1e-9)
+    # they come back: fresh, and the next miss extrapolates from there by one period
+    bus.answer = tpdos(-0.09, 0.5)
+    fb = drives.read(4 * drives.period)
+    assert fb.fresh and fb.position[0] == pytest.approx(-0.09)
+    fb = drives.read(5 * drives.period)
+    np.testing.assert_allclose(fb.position, -0.09 + 0.5 * drives.period, rtol=0, atol=1e-9)
