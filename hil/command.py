@@ -52,6 +52,9 @@ def run_hil(args) -> int:
     emit(r, args.json, text)
     if r.get("fault") and not args.fault:
         raise Fault(f"HIL run stopped at cycle {r.get('fault_cycle')}: {r['fault']}")
+    if args.fault and not r.get("fault") and r.get("injected_cycle") is None:
+        raise Fault(f"fault '{args.fault}' was never injected: the run ended after {r.get('cycles')} cycles, "
+                    f"before the emulator's injection time ([emulator] inject_after); give a longer --duration")
     if args.fault and not r.get("fault"):
         raise Fault(f"injected fault '{args.fault}' was not detected")
     if args.fault:
