@@ -54,6 +54,10 @@ def run_build(args) -> int:
     if out.is_dir():
         raise UserError(f"{out}: is a folder; give the tree file to write (e.g. {out / 'tree.pkt'})")
     tree, stats = build_tree(mech, settings, jobs=args.jobs)
+    if not tree.leaf_ok.any():
+        raise Fault(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
+                    f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
+                    f"{out} not written")
     save_tree(tree, out)
     b, v = tree.header["build"], tree.header["verification"]
     result = {"tree": str(out), "model": mech.name, "file_bytes": out.stat().st_size,

@@ -339,3 +339,18 @@ def test_cli_model_eval_in_an_out_of_domain_box(tmp_path, capsys):
     cap = capsys.readouterr()
     assert json.loads(cap.out)["error"] == "theta in a box marked out of domain"
     assert cap.err.startswith("pkrt: error: ")
+
+
+def test_cli_build_with_no_box_in_domain_fails(tmp_path, capsys):
+    """Every leaf out of domain (a threshold above the model's singularity measure anywhere)
+    wrote a tree that cannot evaluate anywhere, exit 0; now exit 1, no file. An infinite
+    threshold is bad input (exit 2)."""
+    out = tmp_path / "none.pkt"
+    assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--jobs", "1", "--verify-samples", "0",
+                 "--sing-threshold", "1e9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error: ") and "out of domain" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--jobs", "1", "--verify-samples", "0",
+                 "--sing-threshold", "inf"]) == 2
+    assert "--sing-threshold" in capsys.readouterr().err
