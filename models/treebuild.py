@@ -307,7 +307,7 @@ class BuildSettings:
         if not 1 <= self.max_leaves <= 10 ** 6:
             raise BuildError(f"--max-leaves must be in 1..10^6, got {self.max_leaves}")
         if self.sing_threshold is not None and not (0 <= self.sing_threshold < np.inf):
-            raise BuildError(f"--sing-threshold must be >= 0, got {self.sing_threshold}")
+            raise BuildError(f"--sing-threshold must be a finite number >= 0, got {self.sing_threshold}")
         if self.verify_samples < 0:
             raise BuildError("--verify-samples must be >= 0")
 
