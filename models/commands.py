@@ -100,6 +100,10 @@ def run_model_eval(args) -> int:
         s = mech.n_act
         theta = _check(args.theta, s, "--theta")
         lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
+        w = hi - lo
+        if np.any(theta < lo - w) or np.any(theta > hi + w):
+            raise UserError(f"--theta: {theta.tolist()} is more than a range width outside the actuator "
+                            f"ranges {mech.ranges.tolist()}")
         warn = None
         if np.any(theta < lo) or np.any(theta > hi):
             warn = "theta outside the actuator ranges (evaluated anyway, exact model)"

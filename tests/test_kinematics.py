@@ -343,3 +343,17 @@ def test_lu_kernels_match_numpy_and_detect_singularity():
     S = A.copy()
     S[:, 7] = 0.0  # a coordinate no row constrains: the elimination meets an exact zero pivot
     assert not lu_factor(S, piv)
+
+
+@pytest.mark.parametrize("theta", ["1e308", "-1e308", "1e12"])
+def test_model_eval_theta_far_outside_the_ranges_is_a_usage_error(theta, capsys):
+    """A huge --theta gave an OverflowError traceback (1e308: the walk's sub-step count) or a
+    walk of ~1e13 sub-steps; a theta more than a range width outside the ranges is refused."""
+    code = main(["model", "eval", "fourbar", f"--theta={theta}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pkrt: error: --theta: ") and "range" in lines[0], err
+    # slightly outside still evaluates, with a warning
+    assert main(["model", "eval", "fourbar", "--theta", "-1.8", "--json"]) == 0
+    assert "warning" in capsys.readouterr().out
