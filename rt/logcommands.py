@@ -159,7 +159,7 @@ def _info_text(s: dict, brief: bool = False) -> str:
 
     L = [f"log        {s['path']} ({s['format']}, created {s['created']})"]
     sw = s.get("software") or {}
-    if sw and not brief:
+    if sw and not brief and isinstance(sw, dict):
         L.append("software   " + ", ".join(f"{k} {v}" for k, v in sw.items()))
     L.append(f"machine    {s['machine'] or '-'}   model {s['model']['name'] or '-'} {h(s['model']['hash'])}".rstrip())
     if s["tree"]["path"] or s["tree"]["hash"]:

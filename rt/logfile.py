@@ -41,6 +41,7 @@ from .errors import UserError
 FORMAT = "pkrt-log"
 VERSION = 1
 _MAX_RECORD = 256 * 1024 * 1024  # bytes; a decoded length beyond this is corruption
+_MAX_WIDTH = 100_000  # values per row; more is a damaged header
 
 
 class LogFileError(UserError):
@@ -289,6 +290,8 @@ def _check_header(rec, path: str) -> dict:
         and c[1] >= 1 and isinstance(c[2], str) for c in ch)
     if not ok or not isinstance(rec.get("run"), dict) or rec.get("byte_order", "<f8") != "<f8":
         raise LogFileError(f"{path}: damaged pkrt log header")
+    if len({c[0] for c in ch}) != len(ch) or sum(c[1] for c in ch) > _MAX_WIDTH:
+        raise LogFileError(f"{path}: damaged pkrt log header (duplicate channel names or an impossible width)")
     return rec
 
 
@@ -364,7 +367,8 @@ def read_log(path) -> Log:
         header.setdefault(k, head.get(k))
     events.sort(key=lambda e: (e["cycle"] if isinstance(e["cycle"], int) else -1))
     summary = end.get("summary") if isinstance(end, dict) else None
-    dropped = int(end.get("dropped_blocks", 0)) if isinstance(end, dict) else 0
+    dropped = end.get("dropped_blocks", 0) if isinstance(end, dict) else 0
+    dropped = dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0
     return Log(path, header, out, {n: u for n, _, u in channels}, {n: w for n, w, _ in channels},
                cycles.astype(np.int64), events, summary if isinstance(summary, dict) else None,
                truncated or end is None, bad, dropped, end)

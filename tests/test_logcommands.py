@@ -239,3 +239,44 @@ def test_export_traj_of_a_faulted_run_stops_before_the_bad_reading(tmp_path, cap
     capsys.readouterr()
     tr = load_trajectory_csv(str(out), 100.0, ["a", "b"])
     assert tr.n == 19 and np.allclose(tr.pos, [0.1, 0.2])
+
+
+def _records(path, *recs):
+    import msgpack
+
+    with open(path, "wb") as f:
+        for r in recs:
+            f.write(msgpack.packb(r, use_bin_type=True))
+
+
+_HEAD = {"type": "header", "format": "pkrt-log", "version": 1, "channels": [["t", 1, "s"], ["pos", 2, "m"]],
+         "run": {"rate_hz": 100.0, "axes": ["a", "b"]}}
+
+
+def _block(first, n, width=3):
+    from pkrt.rt.logfile import _crc
+
+    data = np.zeros((n, width)).tobytes()
+    return {"type": "block", "first": first, "n": n, "data": data, "crc": _crc(first, n, data)}
+
+
+@pytest.mark.parametrize("recs", [
+    [_HEAD, _block(0, 3), {"type": "end", "dropped_blocks": "x", "summary": {}}],
+    [_HEAD, _block(0, 3), {"type": "end", "dropped_blocks": None}],
+    [{**_HEAD, "channels": [["t", 1, "s"], ["t", 2, "m"]]}, _block(0, 3), {"type": "end"}],
+    [{**_HEAD, "channels": [["t", 10**12, "s"]]}, {"type": "end"}],
+    [{**_HEAD, "created": 5, "software": "x"}, _block(0, 3), {"type": "end"}],
+], ids=["dropped-str", "dropped-none", "duplicate-channel", "huge-width", "software-str"])
+def test_wrongly_typed_log_fields_never_crash(tmp_path, capsys, recs):
+    """Well-formed msgpack with wrongly typed header or end fields gave tracebacks (ValueError,
+    TypeError, MemoryError, AttributeError) in the reader and in log info/export/plot."""
+    p = tmp_path / "odd.pkl"
+    _records(p, *recs)
+    for argv in (["log", "info", str(p)], ["log", "info", str(p), "--json"],
+                 ["log", "export", str(p), "--csv", str(tmp_path / "o.csv")],
+                 ["log", "plot", str(p), "-o", str(tmp_path / "o.png")]):
+        code = main(argv)
+        out = capsys.readouterr()
+        assert code in (0, 2), (argv, out.err)
+        if code == 2:
+            assert out.err.startswith("pkrt: error:") and out.err.count("\n") == 1
