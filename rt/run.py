@@ -308,7 +308,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
         "units": units, "saturated_cycles": saturated,
         "compute_us": percentiles_us(comp[ran]), "wake_latency_us": percentiles_us(wake[ran]),
-        "realtime_factor": (cycles * period / wall) if wall > 0 else None,
+        # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
+        "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
         "realtime": rt_report or {"mode": "lockstep" if lockstep else "not requested"},
         "trajectory": plan.description.get("kind"), "log": log_path, "drives": drives.describe(),
     }

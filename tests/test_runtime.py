@@ -212,3 +212,19 @@ def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, 
     # a good telemetry option: the run's socket is closed when the run ends
     assert main(["run", "--lockstep", "--no-log", "--duration", "0.05", "--telemetry", "127.0.0.1:9"]) == 0
     assert sockets and all(s.fileno() == -1 for s in sockets)
+
+
+def test_realtime_factor_counts_skipped_periods(config, tree):
+    """A real-time run that skips periods after overruns still covers loop time at the wall
+    clock's pace: the factor was executed cycles * period / wall, below 1 by the skipped share."""
+    import time
+
+    def stall(k, t):
+        if k % 50 == 25:
+            time.sleep(0.0035)  # three or four periods late, not in a row (no watchdog)
+
+    drives = open_drives(config)
+    r = run_session(config, drives, duration=0.5, tree=tree, on_cycle=stall, realtime=False)
+    skipped = round(r["duration_s"] * config.rate_hz) + 1 - r["cycles"]
+    assert r["fault"] is None and skipped >= 20, r
+    assert r["realtime_factor"] == pytest.approx(1.0, abs=0.03), r["realtime_factor"]
