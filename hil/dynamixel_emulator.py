@@ -439,6 +439,38 @@ def open_pty() -> tuple[int, int, str]:
     return master, slave, os.ttyname(slave)
 
 
+def emulator_table(config) -> dict:
+    """The ``[emulator]`` table of a serial machine configuration, validated (bad values are
+    one ``UserError`` naming the file, table and field, exit 2)."""
+    em = config.raw.get("emulator", {})
+    where = f"{config.path}: [emulator]"
+    if not isinstance(em, dict):
+        raise UserError(f"{where}: expected a table")
+    ids = list(config.drives.get("ids") or [])
+
+    def num(key, default, lo, hi, integer=False):
+        v = em.get(key, default)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+        if not ok or (integer and v != int(v)):
+            kind = "an integer" if integer else "a number"
+            raise UserError(f"{where}, field '{key}': expected {kind} in [{lo:g}, {hi:g}], got {v!r}")
+        return int(v) if integer else float(v)
+
+    out = {"inject_after": num("inject_after", 0.5, 0.0, 1e6),
+           "fault_period": num("fault_period", 1, 1, 10 ** 6, integer=True),
+           "delay": num("delay", 0.02, 0.0, 60.0),
+           "priority": num("priority", 0, 0, 99, integer=True)}
+    fs = em.get("fault_servo")
+    if fs is not None and (isinstance(fs, bool) or fs not in ids):
+        raise UserError(f"{where}, field 'fault_servo': expected one of the servo IDs {ids}, got {fs!r}")
+    out["fault_servo"] = fs
+    clock = em.get("clock", "cycle")
+    if clock not in ("wall", "cycle"):
+        raise UserError(f"{where}, field 'clock': expected 'cycle' or 'wall', got {clock!r}")
+    out["clock"] = clock
+    return out
+
+
 def build(machine: str, fault: str | None = None, inject_cycle: int | None = None, rate_hz: float | None = None,
           fault_servo: int | None = None, fault_period: int | None = None,
           clock: str | None = None) -> DynamixelEmulator:
@@ -448,6 +480,7 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
 
     config = load_machine(machine)
     em = config.raw.get("emulator", {})
+    table = emulator_table(config)
     rate = float(rate_hz or config.rate_hz)
     settings = load_settings(config, {"port": "emulator"})
     plant = Plant.from_config(config)
@@ -455,11 +488,11 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
     if theta0.shape != plant.theta.shape or not np.all(np.isfinite(theta0)):
         raise UserError(f"{config.path}: [emulator], field 'theta0': expected {plant.s} finite numbers")
     if inject_cycle is None:
-        inject_cycle = int(round(float(em.get("inject_after", 0.5)) * rate))
+        inject_cycle = int(round(table["inject_after"] * rate))
     return DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
-                             fault_servo if fault_servo is not None else em.get("fault_servo"),
-                             fault_period if fault_period is not None else int(em.get("fault_period", 1)),
-                             float(em.get("delay", 0.02)), clock or str(em.get("clock", "cycle")), theta0)
+                             fault_servo if fault_servo is not None else table["fault_servo"],
+                             fault_period if fault_period is not None else table["fault_period"],
+                             table["delay"], clock or table["clock"], theta0)
 
 
 def load_machine_raw(machine: str) -> dict:
@@ -486,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"dynamixel_emulator: error: {e}", file=sys.stderr)
         return 2
-    prio = a.priority if a.priority is not None else int(load_machine_raw(a.machine).get("priority", 0))
+    prio = a.priority if a.priority is not None else int(load_machine_raw(a.machine).get("priority", 0) or 0)
     sched = "not requested"
     if prio > 0:
         try:

@@ -22,7 +22,7 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import Fault, UserError
 
-from .dynamixel_emulator import FAULT_KINDS
+from .dynamixel_emulator import FAULT_KINDS, emulator_table
 
 START_TIMEOUT = 60.0  # s for the emulator to load its plant and open the pty
 
@@ -124,10 +124,11 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
+    table = emulator_table(config)  # and bad emulator settings
     rate = config.rate_hz
     inject = None
     if fault is not None:
-        inject = int(round(float(config.raw.get("emulator", {}).get("inject_after", 0.5)) * rate))
+        inject = int(round(table["inject_after"] * rate))
     if emulator is None:
         emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
     else:

@@ -88,3 +88,28 @@ def test_pkrt_hil_cli_with_a_bad_port_reports_one_line(capsys):
     err = capsys.readouterr().err
     assert rc == 1 and "cannot open serial port '/nonexistent/ttyUSB9'" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("inject_after = 0.5 ", 'inject_after = "a" '), "inject_after"),
+    (("inject_after = 0.5 ", "inject_after = nan "), "inject_after"),
+    (("fault_servo = 2 ", "fault_servo = 99 "), "fault_servo"),
+    (("fault_period = 1 ", "fault_period = 0 "), "fault_period"),
+    (("delay = 0.02 ", 'delay = "x" '), "delay"),
+    (('clock = "cycle" ', 'clock = "bogus" '), "clock"),
+    (("priority = 10 ", 'priority = "x" '), "priority"),
+])
+def test_bad_emulator_settings_refused_before_starting_anything(edit, field, tmp_path):
+    """A bad [emulator] value gave a traceback (inject_after) or 'servo emulator did not start'
+    (exit 1) from the child process; now one UserError naming file, table and field."""
+    from pkrt.models.description import MACHINES_DIR
+
+    text = (MACHINES_DIR / "orthoglide-serial.toml").read_text()
+    for name in ("orthoglide.toml", "orthoglide.pkt", "orthoglide-plant.pkt"):
+        text = text.replace(f'"{name.removesuffix(".toml")}"' if name.endswith(".toml") else f'"{name}"',
+                            f'"{MACHINES_DIR / name}"')
+    assert edit[0] in text
+    path = tmp_path / "serial.toml"
+    path.write_text(text.replace(edit[0], edit[1]))
+    with pytest.raises(UserError, match=rf"serial.toml: \[emulator\], field '{field}'"):
+        run_serial_hil(str(path), fault="drop", duration=0.2)
