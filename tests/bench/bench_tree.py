@@ -23,12 +23,18 @@ MACHINES = Path(__file__).resolve().parents[2] / "models" / "machines"
 
 
 @njit(cache=True)
-def _tau_loop(T, thetas, tds, tdds, H, D, p_ext, tau, work):
-    """eval_tau_w over every state; returns a checksum so the work cannot be elided."""
+def _tau_loop(T, thetas, tds, tdds, H, D, p_ext, tau, work, theta, td, tdd):
+    """eval_tau_w over every state; returns a checksum so the work cannot be elided. Each
+    state is copied into the preallocated 1-d theta, td, tdd first, as the controller holds
+    it (row views would cost reference counting per state)."""
     acc = 0.0
     bad = 0
     for i in range(thetas.shape[0]):
-        st = eval_tau_w(T, thetas[i], tds[i], tdds[i], H, D, p_ext, tau, work)
+        for j in range(thetas.shape[1]):
+            theta[j] = thetas[i, j]
+            td[j] = tds[i, j]
+            tdd[j] = tdds[i, j]
+        st = eval_tau_w(T, theta, td, tdd, H, D, p_ext, tau, work)
         bad += st
         acc += tau[0]
     return acc + bad
@@ -62,9 +68,10 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     ws = TreeWorkspace(tree)
     th, td, tdd = _states(tree, n_states)
     T = tree.arrays
-    _tau_loop(T, th[:10], td[:10], tdd[:10], ws.H, ws.D, ws.p_ext, ws.tau, ws.work)  # compile / load
-    jit_ns, jit_cpu = _timed(lambda: _tau_loop(T, th, td, tdd, ws.H, ws.D, ws.p_ext, ws.tau, ws.work),
-                             n_states, reps)
+    state = (np.zeros(tree.s), np.zeros(tree.s), np.zeros(tree.s))
+    _tau_loop(T, th[:10], td[:10], tdd[:10], ws.H, ws.D, ws.p_ext, ws.tau, ws.work, *state)  # compile / load
+    jit_ns, jit_cpu = _timed(lambda: _tau_loop(T, th, td, tdd, ws.H, ws.D, ws.p_ext, ws.tau, ws.work,
+                                               *state), n_states, reps)
 
     n_py = min(n_states, 100_000)
     ws.tau_of(tree, th[0], td[0], tdd[0])
