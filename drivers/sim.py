@@ -202,9 +202,20 @@ class SimDrives(Drives):
     @classmethod
     def from_config(cls, config, overrides: dict) -> "SimDrives":
         d = {**config.drives, **overrides}
+
+        def setting(key, default, whole=False):
+            v = d.get(key, default)
+            ok = (not isinstance(v, bool) and isinstance(v, int if whole else (int, float))
+                  and np.isfinite(v) and v >= 0)
+            if not ok:
+                what = "a whole number >= 0" if whole else "a number >= 0"
+                raise DriveConfigError(f"{config.path}: [drives], field '{key}': expected {what}, got {v!r}")
+            return v
+
+        noise, quant = float(setting("noise", 0.0)), float(setting("quantization", 0.0))
+        delay, seed = setting("delay_cycles", 0, True), setting("seed", 0, True)
         plant = Plant.from_config(config, mass_scale=d.get("mass_scale"))
-        return cls(plant, float(d.get("noise", 0.0)), float(d.get("quantization", 0.0)),
-                   int(d.get("delay_cycles", 0)), int(d.get("seed", 0)))
+        return cls(plant, noise, quant, delay, seed)
 
     def inject(self, kind: str, at: float, value: float = 0.0) -> None:
         """Fault injection: ``nan`` (feedback NaN from time ``at``), ``stale`` (no fresh

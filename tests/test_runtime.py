@@ -228,3 +228,16 @@ def test_realtime_factor_counts_skipped_periods(config, tree):
     skipped = round(r["duration_s"] * config.rate_hz) + 1 - r["cycles"]
     assert r["fault"] is None and skipped >= 20, r
     assert r["realtime_factor"] == pytest.approx(1.0, abs=0.03), r["realtime_factor"]
+
+
+@pytest.mark.parametrize("field,value", [("noise", "x"), ("noise", -1e-6), ("quantization", [1]),
+                                         ("delay_cycles", -1), ("delay_cycles", "2"), ("delay_cycles", 1.5),
+                                         ("seed", "a"), ("noise", float("nan"))])
+def test_sim_sensor_settings_are_validated(config, field, value):
+    """The sim backend's sensor settings went through float()/int() unchecked: a string gave a
+    traceback, a negative delay or noise was silently taken."""
+    from pkrt.drivers.base import DriveConfigError
+
+    bad = dataclasses.replace(config, drives={**config.drives, field: value})
+    with pytest.raises(DriveConfigError, match=field):
+        open_drives(bad)
