@@ -21,6 +21,7 @@ period earlier. The residual per axis (RMS, max, mean), and a least-squares fric
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -187,6 +188,11 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     from .run import load_controller_tree, run_session
 
     config = machine_for_log(log, machine)
+    rate = log_rate(log)  # the run's own rate (pkrt run --rate), not the configuration's
+    if abs(rate - config.rate_hz) > 1e-9:
+        if not 1 <= rate <= 100000:
+            raise LogFileError(f"{log.path}: logged rate {rate} Hz is not in [1, 100000]")
+        config = dataclasses.replace(config, rate_hz=rate)
     tree = load_controller_tree(config)
     lockstep = bool(log.header.get("lockstep", True)) if lockstep is None else lockstep
     plan, exact = reference_from_log(log, config.rate_hz)

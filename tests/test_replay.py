@@ -318,3 +318,26 @@ def test_replay_of_a_log_that_lost_its_first_block_stays_aligned(fourbar, tmp_pa
     assert d["cycles_compared"] == orig.n_cycles - k0
     # the replay starts at rest where the original was moving: a short transient, not a shift
     assert d["axes"]["theta"]["pos_max"] < 0.02, d
+
+
+def test_replay_runs_at_the_logged_rate(fourbar, tmp_path, capsys):
+    """A run at --rate 500 on a 1 kHz machine: the replay ran at the machine's 1 kHz and
+    compared its cycle k (t = k / 1000) with the original's cycle k (t = k / 500)."""
+    import dataclasses
+
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import run_session
+
+    config = dataclasses.replace(load_machine(str(fourbar["machine"])), rate_hz=500.0)
+    drives = open_drives(config)
+    log = tmp_path / "r500.pkl"
+    try:
+        r = run_session(config, drives, trajectory=str(fourbar["traj"]), lockstep=True, log_path=str(log))
+    finally:
+        drives.close()
+    assert r["fault"] is None and r["cycles"] == 1001
+    out = replay_json(capsys, log, "--lockstep")
+    assert out["reference"]["sample_exact"] is True
+    d = out["difference"]
+    assert d["cycles_compared"] == 1001 and d["identical_torques"] is True
