@@ -120,8 +120,8 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[k] = v
     if mass_scale is not None:
-        if not mass_scale > 0:
-            raise UserError(f"--mass-scale must be positive, got {mass_scale}")
+        if not (mass_scale > 0 and math.isfinite(mass_scale)):
+            raise UserError(f"--mass-scale must be positive and finite, got {mass_scale}")
         if config.drives.get("backend") != "sim":
             raise UserError("--mass-scale applies to the simulated plant only (backend 'sim')")
         out["mass_scale"] = float(mass_scale)

@@ -179,6 +179,8 @@ def test_replay_errors(fourbar, tmp_path, capsys):
     assert "--window must be odd" in capsys.readouterr().err
     assert main(["replay", str(log), "--mass-scale", "-1"]) == 2
     assert "--mass-scale must be positive" in capsys.readouterr().err
+    assert main(["replay", str(log), "--mass-scale", "inf"]) == 2  # was a plant blow-up fault, exit 1
+    assert "--mass-scale must be positive" in capsys.readouterr().err
     assert main(["replay", str(log), "--lockstep", "--realtime"]) == 2
     capsys.readouterr()
     assert main(["replay", str(log), "--machine", "orthoglide"]) == 2
