@@ -36,7 +36,7 @@ from pkrt.rt.tree import Tree
 
 from .mechanism import Mechanism
 from .reduction import output_layout
-from .treeverify import SampleEvaluator, output_scale, verify_tree
+from .treeverify import MAX_SAMPLES, SampleEvaluator, output_scale, verify_tree
 
 FORMAT_BUILDER = "pkrt.models.treebuild 2"
 DEFAULT_VERIFY_SAMPLES = 1000
@@ -308,8 +308,8 @@ class BuildSettings:
             raise BuildError(f"--max-leaves must be in 1..10^6, got {self.max_leaves}")
         if self.sing_threshold is not None and not (0 <= self.sing_threshold < np.inf):
             raise BuildError(f"--sing-threshold must be a finite number >= 0, got {self.sing_threshold}")
-        if self.verify_samples < 0:
-            raise BuildError("--verify-samples must be >= 0")
+        if not 0 <= self.verify_samples <= MAX_SAMPLES:
+            raise BuildError(f"--verify-samples must be in 0..{MAX_SAMPLES}, got {self.verify_samples}")
 
 
 def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None,

@@ -22,6 +22,7 @@ from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, basis, eval_outputs, eval_tau, fin
 from .mechanism import AssemblyError, Mechanism
 from .reduction import ExactModel, flatten_outputs, output_layout
 
+MAX_SAMPLES = 10 ** 7  # verification states (memory: about 100 bytes per state and output)
 CHUNK = 24  # points per chunk; fixed so results do not depend on the process count
 
 # default verification bounds, per axis, as multiples of the actuator range (hi - lo)
@@ -233,8 +234,8 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     counted, not compared. ``diagonal``: theta on the region's diagonal from its lower to
     its upper corner (evenly spaced, the paper's Figure 5) instead of uniform random.
     """
-    if samples < 1:
-        raise UserError("--samples must be at least 1")
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise UserError(f"--samples must be in 1..{MAX_SAMPLES}, got {samples}")
     s = tree.s
     rlo, rhi = parse_region(tree, region)
     rng = np.random.default_rng(seed)

@@ -354,3 +354,14 @@ def test_cli_build_with_no_box_in_domain_fails(tmp_path, capsys):
     assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--jobs", "1", "--verify-samples", "0",
                  "--sing-threshold", "inf"]) == 2
     assert "--sing-threshold" in capsys.readouterr().err
+
+
+def test_cli_absurd_sample_counts_are_usage_errors(tmp_path, capsys):
+    """--samples / --verify-samples of 1e11 died with a MemoryError traceback (745 GiB)."""
+    assert main(["tree", "verify", str(MACHINES / "fourbar.pkt"), "--samples", "100000000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error: --samples") and len(err.strip().splitlines()) == 1, err
+    out = tmp_path / "x.pkt"
+    assert main(["build", "fourbar", "-o", str(out), "--boxes", "2", "--verify-samples", "100000000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error: --verify-samples") and not out.exists(), err
