@@ -316,6 +316,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     if writer:
         counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
         summary["log_dropped_blocks"] = counts.get("dropped_blocks")
+        summary["log_error"] = counts.get("error")  # e.g. disk full: the log stops there
     return summary
 
 

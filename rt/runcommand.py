@@ -137,5 +137,7 @@ def _text(r: dict) -> str:
             lines.append(f"  {k}: {v}")
     if r.get("log"):
         lines.append(f"  log {r['log']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
+        if r.get("log_error"):
+            lines.append(f"  log incomplete: {r['log_error']}")
     lines.append(f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults")
     return "\n".join(lines)

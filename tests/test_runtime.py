@@ -241,3 +241,21 @@ def test_sim_sensor_settings_are_validated(config, field, value):
     bad = dataclasses.replace(config, drives={**config.drives, field: value})
     with pytest.raises(DriveConfigError, match=field):
         open_drives(bad)
+
+
+def test_a_log_write_failure_is_reported_in_the_summary(config, tree, tmp_path, monkeypatch):
+    """The writer thread records a failed write (disk full) in ``error``; the run's summary
+    dropped it, so a run whose log lost its data looked complete."""
+    from pkrt.rt import logfile
+
+    real = logfile._pack
+
+    def failing(rec):
+        if rec.get("type") == "block":
+            raise OSError(28, "No space left on device")
+        return real(rec)
+
+    monkeypatch.setattr(logfile, "_pack", failing)
+    r, _ = _run(config, tree, duration=0.3, log_path=str(tmp_path / "full.pktlog"))
+    assert r["fault"] is None
+    assert "No space left on device" in (r.get("log_error") or "")
