@@ -71,7 +71,9 @@ class SampleEvaluator:
     def __init__(self, mech: Mechanism, jobs: int | None = None, progress: bool | None = None,
                  desc: str = "exact model"):
         self.mech = mech
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+        # results do not depend on jobs: more processes than a few per core only cost forks
+        self.jobs = max(1, min(jobs or cores, 4 * max(2, cores)))
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.desc = desc
         self.pool: ProcessPoolExecutor | None = None

@@ -365,3 +365,15 @@ def test_cli_absurd_sample_counts_are_usage_errors(tmp_path, capsys):
     assert main(["build", "fourbar", "-o", str(out), "--boxes", "2", "--verify-samples", "100000000000"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pkrt: error: --verify-samples") and not out.exists(), err
+
+
+def test_huge_jobs_does_not_fork_a_process_per_job(fourbar):
+    """--jobs 100000 made a pool of 100000 processes (forked at start); the result does not
+    depend on jobs, so the pool is capped at a few per core."""
+    import os
+
+    from pkrt.models.treeverify import SampleEvaluator
+
+    ev = SampleEvaluator(fourbar, jobs=100000, progress=False)
+    assert 2 <= ev.jobs <= 4 * max(2, os.cpu_count() or 1)
+    assert SampleEvaluator(fourbar, jobs=1).jobs == 1 and SampleEvaluator(fourbar, jobs=2).jobs == 2
