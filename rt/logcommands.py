@@ -8,6 +8,7 @@ Every tool works on whatever subset a log holds.
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -197,11 +198,22 @@ def _info_text(s: dict, brief: bool = False) -> str:
 
 
 # -- export ----------------------------------------------------------------------------------
+def loop_cycles(log: Log) -> np.ndarray:
+    """The loop's cycle index of each row, round(t * rate_hz), as the events number them (a
+    real-time loop that overran skips periods, so rows and loop cycles differ); the row's
+    index when the log has no time or rate."""
+    rate, t = log.header.get("rate_hz"), log.get("t")
+    if (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
+            and t is not None and np.all(np.isfinite(t))):
+        return np.rint(t * rate)
+    return log.cycles.astype(float)
+
+
 def export_csv(log: Log, out: str) -> list[str]:
-    """One row per logged cycle: ``cycle``, then every channel in log order. Returns the
-    column names."""
+    """One row per logged cycle: ``cycle`` (the loop's, as in the events), then every channel
+    in log order. Returns the column names."""
     names = ["cycle"]
-    cols = [log.cycles[:, None].astype(float)]
+    cols = [loop_cycles(log)[:, None]]
     for name in log.channels:
         names += column_names(log, name)
         cols.append(_cols(log.channels[name]))

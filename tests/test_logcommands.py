@@ -280,3 +280,24 @@ def test_wrongly_typed_log_fields_never_crash(tmp_path, capsys, recs):
         assert code in (0, 2), (argv, out.err)
         if code == 2:
             assert out.err.startswith("pkrt: error:") and out.err.count("\n") == 1
+
+
+def test_export_cycle_column_is_the_loop_cycle_after_skipped_periods(tmp_path, capsys):
+    """The CSV's 'cycle' was the row count (commits): after skipped periods it disagreed with
+    t * rate and with the cycle numbers of the events (`log info`: 'cycle 5: fault')."""
+    from pkrt.rt.logfile import LogWriter
+
+    p = tmp_path / "skip.pkl"
+    w = LogWriter(p, {"rate_hz": 1000.0, "axes": ["a"]}, [("t", 1, "s"), ("pos", 1, "m")])
+    ks = [0, 1, 2, 5, 6, 7]  # periods 3 and 4 skipped
+    for k in ks:
+        w.row[:] = (k / 1000.0, 0.1)
+        w.commit()
+    w.event(7, "fault", "x")
+    w.close({})
+    out = tmp_path / "skip.csv"
+    assert main(["log", "export", str(p), "--csv", str(out)]) == 0
+    capsys.readouterr()
+    with open(out) as f:
+        rows = list(csv.reader(f))
+    assert [int(r[0]) for r in rows[1:]] == ks
