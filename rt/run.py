@@ -282,6 +282,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
             k = nxt
     except KeyboardInterrupt:
         fault, fault_cycle = "interrupted by the user", k
+        drives.disable()  # torque off now, before anything else
+        torque_off_cycle = k if not drives.torque_on else None
         if writer:
             writer.event(k, "fault", fault)
     except BaseException as exc:  # anything unexpected: the drives are off, the log is kept

@@ -259,3 +259,19 @@ def test_a_log_write_failure_is_reported_in_the_summary(config, tree, tmp_path, 
     r, _ = _run(config, tree, duration=0.3, log_path=str(tmp_path / "full.pktlog"))
     assert r["fault"] is None
     assert "No space left on device" in (r.get("log_error") or "")
+
+
+def test_ctrl_c_takes_torque_off_and_says_when(config, tree, tmp_path):
+    """Ctrl-C in the loop: the drives were disabled on the way out, but the summary's
+    torque_off_cycle stayed None, as if torque had never been taken off."""
+    def interrupt(k, t):
+        if k == 100:
+            raise KeyboardInterrupt
+
+    drives = open_drives(config)
+    r = run_session(config, drives, lockstep=True, tree=tree, duration=0.3, on_cycle=interrupt,
+                    log_path=str(tmp_path / "int.pktlog"))
+    assert r["fault"] == "interrupted by the user" and r["fault_cycle"] == 100
+    assert r["torque_off_cycle"] == 100 and not drives.torque_on
+    log = read_log(str(tmp_path / "int.pktlog"))
+    assert not log.truncated and log.events[0]["cycle"] == 100
