@@ -20,7 +20,9 @@ Reference counting: the ``*_w`` kernels are compiled without numba's runtime (``
 and are called, not inlined. They allocate nothing, so they need no runtime; with it, every
 array taken out of the tree tuple or sliced from ``work`` (and every argument of an inlined
 kernel) costs an atomic incref/decref call per evaluation that numba cannot prune across the
-loops, about a third of the time of an evaluation. The arithmetic is unchanged.
+loops, about a third of the time of an evaluation. ``eval_model_w`` and ``eval_tau_w`` run
+the same body with s = 3 as a constant when theta has 3 entries (the Orthoglide), so LLVM
+unrolls the small loops. The arithmetic, and its order, is unchanged.
 
 Kernel status codes: OK = 0, CLAMPED = 1 (theta was outside the root box and was clamped),
 OUT_OF_DOMAIN = 2 (the leaf is marked out of domain). Status is never silent: callers check it.
@@ -143,11 +145,9 @@ def eval_outputs_w(T, theta, f, work):
     return status
 
 
-@njit(cache=True, _nrt=False)  # see "Reference counting" above
-def eval_model_w(T, theta, H, D, p_ext, work):
-    """Fill preallocated H (s, s), D (s, s(s+1)/2), p_ext (s,) using ``work`` as scratch;
-    return the status. Allocates nothing."""
-    s = theta.shape[0]
+@njit(cache=True, inline="always")
+def _model_s(T, theta, H, D, p_ext, work, s):
+    """eval_model_w with s = theta.shape[0] passed in (a constant in the s = 3 path)."""
     m = s * (s + 1) // 2
     nb = 1 + s + m
     th = work[:s]
@@ -180,6 +180,15 @@ def eval_model_w(T, theta, H, D, p_ext, work):
     return status
 
 
+@njit(cache=True, _nrt=False)  # see "Reference counting" above
+def eval_model_w(T, theta, H, D, p_ext, work):
+    """Fill preallocated H (s, s), D (s, s(s+1)/2), p_ext (s,) using ``work`` as scratch;
+    return the status. Allocates nothing."""
+    if theta.shape[0] == 3:  # s a compile-time constant: LLVM unrolls the small loops
+        return _model_s(T, theta, H, D, p_ext, work, 3)
+    return _model_s(T, theta, H, D, p_ext, work, theta.shape[0])
+
+
 @njit(cache=True, inline="always")
 def quad_velocities(td, out):
     """[td td] = (td1^2, td1 td2, ..., ts^2), upper triangle, row by row."""
@@ -191,13 +200,11 @@ def quad_velocities(td, out):
             c += 1
 
 
-@njit(cache=True, _nrt=False)  # see "Reference counting" above
-def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
-    """tau = H thetadd + D [td td] - p_ext, filling H, D, p_ext too, using ``work`` as
-    scratch; return the status. Allocates nothing (the online path)."""
-    s = theta.shape[0]
+@njit(cache=True, inline="always")
+def _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, s):
+    """eval_tau_w with s = theta.shape[0] passed in (a constant in the s = 3 path)."""
     m = s * (s + 1) // 2
-    status = eval_model_w(T, theta, H, D, p_ext, work)
+    status = _model_s(T, theta, H, D, p_ext, work, s)
     w = work[s + 1 + s + m:]
     quad_velocities(theta_dot, w)
     for i in range(s):
@@ -208,6 +215,15 @@ def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
             acc += D[i, c] * w[c]
         tau[i] = acc
     return status
+
+
+@njit(cache=True, _nrt=False)  # see "Reference counting" above
+def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
+    """tau = H thetadd + D [td td] - p_ext, filling H, D, p_ext too, using ``work`` as
+    scratch; return the status. Allocates nothing (the online path)."""
+    if theta.shape[0] == 3:  # s a compile-time constant: LLVM unrolls the small loops
+        return _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, 3)
+    return _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, theta.shape[0])
 
 
 @njit(cache=True)
