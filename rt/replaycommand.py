@@ -2,7 +2,8 @@
 model against the logged motion.
 
 Replay: the log's reference (``ref_pos``, ``ref_vel``, ``ref_acc``, sample for sample when the
-log is contiguous and the rates agree, otherwise a cubic spline of ``ref_pos``) runs through
+rates agree, periods a real-time run skipped filled by quintic Hermite segments; otherwise a
+cubic spline of ``ref_pos``) runs through
 ``pkrt.rt.run.run_session`` on the machine the log names (or ``--machine``), with the logged
 sim plant settings unless overridden; the replay's log is compared cycle by cycle with the
 original: per axis RMS and max of the position and commanded torque differences.
@@ -101,12 +102,45 @@ def reference_from_log(log: Log, rate_hz: float):
     if have_all and _contiguous(log) and abs(log_rate(log) - rate_hz) < 1e-9:
         p, v, a = (np.ascontiguousarray(_cols(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
         return Planned(rate_hz, p.copy(), v.copy(), a.copy(), desc), True
+    if have_all and abs(log_rate(log) - rate_hz) < 1e-9 and np.all(np.diff(loop_index(log)) >= 1):
+        return _fill_gaps(log, rate_hz, desc), False
     from scipy.interpolate import CubicSpline
 
     t = log.channels["t"] - log.channels["t"][0]
-    sp = CubicSpline(t, _cols(log.channels["ref_pos"]), bc_type="clamped")
+    sp = CubicSpline(t, _cols(log.channels["ref_pos"]), bc_type="not-a-knot" if len(t) > 3 else "natural")
     tt = np.arange(int(math.floor(t[-1] * rate_hz + 1e-9)) + 1) / rate_hz
     return Planned(rate_hz, sp(tt), sp(tt, 1), sp(tt, 2), desc), False
+
+
+def _fill_gaps(log: Log, rate_hz: float, desc: dict):
+    """The logged reference at every loop cycle from the first row to the last: logged rows
+    as they are, skipped periods filled by quintic Hermite segments through the position,
+    velocity and acceleration at both ends (continuous to the second derivative)."""
+    from .trajectory import Planned
+
+    k = loop_index(log)
+    k = k - k[0]
+    p, v, a = (_cols(log.channels[n]) for n in ("ref_pos", "ref_vel", "ref_acc"))
+    n = int(k[-1]) + 1
+    P, V, A = (np.empty((n, p.shape[1])) for _ in range(3))
+    P[k], V[k], A[k] = p, v, a
+    for i in np.flatnonzero(np.diff(k) > 1):
+        k0, k1 = int(k[i]), int(k[i + 1])
+        T = (k1 - k0) / rate_hz
+        u = (np.arange(k0 + 1, k1) - k0)[:, None] / (k1 - k0)
+        # quintic with p, v, a given at u = 0 and 1 (time scaled by T)
+        p0, v0, a0, p1, v1, a1 = p[i], v[i] * T, a[i] * T * T, p[i + 1], v[i + 1] * T, a[i + 1] * T * T
+        c0, c1, c2 = p0, v0, a0 / 2
+        d = p1 - c0 - c1 - c2
+        e = v1 - c1 - 2 * c2
+        f = a1 - 2 * c2
+        c3 = 10 * d - 4 * e + f / 2
+        c4 = -15 * d + 7 * e - f
+        c5 = 6 * d - 3 * e + f / 2
+        P[k0 + 1:k1] = c0 + u * (c1 + u * (c2 + u * (c3 + u * (c4 + u * c5))))
+        V[k0 + 1:k1] = (c1 + u * (2 * c2 + u * (3 * c3 + u * (4 * c4 + u * 5 * c5)))) / T
+        A[k0 + 1:k1] = (2 * c2 + u * (6 * c3 + u * (12 * c4 + u * 20 * c5))) / (T * T)
+    return Planned(rate_hz, P, V, A, {**desc, "skipped_periods_filled": int(n - len(k))})
 
 
 def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
@@ -222,7 +256,9 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
         "machine": config.path,
         "controller": ctrl,
         "reference": {"cycles": plan.n, "sample_exact": exact,
-                      "source": "logged ref_pos/ref_vel/ref_acc" if exact else "cubic spline of logged ref_pos"},
+                      "source": ("logged ref_pos/ref_vel/ref_acc" if exact else
+                                "logged ref_pos/ref_vel/ref_acc, skipped periods filled (quintic)"
+                                if "skipped_periods_filled" in plan.description else "cubic spline of logged ref_pos")},
         "plant_overrides": overrides,
         "same_tree": (tree_hash == log.header.get("tree_hash")) if tree_hash and log.header.get("tree_hash") else None,
         "original": {k: orig_sum.get(k) for k in ("cycles", "rms_error", "max_error", "fault")},
