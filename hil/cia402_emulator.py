@@ -380,8 +380,9 @@ class CiA402Emulator:
                 self._set_state(i, S.FAULT)  # transition 14 after this cycle's report
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
-        if dt > 0.0:
-            self.plant.step(self.tau, dt)
+        if dt > 0.0:  # period by period: a gap after an overrun integrates like the periods it spans
+            for _ in range(max(1, int(round(dt / self.period)))):
+                self.plant.step(self.tau, self.period)
         for i in range(len(self.node_ids)):
             if self.nodes[i].nmt.state != "OPERATIONAL":
                 continue

@@ -416,3 +416,23 @@ def test_stale_position_carried_forward_over_skipped_loop_periods(config):
     assert fb.fresh and fb.position[0] == pytest.approx(-0.09)
     fb = drives.read(5 * drives.period)
     np.testing.assert_allclose(fb.position, -0.09 + 0.5 * drives.period, rtol=0, atol=1e-9)
+
+
+def test_emulator_steps_skipped_periods_one_period_at_a_time(config, plant):
+    """A SYNC that shows the master skipped periods (an overrun) advances the plant over the
+    whole gap; it did so in one plant step of 'substeps' RK4 steps over n periods (coarser
+    integration than the loop's), now period by period like an uninterrupted run."""
+    drives, em, ch = make_pair(config, plant)
+    try:
+        em.state = [p.State.OPERATION_ENABLED] * 3
+        em.target[:] = [300.0, -200.0, 500.0]  # per mille of the rated force
+        em._on_sync(0.0, 1000.0)  # first SYNC: the grid's origin, nothing moves
+        em._on_sync(0.0, 1000.0 + 4.3 * em.period)  # the loop skipped 3 periods (0.3: wake-up jitter)
+        ref = Plant.from_config(config)
+        ref.reset(THETA0)
+        tau = em.target * 1e-3 * em.rated
+        for _ in range(4):
+            ref.step(tau, em.period)
+        np.testing.assert_array_equal(em.plant.x, ref.x)
+    finally:
+        em.bus.shutdown()
