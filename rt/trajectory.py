@@ -15,6 +15,14 @@ import numpy as np
 
 from .errors import UserError
 
+MAX_SAMPLES = 10_000_000  # a plan longer than this (2.8 h at 1 kHz) is a unit mistake, not a run
+
+
+def _check_length(n: int, rate_hz: float, what: str) -> None:
+    if n > MAX_SAMPLES:
+        raise UserError(f"{what}: {n / rate_hz:.6g} s at {rate_hz:g} Hz is {n} samples, more than the "
+                        f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
+
 
 @dataclass
 class Planned:
@@ -36,6 +44,7 @@ class Planned:
     def extended(self, duration: float) -> "Planned":
         """Cut to ``duration`` s, or hold the last point (zero velocity) up to it."""
         n = int(round(duration * self.rate_hz)) + 1
+        _check_length(n, self.rate_hz, "--duration")
         if n <= self.n:
             return Planned(self.rate_hz, self.pos[:n], self.vel[:n], self.acc[:n], self.description)
         extra = n - self.n
@@ -263,6 +272,7 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
         raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
     sp = CubicSpline(t - t[0], data[:, 1:], bc_type="clamped")
     span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
+    _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, str(path))
     tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
     P, Pd, Pdd = sp(tt), sp(tt, 1), sp(tt, 2)
     desc = {"kind": "csv", "path": str(path), "columns": head}

@@ -159,3 +159,21 @@ def test_csv_trajectory_keeps_its_last_sample(tmp_path):
     p = load_trajectory_csv(str(f), 1000.0, ["q1", "q2", "q3"])
     assert p.n == 1002 and p.duration == pytest.approx(1.001)
     assert np.allclose(p.pos[-1], [-0.08, -0.1, -0.1]) and np.allclose(p.vel[-1], 0.0)
+
+
+def test_overlong_trajectories_are_refused_before_allocating(tmp_path):
+    """A CSV in milliseconds (or --duration 1e6) planned 10^9 samples per array: the process
+    ate the machine's memory instead of saying no."""
+    f = tmp_path / "ms.csv"
+    f.write_text("t,q1,q2,q3\n0,-0.1,-0.1,-0.1\n1000000,-0.1,-0.1,-0.1\n")
+    with pytest.raises(UserError, match="samples"):
+        load_trajectory_csv(str(f), 1000.0, ["q1", "q2", "q3"])
+    p = load_trajectory_csv(_ok(tmp_path), 1000.0, ["q1", "q2", "q3"])
+    with pytest.raises(UserError, match="samples"):
+        p.extended(1e6)
+
+
+def _ok(tmp_path):
+    f = tmp_path / "ok.csv"
+    f.write_text("t,q1,q2,q3\n0,-0.1,-0.1,-0.1\n1,-0.1,-0.1,-0.1\n")
+    return str(f)
