@@ -258,6 +258,9 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     cart = names == ["x", "y", "z"]
     if not cart and names != list(axes):
         raise UserError(f"{path}: columns must be t,{','.join(axes)} or t,x,y,z; got {','.join(head)}")
+    for i, r in enumerate(rows[1:]):
+        if len(r) != len(head):
+            raise UserError(f"{path}: row {i + 2} has {len(r)} columns, expected {len(head)}")
     try:
         data = np.array([[float(x) for x in r] for r in rows[1:]], dtype=float)
     except ValueError as e:
