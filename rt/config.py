@@ -148,8 +148,11 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     ctrl = ControllerConfig(kind, kp, kd, tau_max)
 
     lim = doc.get("limits", {})
-    pos = np.asarray(lim.get("position", ranges), dtype=float)
-    if pos.shape != (s, 2) or np.any(pos[:, 0] >= pos[:, 1]):
+    try:
+        pos = np.asarray(lim.get("position", ranges), dtype=float)
+    except (TypeError, ValueError):
+        pos = np.zeros(0)
+    if pos.shape != (s, 2) or not np.all(np.isfinite(pos)) or np.any(pos[:, 0] >= pos[:, 1]):
         raise UserError(f"{path}: [limits], field 'position': expected {s} [low, high] pairs")
     limits = Limits(pos, _vec(lim, "velocity", s, "limits", path),
                     _vec(lim, "acceleration", s, "limits", path),

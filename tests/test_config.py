@@ -40,3 +40,15 @@ def test_bad_machine_configuration(tmp_path, capsys, old, new, msg):
     assert main(["run", "--machine", path, "--lockstep", "--no-log", "--duration", "0.1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pkrt: error: ") and msg in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("value", ['"wide"', '[["a", 0.0], [-0.2, 0.0], [-0.2, 0.0]]',
+                                   "[[nan, 0.0], [-0.2, 0.0], [-0.2, 0.0]]", "[[-0.2, inf], [-0.2, 0.0], [-0.2, 0.0]]"])
+def test_position_limits_are_numbers(tmp_path, capsys, value):
+    """[limits] position went through np.asarray unchecked: text gave a traceback, and NaN
+    passed the low < high check and then never tripped the position limit."""
+    text = SIM.replace("[limits]\n", f"[limits]\nposition = {value}\n", 1)
+    path = _write(tmp_path, text)
+    assert main(["run", "--machine", path, "--lockstep", "--no-log", "--duration", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error: ") and "[limits], field 'position'" in err, err
