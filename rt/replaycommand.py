@@ -454,6 +454,8 @@ def run_replay(args) -> int:
         return 0
     if args.tree or args.window:
         raise UserError("--tree and --window apply to --offline only")
+    if args.out_log and Path(args.out_log).resolve() == Path(args.log).resolve():
+        raise UserError("--log: the replay's log would overwrite the log being replayed; give another file")
     lockstep = True if args.lockstep else False if args.realtime else None
     r = replay(log, machine=args.machine, lockstep=lockstep, mass_scale=args.mass_scale,
                controller=args.controller, out_log=args.out_log)

@@ -181,6 +181,9 @@ def test_replay_errors(fourbar, tmp_path, capsys):
     assert "--mass-scale must be positive" in capsys.readouterr().err
     assert main(["replay", str(log), "--mass-scale", "inf"]) == 2  # was a plant blow-up fault, exit 1
     assert "--mass-scale must be positive" in capsys.readouterr().err
+    before = Path(log).read_bytes()
+    assert main(["replay", str(log), "--log", str(log)]) == 2  # the replay's log overwrote the original
+    assert "--log" in capsys.readouterr().err and Path(log).read_bytes() == before
     assert main(["replay", str(log), "--lockstep", "--realtime"]) == 2
     capsys.readouterr()
     assert main(["replay", str(log), "--machine", "orthoglide"]) == 2
