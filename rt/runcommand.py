@@ -102,6 +102,8 @@ def run_run(args) -> int:
         drives.close()
         if telemetry is not None:
             telemetry.close()
+    if telemetry is not None:
+        summary["telemetry"] = telemetry.stats()
     if log:
         plot = args.plot or str(Path(log).with_suffix(".png"))
         try:

@@ -153,3 +153,17 @@ def test_run_without_a_log_still_streams(tmp_path, listener):
     assert s["fault"] is None and len(msgs) == tel.sent == 26
     assert {"pos/theta", "ref_pos/theta", "tau/theta", "wake_us", "flags"} <= set(msgs[0])
     assert msgs[-1]["timestamp"] == pytest.approx(0.5) and np.isfinite(msgs[-1]["pos/theta"])
+
+
+def test_run_json_reports_telemetry_counts(listener, capsys):
+    """Failed sends were counted (README: 'a failed send is counted') but the count was never
+    reported: the run's summary had no telemetry figures."""
+    import json
+
+    from pkrt.rt.cli import main
+
+    port = listener.getsockname()[1]
+    assert main(["run", "--lockstep", "--no-log", "--duration", "0.2", "--telemetry", f"127.0.0.1:{port}",
+                 "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["telemetry"]["sent"] == len(receive_all(listener)) == 11 and s["telemetry"]["dropped"] == 0
