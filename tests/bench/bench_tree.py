@@ -22,7 +22,7 @@ from pkrt.rt.treefile import load_tree
 MACHINES = Path(__file__).resolve().parents[2] / "models" / "machines"
 
 
-@njit(cache=True)
+@njit(cache=False)  # run as a script and as tests.bench.bench_tree: one numba cache would serve two module names
 def _tau_loop(T, thetas, tds, tdds, H, D, p_ext, tau, work, theta, td, tdd):
     """eval_tau_w over every state; returns a checksum so the work cannot be elided. Each
     state is copied into the preallocated 1-d theta, td, tdd first, as the controller holds
