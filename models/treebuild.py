@@ -253,7 +253,6 @@ def _uniform_nodes(node: Node, idx_lo: list[int], idx_hi: list[int], n: int) -> 
 
 def _to_tree(root: Node, mech: Mechanism, header: dict) -> Tree:
     """Flatten the node tree (depth first, low child first) into the kernel arrays."""
-    s = mech.n_act
     lo, hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
     nodes: list[Node] = []
     stack = [root]

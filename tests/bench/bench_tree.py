@@ -16,7 +16,7 @@ from numba import njit
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import ExactModel
-from pkrt.rt.tree import TreeWorkspace, eval_tau_w, work_size
+from pkrt.rt.tree import TreeWorkspace, eval_tau_w
 from pkrt.rt.treefile import load_tree
 
 MACHINES = Path(__file__).resolve().parents[2] / "models" / "machines"
