@@ -91,6 +91,7 @@ def tree_summary(tree) -> dict:
         "depth": _depth(tree), "array_bytes": tree.nbytes, "file_bytes": len(data),
         "outputs": h["outputs"], "output_scale": h["output_scale"],
         "build": h["build"], "verification": h["verification"],
+        "software": h.get("software"),  # None in trees built before versions were recorded
     }
 
 
@@ -118,7 +119,9 @@ def run_tree_info(args) -> int:
              f"{r['nodes']}, depth {r['depth']}, arrays {r['array_bytes']} bytes, file "
              f"{r['file_bytes']} bytes",
              f"outputs: {len(r['outputs'])} ({r['outputs'][0]} ... {r['outputs'][-1]})",
-             "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None)]
+             "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None),
+             "built with: " + (", ".join(f"{k} {val}" for k, val in r["software"].items())
+                               if isinstance(r["software"], dict) else "versions not recorded")]
     if v:
         lines.append(f"verification ({v.get('samples')} samples, seed {v.get('seed')}): "
                      f"max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
