@@ -37,6 +37,7 @@ import msgpack
 import numpy as np
 
 from .errors import UserError
+from .filekind import LOG, expect
 
 FORMAT = "pkrt-log"
 VERSION = 1
@@ -298,6 +299,7 @@ def _check_header(rec, path: str) -> dict:
 def read_log(path) -> Log:
     """Read a log (see the module docstring for what is tolerated)."""
     path = str(path)
+    expect(path, LOG, LogFileError)  # another kind of file: say what it is
     try:
         f = open(path, "rb")
     except FileNotFoundError:
