@@ -135,16 +135,21 @@ def run_tree_info(args) -> int:
 # -- pkrt tree verify ---------------------------------------------------------------------------
 
 def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
+    from .treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
     p.add_argument("--samples", type=whole_number(1), default=2000, metavar="N",
                    help="random states (default 2000)")
+    p.add_argument("--stress", type=whole_number(0), default=STRESS_SAMPLES, metavar="N",
+                   help=f"states on the region's faces, edges and corners (default {STRESS_SAMPLES})")
+    p.add_argument("--diagonal-samples", type=whole_number(0), default=DIAGONAL_SAMPLES, metavar="N",
+                   help=f"states on the region's diagonal (default {DIAGONAL_SAMPLES})")
     p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="random seed")
     p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
                    help="sample theta in this box: lo,hi for every axis or lo1,hi1,lo2,hi2,...")
     p.add_argument("--diagonal", action="store_true",
-                   help="theta evenly spaced on the region's diagonal (the paper's Figure 5)")
+                   help="only the region's diagonal, --samples points (the paper's Figure 5)")
     p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
                    help="processes (default: all cores)")
     p.add_argument("--max-error", type=positive_number, default=None, metavar="REL",
@@ -154,6 +159,48 @@ def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _dist(d: dict | None) -> str:
+    return "n/a" if not d else f"p50 {_fmt(d['p50'])}, p99 {_fmt(d['p99'])}, max {_fmt(d['max'])}"
+
+
+def _theta(t) -> str:
+    return "(" + ", ".join(f"{x:.4f}" for x in t) + ")"
+
+
+def verify_text(path: str, model: str, r: dict) -> str:
+    """The human-readable report of ``verify_tree``."""
+    g = r.get("group_max_rel_error", {})
+    sets = ", ".join(f"{n} {k}" for k, n in r["sets"].items())
+    lines = [f"{path} vs model '{model}': {r['compared']} states compared ({sets}; seed "
+             f"{r['seed']}, region {r['region']})",
+             f"relative coefficient error: {_dist(r.get('coef_error'))}; max per group H "
+             f"{_fmt(g.get('H'))}, D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}",
+             f"relative torque error:      {_dist(r.get('tau_error'))} "
+             f"(|theta_dot| <= {np.round(r['velocity_bound'], 6).tolist()}, "
+             f"|theta_ddot| <= {np.round(r['acceleration_bound'], 6).tolist()})"]
+    for key, what in (("set_max_rel_coef_error", "coefficient"), ("set_max_rel_tau_error", "torque")):
+        if r.get(key):
+            lines.append(f"max {what} error per set: " + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
+    if r.get("worst_coef_states"):
+        lines.append("worst coefficient errors:")
+        lines += [f"  {w['error']:.3e} {w['output']:<10} at theta {_theta(w['theta'])} ({w['set']})"
+                  for w in r["worst_coef_states"]]
+        lines.append("worst torque errors:")
+        lines += [f"  {w['error']:.3e} axis {w['axis']} at theta {_theta(w['theta'])} ({w['set']})"
+                  for w in r["worst_tau_states"]]
+    jump_at = (f" ({r['worst_face_output']} at theta {_theta(r['worst_face_theta'])})"
+               if r.get("worst_face_theta") else "")
+    above = r.get("scale_above_stored")
+    lines += [f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))}, max_rel_tau_error "
+              f"{_fmt(r.get('max_rel_tau_error'))}, max_face_jump {_fmt(r['max_face_jump'])} over "
+              f"{r['faces_checked']} faces{jump_at}",
+              f"scales: largest |output| of the tree header and of these states"
+              + (f" (up to {above:.4f} times the header's)" if above is not None else ""),
+              f"out-of-domain states {r['out_of_domain_samples']}, exact model failed "
+              f"{r['exact_failed_samples']}"]
+    return "\n".join(lines)
+
+
 def run_tree_verify(args) -> int:
     from .treeverify import verify_tree
     tree = load_tree(args.tree)
@@ -161,7 +208,8 @@ def run_tree_verify(args) -> int:
     mech = load_mechanism(model)
     check_tree_matches_model(tree, mech.content_hash, model)
     r = verify_tree(tree, mech, args.samples, args.seed, region=args.region, jobs=args.jobs,
-                    diagonal=args.diagonal)
+                    diagonal=args.diagonal, stress=args.stress,
+                    diagonal_samples=args.diagonal_samples)
     failed = []
     if args.max_error is not None:
         e = r.get("max_rel_coef_error")
@@ -170,19 +218,7 @@ def run_tree_verify(args) -> int:
     if args.max_jump is not None and r["max_face_jump"] > args.max_jump:
         failed.append(f"max_face_jump {_fmt(r['max_face_jump'])} > {args.max_jump:g}")
     r["passed"] = not failed
-    g = r.get("group_max_rel_error", {})
-    text = (f"{args.tree} vs model '{mech.name}': {r['compared']} of {r['samples']} samples "
-            f"compared ({r['sampling']}, seed {r['seed']}, region {r['region']})\n"
-            f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))} ({r.get('worst_output')} at "
-            f"theta {np.round(r.get('worst_theta') or [], 6).tolist()}); H {_fmt(g.get('H'))}, "
-            f"D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}\n"
-            f"max_rel_tau_error {_fmt(r.get('max_rel_tau_error'))} "
-            f"(|theta_dot| <= {np.round(r['velocity_bound'], 6).tolist()}, "
-            f"|theta_ddot| <= {np.round(r['acceleration_bound'], 6).tolist()})\n"
-            f"max_face_jump {_fmt(r['max_face_jump'])} over {r['faces_checked']} faces\n"
-            f"out-of-domain samples {r['out_of_domain_samples']}, exact model failed "
-            f"{r['exact_failed_samples']}")
-    emit(r, args.json, text)
+    emit(r, args.json, verify_text(args.tree, mech.name, r))
     if failed:
         raise Fault("verification failed: " + "; ".join(failed))
     return 0
