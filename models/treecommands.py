@@ -1,4 +1,4 @@
-"""CLI verbs ``pkrt build``, ``pkrt tree info`` and ``pkrt tree verify``."""
+"""CLI verbs ``pkrt build``, ``pkrt tree info``, ``pkrt tree verify`` and ``pkrt tree plot``."""
 
 from __future__ import annotations
 
@@ -221,4 +221,56 @@ def run_tree_verify(args) -> int:
     emit(r, args.json, verify_text(args.tree, mech.name, r))
     if failed:
         raise Fault("verification failed: " + "; ".join(failed))
+    return 0
+
+
+# -- pkrt tree plot -----------------------------------------------------------------------------
+
+def add_arguments_tree_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tree", metavar="TREE", help="tree file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
+    p.add_argument("--model", metavar="MODEL", default=None,
+                   help="model file or built-in name (default: the model named in the tree)")
+    p.add_argument("--points", type=whole_number(2), default=201, metavar="N",
+                   help="points on the diagonal (default 201)")
+    p.add_argument("--grid", type=whole_number(2), default=41, metavar="N",
+                   help="N x N points per error map (default 41)")
+    p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
+                   help="processes (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _check_output(out: Path, inputs: list[str]) -> None:
+    """Refuse an output that is a folder, in a missing folder, or a pkrt file (an input)."""
+    from pkrt.rt import filekind as fk
+
+    if not out.parent.is_dir():
+        raise UserError(f"{out}: the output folder does not exist")
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give the PNG file to write")
+    if any(out.exists() and Path(i).exists() and out.samefile(i) for i in inputs):
+        raise UserError(f"{out}: is an input of this command; give another output file")
+    kind = fk.sniff(out)
+    if kind in (fk.TREE, fk.LOG, fk.MODEL, fk.MACHINE):
+        raise UserError(f"{out}: is {fk.describe(kind)}; not overwritten with a plot")
+
+
+def run_tree_plot(args) -> int:
+    from .treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
+    if args.points > 10 ** 6 or args.grid > 1000:
+        raise UserError("--points must be at most 10^6 and --grid at most 1000")
+    tree = load_tree(args.tree)
+    model = args.model or tree.header["model"]["name"]
+    mech = load_mechanism(model)
+    check_tree_matches_model(tree, mech.content_hash, model)
+    out = Path(args.output)
+    _check_output(out, [args.tree, getattr(mech.description, "path", "")])
+    data = plot_data(tree, mech, args.points, args.grid, jobs=args.jobs)
+    summary = plot_tree(tree, data, out, default_title(args.tree, tree))
+    r = {"tree": args.tree, "model": mech.name, "png": str(out), "size_px": list(PLOT_SIZE_PX),
+         "diagonal_points": args.points, "grid": args.grid, **summary}
+    slices = "; ".join(f"{s['label']} {_fmt(s['max_rel_coef_error'])}" for s in summary["slices"])
+    emit(r, args.json, f"wrote {out}: diagonal max relative coefficient error "
+                       f"{_fmt(summary['diagonal_max_rel_coef_error'])}"
+                       + (f"; error maps: {slices}" if slices else ""))
     return 0
