@@ -113,7 +113,7 @@ def plot_tree(tree: Tree, data: dict, out_path, title: str) -> dict:
     n_slices = len(data["slices"])
     fig = plt.figure(figsize=(PLOT_SIZE_PX[0] / PLOT_DPI, PLOT_SIZE_PX[1] / PLOT_DPI), dpi=PLOT_DPI)
     heights = [1.0] * rows + [1.6] + ([2.4] if n_slices else [])
-    outer = fig.add_gridspec(len(heights), 1, height_ratios=heights, hspace=0.4,
+    outer = fig.add_gridspec(len(heights), 1, height_ratios=heights, hspace=0.55,
                              left=0.05, right=0.97, top=0.94, bottom=0.05)
     top = outer[:rows].subgridspec(rows, cols, hspace=0.6, wspace=0.35)
     t = d["t"]
