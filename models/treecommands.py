@@ -18,6 +18,14 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3e}" if isinstance(x, float) else str(x)
 
 
+def _states(v: dict) -> str:
+    """The states a verification report compared (reports before the stress set: samples)."""
+    sets = v.get("sets")
+    if isinstance(sets, dict):
+        return ", ".join(f"{n} {k}" for k, n in sets.items()) + " states"
+    return f"{v.get('samples', 0)} samples"
+
+
 # -- pkrt build -------------------------------------------------------------------------------
 
 def add_arguments_build(p: argparse.ArgumentParser) -> None:
@@ -67,7 +75,7 @@ def run_build(args) -> int:
             f"{out.stat().st_size} bytes, {b['samples']} exact samples, "
             f"build {stats['build_seconds']:.1f} s\n"
             f"held-out max rel error {_fmt(b['max_heldout_error'])}; verification "
-            f"({v.get('samples', 0)} samples): max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
+            f"({_states(v)}): max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
             f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
             f"max_face_jump {_fmt(v.get('max_face_jump'))}")
     emit(result, args.json, text)
@@ -123,7 +131,7 @@ def run_tree_info(args) -> int:
              "built with: " + (", ".join(f"{k} {val}" for k, val in r["software"].items())
                                if isinstance(r["software"], dict) else "versions not recorded")]
     if v:
-        lines.append(f"verification ({v.get('samples')} samples, seed {v.get('seed')}): "
+        lines.append(f"verification ({_states(v)}, seed {v.get('seed')}): "
                      f"max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
                      f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
                      f"max_face_jump {_fmt(v.get('max_face_jump'))}, "

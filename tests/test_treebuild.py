@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 
 import numpy as np
 import pytest
@@ -245,6 +246,11 @@ def test_cli_build_info_verify(tmp_path, capsys):
     assert main(["tree", "info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["leaves"] == 4 and info["model"]["name"] == "fourbar"
+    assert info["software"]["numpy"] == np.__version__ and set(info["software"]) == {
+        "python", "numpy", "scipy", "numba", "msgpack", "pkrt"}
+    assert main(["tree", "info", str(out)]) == 0
+    built = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("built with: ")]
+    assert len(built) == 1 and f"python {platform.python_version()}" in built[0] and "scipy" in built[0]
     assert main(["tree", "verify", str(out), "--samples", "30", "--jobs", "1", "--json",
                  "--region", "-1,1"]) == 0
     ver = json.loads(capsys.readouterr().out)
