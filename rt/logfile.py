@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
 import queue
 import struct
 import threading
@@ -38,6 +37,7 @@ import numpy as np
 
 from .errors import UserError
 from .filekind import LOG, expect
+from .versions import software_versions
 
 FORMAT = "pkrt-log"
 VERSION = 1
@@ -50,16 +50,7 @@ class LogFileError(UserError):
 
 
 def _software() -> dict:
-    import numba
-
-    try:
-        from importlib.metadata import version
-
-        pkrt_version = version("pkrt")
-    except Exception:  # noqa: BLE001 - metadata missing in odd installs
-        pkrt_version = "unknown"
-    return {"pkrt": pkrt_version, "numpy": np.__version__, "numba": numba.__version__,
-            "msgpack": ".".join(map(str, msgpack.version)), "python": platform.python_version()}
+    return software_versions(("pkrt", "numpy", "numba", "msgpack"))
 
 
 def _plain(x):
