@@ -190,7 +190,7 @@ def test_clamped_status(fourbar):
     f, g = np.empty(3), np.empty(3)
     assert eval_outputs(tree.arrays, np.array([2.3]), f) == CLAMPED
     assert eval_outputs(tree.arrays, np.array([1.75]), g) == OK
-    assert np.array_equal(f, g)
+    assert np.array_equal(f, g)  # exact: the same kernel at the same point, in one process
     assert eval_outputs(tree.arrays, np.array([np.nan]), f) == CLAMPED
     H, D, p = np.empty((1, 1)), np.empty((1, 1)), np.empty(1)
     assert eval_model(tree.arrays, np.array([-9.0]), H, D, p) == CLAMPED
@@ -305,6 +305,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
 
 
 def test_allocation_free_kernels_match_and_workspace():
+    """Exact comparisons: the kernels run the same arithmetic in the same order, in one
+    process on one machine (no stored values from elsewhere)."""
     from pkrt.rt.tree import TreeWorkspace, eval_outputs_w, eval_tau_w, work_size
     tree = load_tree(MACHINES / "orthoglide.pkt")
     ws = TreeWorkspace(tree)
