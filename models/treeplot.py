@@ -56,7 +56,8 @@ def plot_data(tree: Tree, mech: Mechanism, points: int = 201, grid: int = 41,
     = |tree - exact| / scale (NaN where the tree is out of domain or the model fails).
     ``slices``: per plane, x and y (grid,) on axes 0 and 1, the fixed values of the others and
     err (grid, grid) = the largest rel over outputs (err[iy, ix]; NaN out of domain).
-    ``scale``: per output, max of the header's output_scale and the largest |f| evaluated."""
+    ``scale``: per output, max of the header's output_scale and the largest |f| evaluated
+    where the tree is in domain."""
     s, lo, hi = tree.s, tree.lo, tree.hi
     t = np.linspace(0.0, 1.0, points)
     diag = lo + (hi - lo) * t[:, None]
@@ -74,8 +75,9 @@ def plot_data(tree: Tree, mech: Mechanism, points: int = 201, grid: int = 41,
         F = _evaluate(ev, theta, lo, hi)
     Fh, status = tree_outputs(tree, theta)
     bad = (status == OUT_OF_DOMAIN) | ~np.all(np.isfinite(F), axis=1)
-    seen = output_scale(F, s)
     stored = tree.header.get("output_scale")
+    seen = (output_scale(F[~bad], s) if (~bad).any() or stored is None  # the domain's maxima
+            else np.asarray(stored, float))
     scale = seen if stored is None else np.maximum(np.asarray(stored, float), seen)
     rel = np.abs(Fh - F) / scale
     rel[bad] = np.nan

@@ -316,8 +316,8 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     times the actuator range per second (per second squared).
 
     Errors are relative to scales: coefficient errors |f_hat - f| / scale_o with scale_o the
-    largest |f_o| known, i.e. the larger of the tree header's ``output_scale`` (from the build
-    samples) and the maximum over every state evaluated here; tau errors
+    largest |f_o| known in the domain, i.e. the larger of the tree header's ``output_scale``
+    (from the build samples) and the maximum over the states compared here; tau errors
     |tau_hat_i - tau_i| / max |tau_i| over the compared states. The error of a state is its
     largest over outputs (axes); the report gives their p50, p99 and maximum, the maximum per
     set and per group, and the ``worst`` states. Jumps across cell faces: ``face_jumps``, same
@@ -355,13 +355,13 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     else:
         F, sing = evaluator.evaluate(theta)
     Fh, status = tree_outputs(tree, theta)
-    seen = output_scale(F, s)
-    stored = tree.header.get("output_scale")
-    scale = seen if stored is None else np.maximum(np.asarray(stored, float), seen)
-
     exact_ok = np.all(np.isfinite(F), axis=1)
     tree_ok = status != OUT_OF_DOMAIN
     both = exact_ok & tree_ok
+    # the domain's maxima: states in out-of-domain cells (near a singularity) do not count
+    stored = tree.header.get("output_scale")
+    seen = output_scale(F[both], s) if both.any() or stored is None else np.asarray(stored, float)
+    scale = seen if stored is None else np.maximum(np.asarray(stored, float), seen)
     names = output_layout(s)
     set_names = list(sets)
     report: dict = {

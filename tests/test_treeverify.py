@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -174,3 +175,19 @@ def test_cli_verify_text_and_json(tmp_path, capsys):
     assert main(["tree", "verify", str(tree), "--diagonal", "--samples", "30", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sets"] == {"diagonal": 30}
     assert main(["tree", "verify", str(tree), "--stress", "-1"]) == 2
+
+
+def test_scales_come_from_the_domain_only(tmp_path):
+    """A four-bar whose range crosses its singular configurations: near them the exact model
+    still assembles and its outputs grow several times the in-domain maxima; states the tree
+    marks out of domain must not set the scales (they made in-domain errors look tiny)."""
+    src = (Path(__file__).resolve().parent.parent / "models" / "machines" / "fourbar.toml").read_text()
+    path = tmp_path / "fourbar-wide.toml"
+    path.write_text(src.replace("range = [-1.75, 1.75]", "range = [-1.95, 1.95]"))
+    mech = load_mechanism(str(path))
+    tree, _ = build_tree(mech, BuildSettings(boxes=8, verify_samples=0), jobs=1, progress=False)
+    r = verify_tree(tree, mech, 300, jobs=1, progress=False, stress=100)
+    assert r["out_of_domain_samples"] > 0 and r["compared"] > 0
+    assert r["coef_scale"] == tree.header["output_scale"]  # nothing larger in the domain
+    F = np.array([ExactModel(mech).outputs([t]) for t in (-1.84, 1.84)])
+    assert np.max(np.abs(F).max(axis=0) / np.array(r["coef_scale"])) > 3
