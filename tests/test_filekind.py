@@ -31,8 +31,9 @@ def files(tmp_path_factory):
     shutil.copy(MACHINES / "fourbar.toml", f["fourbar"])
     shutil.copy(MACHINES / "fourbar.pkt", f["fourbar_tree"])
     conf = (MACHINES / "orthoglide-sim.toml").read_text()
-    conf = conf.replace('model = "orthoglide"', f'model = "{f["model"]}"')
-    conf = conf.replace('tree = "orthoglide.pkt"', f'tree = "{f["tree"]}"')
+    # relative to the configuration, as shipped; the model file's extension is not .toml
+    conf = conf.replace('model = "orthoglide"', f'model = "{f["model"].name}"')
+    conf = conf.replace('tree = "orthoglide.pkt"', f'tree = "{f["tree"].name}"')
     conf = conf.replace('plant_tree = "orthoglide-plant.pkt"',
                         f'plant_tree = "{MACHINES / "orthoglide-plant.pkt"}"')
     f["machine"].write_text(conf)
@@ -87,8 +88,8 @@ def test_every_verb_accepts_files_under_any_name(files, capsys, tmp_path):
     assert _json(capsys, "model", "check", files["fourbar"])["mobility"] == 1
     assert _json(capsys, "tree", "info", files["fourbar_tree"])["leaves"] == 16
     r = _json(capsys, "tree", "verify", files["fourbar_tree"], "--model", files["fourbar"],
-              "--samples", "20", "--jobs", "1")
-    assert r["compared"] >= 20
+              "--samples", "20", "--stress", "10", "--jobs", "1")
+    assert r["compared"] == 20 + 10 + 201
     out = tmp_path / "new.tree.bin"
     assert _json(capsys, "build", files["fourbar"], "-o", out, "--boxes", "2", "--jobs", "1",
                  "--verify-samples", "0")["leaves"] == 2
