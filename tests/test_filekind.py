@@ -115,6 +115,8 @@ WRONG = [
     (["tree", "verify", "{tree}", "--model", "{machine}"], "machine configuration", "a machine description"),
     (["run", "--machine", "{model}", "--lockstep"], "machine description", "a machine configuration"),
     (["run", "--machine", "{machine}", "--traj", "{tree}", "--lockstep"], "pkrt tree file", "a CSV file"),
+    (["hil", "--bus", "can", "--machine", "{log}", "--duration", "0.1"], "pkrt run log", "a machine configuration"),
+    (["hil", "--bus", "serial", "--machine", "{tree}", "--duration", "0.1"], "pkrt tree file", "a machine configuration"),
     (["replay", "{tree}"], "pkrt tree file", "a pkrt run log"),
     (["replay", "{log}", "--offline", "--tree", "{model}"], "machine description", "a pkrt tree file"),
     (["log", "info", "{traj}"], "CSV file", "a pkrt run log"),
@@ -123,7 +125,7 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("argv,what,expected", WRONG, ids=[" ".join(w[0][:2]) for w in WRONG])
+@pytest.mark.parametrize("argv,what,expected", WRONG, ids=[" ".join(w[0][:3]) for w in WRONG])
 def test_a_wrong_kind_of_file_is_one_line(files, capsys, tmp_path, argv, what, expected):
     names = {k: str(v) for k, v in files.items()} | {"out": str(tmp_path / "out")}
     assert main([a.format(**names) for a in argv]) == 2
