@@ -178,8 +178,7 @@ def _theta(t) -> str:
 def verify_text(path: str, model: str, r: dict) -> str:
     """The human-readable report of ``verify_tree``."""
     g = r.get("group_max_rel_error", {})
-    sets = ", ".join(f"{n} {k}" for k, n in r["sets"].items())
-    lines = [f"{path} vs model '{model}': {r['compared']} states compared ({sets}; seed "
+    lines = [f"{path} vs model '{model}': {r['compared']} of {_states(r)} compared (seed "
              f"{r['seed']}, region {r['region']})",
              f"relative coefficient error: {_dist(r.get('coef_error'))}; max per group H "
              f"{_fmt(g.get('H'))}, D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}",

@@ -208,12 +208,12 @@ def internal_faces(tree: Tree) -> list[tuple[int, np.ndarray, np.ndarray]]:
     knots = [np.asarray(k, float) for k in tree.knots]
     cells = [list(zip(k[:-1], k[1:])) for k in knots]
     for d in range(tree.s):
-        others = [cells[k] for k in range(tree.s) if k != d]
+        others = [k for k in range(tree.s) if k != d]
         for x in knots[d][1:-1]:
-            for combo in itertools.product(*others):
+            for combo in itertools.product(*(cells[k] for k in others)):
                 lo, hi = np.empty(tree.s), np.empty(tree.s)
                 lo[d] = hi[d] = x
-                for k, (a, b) in zip([k for k in range(tree.s) if k != d], combo):
+                for k, (a, b) in zip(others, combo):
                     lo[k], hi[k] = a, b
                 faces.append((d, lo, hi))
     return faces

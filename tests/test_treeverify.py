@@ -162,7 +162,7 @@ def test_cli_verify_text_and_json(tmp_path, capsys):
     assert main(["tree", "verify", str(tree), "--samples", "50", "--stress", "20",
                  "--diagonal-samples", "11", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    for text in ("50 random, 20 stress, 11 diagonal", "p50", "p99", "worst coefficient errors",
+    for text in ("81 of 50 random, 20 stress, 11 diagonal states compared", "p50", "p99", "worst coefficient errors",
                  "worst torque errors", "max_face_jump", "scales:"):
         assert text in out, text
     assert main(["tree", "verify", str(tree), "--samples", "50", "--stress", "0", "--jobs", "1",
