@@ -53,26 +53,21 @@ def run_model_check(args) -> int:
 
 
 def add_arguments_model_eval(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="model file or built-in name, or a tree file (.pkt)")
+    p.add_argument("model", help="model file or built-in name, or a tree file (any name: told by content)")
     p.add_argument("--theta", type=vector, required=True, help="actuator positions a,b,c (m or rad)")
     p.add_argument("--theta-dot", type=vector, help="actuator velocities (m/s or rad/s)")
     p.add_argument("--theta-ddot", type=vector, help="actuator accelerations (m/s^2 or rad/s^2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _is_tree(path: str) -> bool:
-    if path.endswith(".pkt"):
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return False
-    return b"pkrt-tree" in head
-
-
 def run_model_eval(args) -> int:
-    if _is_tree(args.model):
+    from pkrt.rt import filekind as fk
+
+    kind = fk.sniff(args.model)  # by content, whatever the file's name
+    if kind not in (fk.TREE, fk.MODEL, fk.TOML, fk.TEXT, fk.MISSING, fk.FOLDER):
+        raise fk.WrongFileKind(f"{args.model}: this is {fk.describe(kind)}, expected a machine "
+                               f"description or a pkrt tree file")
+    if kind == fk.TREE:
         from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, TreeWorkspace
         from pkrt.rt.treefile import load_tree
 

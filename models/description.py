@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.errors import UserError
+from pkrt.rt.filekind import MODEL, expect
 
 from .joints import ACTUATABLE, JOINT_TYPES
 
@@ -171,6 +172,7 @@ class _Reader:
 def load_description(name_or_path: str) -> Description:
     """Read and validate a machine description (no assembly)."""
     path = resolve_model_path(name_or_path)
+    expect(path, MODEL, ModelError)  # another kind of file: say what it is
     raw = path.read_bytes()
     try:
         doc = tomllib.loads(raw.decode("utf-8"))

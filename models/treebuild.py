@@ -33,6 +33,7 @@ import numpy as np
 
 from pkrt.rt.errors import UserError
 from pkrt.rt.tree import Tree
+from pkrt.rt.versions import software_versions
 
 from .mechanism import Mechanism
 from .reduction import output_layout
@@ -390,6 +391,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                 **settings.extra,
             },
             "verification": {},
+            "software": software_versions(),  # the versions it was built with
         }
         tree = _to_tree(root, mech, header)
         build_time = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""CLI verbs ``pkrt build``, ``pkrt tree info`` and ``pkrt tree verify``."""
+"""CLI verbs ``pkrt build``, ``pkrt tree info``, ``pkrt tree verify`` and ``pkrt tree plot``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ from .mechanism import load_mechanism
 
 def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.3e}" if isinstance(x, float) else str(x)
+
+
+def _states(v: dict) -> str:
+    """The states a verification report compared (reports before the stress set: samples)."""
+    sets = v.get("sets")
+    if isinstance(sets, dict):
+        return ", ".join(f"{n} {k}" for k, n in sets.items()) + " states"
+    return f"{v.get('samples', 0)} samples"
 
 
 # -- pkrt build -------------------------------------------------------------------------------
@@ -67,7 +75,7 @@ def run_build(args) -> int:
             f"{out.stat().st_size} bytes, {b['samples']} exact samples, "
             f"build {stats['build_seconds']:.1f} s\n"
             f"held-out max rel error {_fmt(b['max_heldout_error'])}; verification "
-            f"({v.get('samples', 0)} samples): max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
+            f"({_states(v)}): max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
             f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
             f"max_face_jump {_fmt(v.get('max_face_jump'))}")
     emit(result, args.json, text)
@@ -91,6 +99,7 @@ def tree_summary(tree) -> dict:
         "depth": _depth(tree), "array_bytes": tree.nbytes, "file_bytes": len(data),
         "outputs": h["outputs"], "output_scale": h["output_scale"],
         "build": h["build"], "verification": h["verification"],
+        "software": h.get("software"),  # None in trees built before versions were recorded
     }
 
 
@@ -118,9 +127,11 @@ def run_tree_info(args) -> int:
              f"{r['nodes']}, depth {r['depth']}, arrays {r['array_bytes']} bytes, file "
              f"{r['file_bytes']} bytes",
              f"outputs: {len(r['outputs'])} ({r['outputs'][0]} ... {r['outputs'][-1]})",
-             "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None)]
+             "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None),
+             "built with: " + (", ".join(f"{k} {val}" for k, val in r["software"].items())
+                               if isinstance(r["software"], dict) else "versions not recorded")]
     if v:
-        lines.append(f"verification ({v.get('samples')} samples, seed {v.get('seed')}): "
+        lines.append(f"verification ({_states(v)}, seed {v.get('seed')}): "
                      f"max_rel_coef_error {_fmt(v.get('max_rel_coef_error'))}, "
                      f"max_rel_tau_error {_fmt(v.get('max_rel_tau_error'))}, "
                      f"max_face_jump {_fmt(v.get('max_face_jump'))}, "
@@ -132,16 +143,21 @@ def run_tree_info(args) -> int:
 # -- pkrt tree verify ---------------------------------------------------------------------------
 
 def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
+    from .treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
     p.add_argument("--samples", type=whole_number(1), default=2000, metavar="N",
                    help="random states (default 2000)")
+    p.add_argument("--stress", type=whole_number(0), default=STRESS_SAMPLES, metavar="N",
+                   help=f"states on the region's faces, edges and corners (default {STRESS_SAMPLES})")
+    p.add_argument("--diagonal-samples", type=whole_number(0), default=DIAGONAL_SAMPLES, metavar="N",
+                   help=f"states on the region's diagonal (default {DIAGONAL_SAMPLES})")
     p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="random seed")
     p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
                    help="sample theta in this box: lo,hi for every axis or lo1,hi1,lo2,hi2,...")
     p.add_argument("--diagonal", action="store_true",
-                   help="theta evenly spaced on the region's diagonal (the paper's Figure 5)")
+                   help="only the region's diagonal, --samples points (the paper's Figure 5)")
     p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
                    help="processes (default: all cores)")
     p.add_argument("--max-error", type=positive_number, default=None, metavar="REL",
@@ -151,6 +167,47 @@ def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _dist(d: dict | None) -> str:
+    return "n/a" if not d else f"p50 {_fmt(d['p50'])}, p99 {_fmt(d['p99'])}, max {_fmt(d['max'])}"
+
+
+def _theta(t) -> str:
+    return "(" + ", ".join(f"{x:.4f}" for x in t) + ")"
+
+
+def verify_text(path: str, model: str, r: dict) -> str:
+    """The human-readable report of ``verify_tree``."""
+    g = r.get("group_max_rel_error", {})
+    lines = [f"{path} vs model '{model}': {r['compared']} of {_states(r)} compared (seed "
+             f"{r['seed']}, region {r['region']})",
+             f"relative coefficient error: {_dist(r.get('coef_error'))}; max per group H "
+             f"{_fmt(g.get('H'))}, D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}",
+             f"relative torque error:      {_dist(r.get('tau_error'))} "
+             f"(|theta_dot| <= {np.round(r['velocity_bound'], 6).tolist()}, "
+             f"|theta_ddot| <= {np.round(r['acceleration_bound'], 6).tolist()})"]
+    for key, what in (("set_max_rel_coef_error", "coefficient"), ("set_max_rel_tau_error", "torque")):
+        if r.get(key):
+            lines.append(f"max {what} error per set: " + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
+    if r.get("worst_coef_states"):
+        lines.append("worst coefficient errors:")
+        lines += [f"  {w['error']:.3e} {w['output']:<10} at theta {_theta(w['theta'])} ({w['set']})"
+                  for w in r["worst_coef_states"]]
+        lines.append("worst torque errors:")
+        lines += [f"  {w['error']:.3e} axis {w['axis']} at theta {_theta(w['theta'])} ({w['set']})"
+                  for w in r["worst_tau_states"]]
+    jump_at = (f" ({r['worst_face_output']} at theta {_theta(r['worst_face_theta'])})"
+               if r.get("worst_face_theta") else "")
+    above = r.get("scale_above_stored")
+    lines += [f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))}, max_rel_tau_error "
+              f"{_fmt(r.get('max_rel_tau_error'))}, max_face_jump {_fmt(r['max_face_jump'])} over "
+              f"{r['faces_checked']} faces{jump_at}",
+              f"scales: largest |output| of the tree header and of these states"
+              + (f" (up to {above:.4f} times the header's)" if above is not None else ""),
+              f"out-of-domain states {r['out_of_domain_samples']}, exact model failed "
+              f"{r['exact_failed_samples']}"]
+    return "\n".join(lines)
+
+
 def run_tree_verify(args) -> int:
     from .treeverify import verify_tree
     tree = load_tree(args.tree)
@@ -158,7 +215,8 @@ def run_tree_verify(args) -> int:
     mech = load_mechanism(model)
     check_tree_matches_model(tree, mech.content_hash, model)
     r = verify_tree(tree, mech, args.samples, args.seed, region=args.region, jobs=args.jobs,
-                    diagonal=args.diagonal)
+                    diagonal=args.diagonal, stress=args.stress,
+                    diagonal_samples=args.diagonal_samples)
     failed = []
     if args.max_error is not None:
         e = r.get("max_rel_coef_error")
@@ -167,19 +225,59 @@ def run_tree_verify(args) -> int:
     if args.max_jump is not None and r["max_face_jump"] > args.max_jump:
         failed.append(f"max_face_jump {_fmt(r['max_face_jump'])} > {args.max_jump:g}")
     r["passed"] = not failed
-    g = r.get("group_max_rel_error", {})
-    text = (f"{args.tree} vs model '{mech.name}': {r['compared']} of {r['samples']} samples "
-            f"compared ({r['sampling']}, seed {r['seed']}, region {r['region']})\n"
-            f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))} ({r.get('worst_output')} at "
-            f"theta {np.round(r.get('worst_theta') or [], 6).tolist()}); H {_fmt(g.get('H'))}, "
-            f"D {_fmt(g.get('D'))}, p_ext {_fmt(g.get('p_ext'))}\n"
-            f"max_rel_tau_error {_fmt(r.get('max_rel_tau_error'))} "
-            f"(|theta_dot| <= {np.round(r['velocity_bound'], 6).tolist()}, "
-            f"|theta_ddot| <= {np.round(r['acceleration_bound'], 6).tolist()})\n"
-            f"max_face_jump {_fmt(r['max_face_jump'])} over {r['faces_checked']} faces\n"
-            f"out-of-domain samples {r['out_of_domain_samples']}, exact model failed "
-            f"{r['exact_failed_samples']}")
-    emit(r, args.json, text)
+    emit(r, args.json, verify_text(args.tree, mech.name, r))
     if failed:
         raise Fault("verification failed: " + "; ".join(failed))
+    return 0
+
+
+# -- pkrt tree plot -----------------------------------------------------------------------------
+
+def add_arguments_tree_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tree", metavar="TREE", help="tree file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
+    p.add_argument("--model", metavar="MODEL", default=None,
+                   help="model file or built-in name (default: the model named in the tree)")
+    p.add_argument("--points", type=whole_number(2), default=201, metavar="N",
+                   help="points on the diagonal (default 201)")
+    p.add_argument("--grid", type=whole_number(2), default=41, metavar="N",
+                   help="N x N points per error map (default 41)")
+    p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
+                   help="processes (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _check_output(out: Path, inputs: list[str]) -> None:
+    """Refuse an output that is a folder, in a missing folder, or a pkrt file (an input)."""
+    from pkrt.rt import filekind as fk
+
+    if not out.parent.is_dir():
+        raise UserError(f"{out}: the output folder does not exist")
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give the PNG file to write")
+    if any(out.exists() and Path(i).exists() and out.samefile(i) for i in inputs):
+        raise UserError(f"{out}: is an input of this command; give another output file")
+    kind = fk.sniff(out)
+    if kind in (fk.TREE, fk.LOG, fk.MODEL, fk.MACHINE):
+        raise UserError(f"{out}: is {fk.describe(kind)}; not overwritten with a plot")
+
+
+def run_tree_plot(args) -> int:
+    from .treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
+    if args.points > 10 ** 6 or args.grid > 1000:
+        raise UserError("--points must be at most 10^6 and --grid at most 1000")
+    tree = load_tree(args.tree)
+    model = args.model or tree.header["model"]["name"]
+    mech = load_mechanism(model)
+    check_tree_matches_model(tree, mech.content_hash, model)
+    out = Path(args.output)
+    _check_output(out, [args.tree, getattr(mech.description, "path", "")])
+    data = plot_data(tree, mech, args.points, args.grid, jobs=args.jobs)
+    summary = plot_tree(tree, data, out, default_title(args.tree, tree))
+    r = {"tree": args.tree, "model": mech.name, "png": str(out), "size_px": list(PLOT_SIZE_PX),
+         "diagonal_points": args.points, "grid": args.grid, **summary}
+    slices = "; ".join(f"{s['label']} {_fmt(s['max_rel_coef_error'])}" for s in summary["slices"])
+    emit(r, args.json, f"wrote {out}: diagonal max relative coefficient error "
+                       f"{_fmt(summary['diagonal_max_rel_coef_error'])}"
+                       + (f"; error maps: {slices}" if slices else ""))
     return 0

@@ -3,12 +3,16 @@
 ``SampleEvaluator`` evaluates the exact reduced model at many configurations over processes.
 Points are cut into fixed chunks that do not depend on the number of processes, and every
 chunk starts its ExactModel from the reference assembly, so the results are bit-identical
-whatever ``jobs`` is. ``verify_tree`` compares a tree with the exact model at seeded random
-states and reports relative errors (see its docstring for the definitions and bounds).
+whatever ``jobs`` is. ``verify_tree`` compares a tree with the exact model at seeded states
+(random, packed on the box's boundary, on its diagonal) and reports the distribution of the
+relative errors and where the worst sit (see its docstring for the definitions and bounds).
+Everything goes through the public kernels (``eval_outputs``, ``eval_tau``), so it works for
+any tree kind; the faces between cells come from ``internal_faces``.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import sys
@@ -17,10 +21,11 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, basis, eval_outputs, eval_tau, find_leaf, n_basis
+from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, eval_outputs, eval_tau, n_outputs
 
 from .mechanism import AssemblyError, Mechanism
-from .reduction import ExactModel, flatten_outputs, output_layout
+from .reduction import (ExactModel, flatten_outputs, output_layout, quadratic_velocities,
+                        unflatten_outputs)
 
 MAX_SAMPLES = 10 ** 7  # verification states (memory: about 100 bytes per state and output)
 CHUNK = 24  # points per chunk; fixed so results do not depend on the process count
@@ -28,6 +33,8 @@ CHUNK = 24  # points per chunk; fixed so results do not depend on the process co
 # default verification bounds, per axis, as multiples of the actuator range (hi - lo)
 VELOCITY_RANGES_PER_S = 2.0  # |theta_dot_i| <= 2 (hi_i - lo_i) / s
 ACCELERATION_RANGES_PER_S2 = 20.0  # |theta_ddot_i| <= 20 (hi_i - lo_i) / s^2
+STRESS_SAMPLES = 1000  # default states on the region's faces, edges and corners
+DIAGONAL_SAMPLES = 201  # default states on the region's diagonal
 
 _worker_model: ExactModel | None = None
 
@@ -162,47 +169,88 @@ def tree_outputs(tree: Tree, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return F, st
 
 
-def leaf_value(tree: Tree, leaf: int, theta: np.ndarray) -> np.ndarray:
-    """The polynomial of one leaf at theta (no leaf search), flat outputs."""
-    u = np.empty(n_basis(tree.s))
-    basis(tree.arrays, leaf, np.ascontiguousarray(theta, dtype=float), u)
-    return tree.coef[leaf] @ u
+def tree_taus(tree: Tree, theta: np.ndarray, td: np.ndarray, tdd: np.ndarray) -> np.ndarray:
+    """tau (n, s) from the tree's eval_tau kernel at the states (theta, td, tdd)."""
+    s = tree.s
+    H, D, p = np.empty((s, s)), np.empty((s, s * (s + 1) // 2)), np.empty(s)
+    out = np.empty((len(theta), s))
+    for k in range(len(theta)):
+        eval_tau(tree.arrays, theta[k], td[k], tdd[k], H, D, p, out[k])
+    return out
 
 
-def face_jumps(tree: Tree, scale: np.ndarray, per_face: int = 3) -> tuple[float, int, list]:
-    """Largest relative jump of any output across internal leaf faces.
+def exact_taus(F: np.ndarray, td: np.ndarray, tdd: np.ndarray, s: int) -> np.ndarray:
+    """tau = H tdd + D [td td] - p_ext (n, s) from exact flat outputs F (n, n_out)."""
+    out = np.empty((len(F), s))
+    for k in range(len(F)):
+        H, D, p = unflatten_outputs(F[k], s)
+        out[k] = H @ tdd[k] + D @ quadratic_velocities(td[k]) - p
+    return out
 
-    For each leaf's upper face on each axis that is not on the root boundary, points on a
-    per_face^(s-1) grid inside the face are evaluated with this leaf's polynomial and with the
-    leaf on the other side (found by the tree search at the face). Jumps are |f1 - f2| / scale.
-    Returns (max jump, faces checked, theta of the max)."""
-    s, T = tree.s, tree.arrays
+
+# -- faces between cells: where a piecewise fit may step ----------------------------------------
+
+def internal_faces(tree: Tree) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Faces between cells as (axis d, lo, hi): the face is lo <= theta <= hi with
+    lo[d] = hi[d] the face's position on axis d. Box trees: every leaf's upper face on every
+    axis where it is not on the root box's boundary. A tree kind without leaf boxes exposes its
+    cell boundaries as ``tree.knots`` (per axis, sorted, lo and hi included): every interior
+    knot plane, cell by cell."""
+    faces = []
+    if hasattr(tree, "leaf_box"):
+        for blo, bhi in tree.leaf_box:
+            for d in range(tree.s):
+                if bhi[d] < tree.hi[d]:
+                    lo, hi = blo.copy(), bhi.copy()
+                    lo[d] = bhi[d]
+                    faces.append((d, lo, hi))
+        return faces
+    knots = [np.asarray(k, float) for k in tree.knots]
+    cells = [list(zip(k[:-1], k[1:])) for k in knots]
+    for d in range(tree.s):
+        others = [k for k in range(tree.s) if k != d]
+        for x in knots[d][1:-1]:
+            for combo in itertools.product(*(cells[k] for k in others)):
+                lo, hi = np.empty(tree.s), np.empty(tree.s)
+                lo[d] = hi[d] = x
+                for k, (a, b) in zip(others, combo):
+                    lo[k], hi[k] = a, b
+                faces.append((d, lo, hi))
+    return faces
+
+
+def face_jumps(tree: Tree, scale: np.ndarray, per_face: int = 3) -> tuple[float, int, list, str | None]:
+    """Largest relative jump of any output across internal faces, measured through the
+    public kernel: on a per_face^(s-1) grid inside each face, the tree is evaluated one
+    rounding step below and one above the face's position (so the search lands in either
+    cell whatever its tie rule); jump = |f_above - f_below| / scale. Points where either side
+    is out of domain are skipped. Returns (max jump, faces checked, theta of the max, output)."""
+    s = tree.s
+    faces = internal_faces(tree)
+    if not faces:
+        return 0.0, 0, [], None
     fr = (np.arange(per_face) + 0.5) / per_face
-    grid = np.array(np.meshgrid(*([fr] * (s - 1)), indexing="ij")).reshape(s - 1, -1).T \
-        if s > 1 else np.zeros((1, 0))
-    worst, where, faces = 0.0, [], 0
-    th = np.empty(s)
-    for leaf in range(tree.n_leaves):
-        if not tree.leaf_ok[leaf]:
-            continue
-        blo, bhi = tree.leaf_box[leaf]
-        for d in range(s):
-            if bhi[d] >= tree.hi[d]:
-                continue
-            others = [k for k in range(s) if k != d]
-            faces += 1
-            for g in grid:
-                p = blo.copy()
-                p[d] = bhi[d]
-                for j, k in enumerate(others):
-                    p[k] = blo[k] + (bhi[k] - blo[k]) * g[j]
-                other, status = find_leaf(T, p, th)
-                if status == OUT_OF_DOMAIN:
-                    continue
-                jump = np.max(np.abs(leaf_value(tree, leaf, p) - leaf_value(tree, other, p)) / scale)
-                if jump > worst:
-                    worst, where = float(jump), p.tolist()
-    return worst, faces, where
+    grid = np.array(list(itertools.product(fr, repeat=s - 1))) if s > 1 else np.zeros((1, 0))
+    pts, axis = [], []
+    for d, lo, hi in faces:
+        others = [k for k in range(s) if k != d]
+        p = np.repeat(lo[None, :], len(grid), axis=0)
+        p[:, others] = lo[others] + (hi[others] - lo[others]) * grid
+        pts.append(p)
+        axis.append(np.full(len(grid), d))
+    P, A = np.concatenate(pts), np.concatenate(axis)
+    rows = np.arange(len(P))
+    below, above = P.copy(), P.copy()
+    below[rows, A] = np.nextafter(P[rows, A], -np.inf)
+    above[rows, A] = np.nextafter(P[rows, A], np.inf)
+    Fb, sb = tree_outputs(tree, below)
+    Fa, sa = tree_outputs(tree, above)
+    ok = (sb != OUT_OF_DOMAIN) & (sa != OUT_OF_DOMAIN)
+    if not ok.any():
+        return 0.0, len(faces), [], None
+    J = np.abs(Fa[ok] - Fb[ok]) / scale
+    i, o = np.unravel_index(int(np.argmax(J)), J.shape)
+    return float(J[i, o]), len(faces), P[ok][i].tolist(), output_layout(s)[o]
 
 
 def parse_region(tree: Tree, region) -> tuple[np.ndarray, np.ndarray]:
@@ -222,34 +270,84 @@ def parse_region(tree: Tree, region) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+# -- where to look: random states, the box's boundary, the diagonal -----------------------------
+
+def stress_points(lo: np.ndarray, hi: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n thetas packed on the boundary of [lo, hi], where piecewise fits err most: the 2^s
+    corners first, then equal shares with s - 1 coordinates (edges), ..., 1 coordinate
+    (faces) pinned at a bound (for s = 1: at an end), the others uniform. Half the pinned
+    coordinates sit exactly on the bound, half a log-uniform 1e-4..1e-1 of the width inside."""
+    s, w = len(lo), hi - lo
+    corners = np.array(list(itertools.product(*zip(lo, hi))))[:n]
+    rest = n - len(corners)
+    levels = list(range(max(s - 1, 1), 0, -1))  # pinned coordinates per point
+    parts = [corners]
+    for j, k in enumerate(levels):
+        m = rest // len(levels) + (1 if j < rest % len(levels) else 0)
+        if m <= 0:
+            continue
+        u = rng.random((m, s))
+        pinned = np.argsort(rng.random((m, s)), axis=1)[:, :k]
+        upper = rng.integers(0, 2, (m, k)).astype(bool)
+        inset = np.where(rng.random((m, k)) < 0.5, 0.0, 10.0 ** rng.uniform(-4, -1, (m, k)))
+        rows = np.arange(m)[:, None]
+        u[rows, pinned] = np.where(upper, 1.0 - inset, inset)
+        parts.append(lo + w * u)
+    return np.concatenate(parts) if parts else np.zeros((0, s))
+
+
+def _quantiles(e: np.ndarray) -> dict:
+    return {"p50": float(np.percentile(e, 50)), "p99": float(np.percentile(e, 99)),
+            "max": float(e.max())}
+
+
 def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
                 region=None, jobs: int | None = None, progress: bool | None = None,
-                evaluator: SampleEvaluator | None = None, diagonal: bool = False) -> dict:
-    """Compare a tree with the exact model at ``samples`` seeded random states.
+                evaluator: SampleEvaluator | None = None, diagonal: bool = False,
+                stress: int = STRESS_SAMPLES, diagonal_samples: int = DIAGONAL_SAMPLES,
+                worst: int = 5) -> dict:
+    """Compare a tree with the exact model at seeded states.
 
-    theta is uniform in the region (default: the tree's root box); theta_dot and theta_ddot
-    are uniform within +/-VELOCITY_RANGES_PER_S and +/-ACCELERATION_RANGES_PER_S2 times the
-    actuator range per second (per second squared). Errors are relative to scales:
-    coefficient errors |f_hat - f| / scale_o with scale_o the largest |f_o| over the domain
-    (the tree header's ``output_scale``), tau errors |tau_hat_i - tau_i| / max |tau_i| over
-    the samples. Samples the tree reports out of domain or the model cannot assemble are
-    counted, not compared. ``diagonal``: theta on the region's diagonal from its lower to
-    its upper corner (evenly spaced, the paper's Figure 5) instead of uniform random.
+    States: ``samples`` with theta uniform in the region (default: the tree's root box), plus
+    ``stress`` on the region's faces, edges and corners (``stress_points``), plus
+    ``diagonal_samples`` evenly spaced on its diagonal from the lower to the upper corner (the
+    paper's Figure 5). ``diagonal``: only the diagonal, with ``samples`` points. theta_dot and
+    theta_ddot are uniform within +/-VELOCITY_RANGES_PER_S and +/-ACCELERATION_RANGES_PER_S2
+    times the actuator range per second (per second squared).
+
+    Errors are relative to scales: coefficient errors |f_hat - f| / scale_o with scale_o the
+    largest |f_o| known in the domain, i.e. the larger of the tree header's ``output_scale``
+    (from the build samples) and the maximum over the states compared here; tau errors
+    |tau_hat_i - tau_i| / max |tau_i| over the compared states. The error of a state is its
+    largest over outputs (axes); the report gives their p50, p99 and maximum, the maximum per
+    set and per group, and the ``worst`` states. Jumps across cell faces: ``face_jumps``, same
+    scales. States the tree reports out of domain or the model cannot assemble are counted,
+    not compared.
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise UserError(f"--samples must be in 1..{MAX_SAMPLES}, got {samples}")
+    for name, v in (("--stress", stress), ("--diagonal-samples", diagonal_samples)):
+        if not 0 <= v <= MAX_SAMPLES:
+            raise UserError(f"{name} must be in 0..{MAX_SAMPLES}, got {v}")
     s = tree.s
     rlo, rhi = parse_region(tree, region)
     rng = np.random.default_rng(seed)
     width = tree.hi - tree.lo
     vmax, amax = VELOCITY_RANGES_PER_S * width, ACCELERATION_RANGES_PER_S2 * width
-    theta = rlo + (rhi - rlo) * rng.random((samples, s))
+    diag = lambda n: rlo + (rhi - rlo) * np.linspace(0.0, 1.0, n)[:, None]  # noqa: E731
     if diagonal:
-        theta = rlo + (rhi - rlo) * np.linspace(0.0, 1.0, samples)[:, None]
-    td = vmax * (2 * rng.random((samples, s)) - 1)
-    tdd = amax * (2 * rng.random((samples, s)) - 1)
+        sets = {"diagonal": diag(samples)}
+    else:
+        sets = {"random": rlo + (rhi - rlo) * rng.random((samples, s)),
+                "stress": stress_points(rlo, rhi, stress, rng),
+                "diagonal": diag(diagonal_samples)}
+    theta = np.concatenate(list(sets.values()))
+    set_id = np.concatenate([np.full(len(v), k) for k, v in enumerate(sets.values())])
+    n = len(theta)
+    td = vmax * (2 * rng.random((n, s)) - 1)
+    tdd = amax * (2 * rng.random((n, s)) - 1)
     order = spatial_order(theta, rlo, rhi)
-    theta, td, tdd = theta[order], td[order], tdd[order]
+    theta, td, tdd, set_id = theta[order], td[order], tdd[order], set_id[order]
 
     if evaluator is None:
         with SampleEvaluator(mech, jobs, progress, desc="verify") as ev:
@@ -257,54 +355,77 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     else:
         F, sing = evaluator.evaluate(theta)
     Fh, status = tree_outputs(tree, theta)
-    scale = np.asarray(tree.header.get("output_scale") or output_scale(F, s), float)
-
     exact_ok = np.all(np.isfinite(F), axis=1)
     tree_ok = status != OUT_OF_DOMAIN
     both = exact_ok & tree_ok
-    rel = np.abs(Fh[both] - F[both]) / scale
+    # the domain's maxima: states in out-of-domain cells (near a singularity) do not count
+    stored = tree.header.get("output_scale")
+    seen = output_scale(F[both], s) if both.any() or stored is None else np.asarray(stored, float)
+    scale = seen if stored is None else np.maximum(np.asarray(stored, float), seen)
     names = output_layout(s)
+    set_names = list(sets)
     report: dict = {
         "samples": samples, "seed": seed,
-        "sampling": "diagonal" if diagonal else "uniform random",
+        "sampling": "diagonal" if diagonal else "uniform random + stress (faces, edges, corners) + diagonal",
+        "sets": {k: len(v) for k, v in sets.items()},
         "region": np.c_[rlo, rhi].tolist(),
         "velocity_bound": vmax.tolist(), "acceleration_bound": amax.tolist(),
         "compared": int(both.sum()),
         "out_of_domain_samples": int((~tree_ok).sum()),
         "exact_failed_samples": int((~exact_ok).sum()),
         "tree_in_domain_but_exact_failed": int((tree_ok & ~exact_ok).sum()),
+        "output_scale": "max of the tree header's and of the states evaluated",
+        "scale_above_stored": (float(np.max(seen / np.asarray(stored, float)))
+                               if stored is not None else None),
+        "coef_scale": scale.tolist(),
     }
-    if rel.size:
-        i, o = np.unravel_index(int(np.argmax(rel)), rel.shape)
-        report["max_rel_coef_error"] = float(rel.max())
-        report["worst_output"] = names[o]
-        report["worst_theta"] = theta[both][i].tolist()
-        report["mean_rel_coef_error"] = float(rel.mean())
-        report["group_max_rel_error"] = {g: float(rel[:, sl].max()) for g, sl in output_groups(s).items()}
-        # tau = H tdd + D [td td] - p_ext, exact and from the tree kernel
-        tau = np.empty((samples, s))
-        tau_h = np.empty((samples, s))
-        H, D, p = np.empty((s, s)), np.empty((s, s * (s + 1) // 2)), np.empty(s)
-        from .reduction import quadratic_velocities, unflatten_outputs
-        for k in np.flatnonzero(both):
-            He, De, pe = unflatten_outputs(F[k], s)
-            tau[k] = He @ tdd[k] + De @ quadratic_velocities(td[k]) - pe
-            out = np.empty(s)
-            eval_tau(tree.arrays, theta[k], td[k], tdd[k], H, D, p, out)
-            tau_h[k] = out
-        tscale = np.abs(tau[both]).max(axis=0)
-        tscale = np.where(tscale > 0, tscale, 1.0)
-        report["max_rel_tau_error"] = float((np.abs(tau_h[both] - tau[both]) / tscale).max())
+    if not both.any():
+        report.update(max_rel_coef_error=None, max_rel_tau_error=None)
     else:
-        report["max_rel_coef_error"] = None
-        report["max_rel_tau_error"] = None
-    jump, faces, at = face_jumps(tree, scale)
+        th, sid = theta[both], set_id[both]
+        rel = np.abs(Fh[both] - F[both]) / scale  # (n, n_out)
+        per_state, per_output = rel.max(axis=1), rel.argmax(axis=1)
+        i = int(np.argmax(per_state))
+        group_of = {o: g for g, sl in output_groups(s).items() for o in range(n_outputs(s))[sl]}
+        tau = exact_taus(F[both], td[both], tdd[both], s)
+        tau_h = tree_taus(tree, th, td[both], tdd[both])
+        tscale = np.abs(tau).max(axis=0)
+        tscale = np.where(tscale > 0, tscale, 1.0)
+        trel = np.abs(tau_h - tau) / tscale
+        t_state, t_axis = trel.max(axis=1), trel.argmax(axis=1)
+        report.update({
+            "max_rel_coef_error": float(per_state[i]),
+            "worst_output": names[per_output[i]],
+            "worst_theta": th[i].tolist(),
+            "mean_rel_coef_error": float(rel.mean()),
+            "group_max_rel_error": {g: float(rel[:, sl].max()) for g, sl in output_groups(s).items()},
+            "coef_error": _quantiles(per_state),
+            "set_max_rel_coef_error": {g: float(per_state[sid == k].max()) if (sid == k).any() else None
+                                       for k, g in enumerate(set_names)},
+            "worst_coef_states": [
+                {"theta": th[k].tolist(), "set": set_names[sid[k]], "error": float(per_state[k]),
+                 "output": names[per_output[k]], "group": group_of[int(per_output[k])]}
+                for k in np.argsort(-per_state, kind="stable")[:worst]],
+            "max_rel_tau_error": float(t_state.max()),
+            "tau_error": _quantiles(t_state),
+            "tau_scale": tscale.tolist(),
+            "set_max_rel_tau_error": {g: float(t_state[sid == k].max()) if (sid == k).any() else None
+                                      for k, g in enumerate(set_names)},
+            "worst_tau_states": [
+                {"theta": th[k].tolist(), "set": set_names[sid[k]], "error": float(t_state[k]),
+                 "axis": int(t_axis[k]), "theta_dot": td[both][k].tolist(),
+                 "theta_ddot": tdd[both][k].tolist()}
+                for k in np.argsort(-t_state, kind="stable")[:worst]],
+        })
+    jump, faces, at, out = face_jumps(tree, scale)
     report["max_face_jump"] = jump
     report["faces_checked"] = faces
     report["worst_face_theta"] = at
+    report["worst_face_output"] = out
     return report
 
 
-__all__ = ["SampleEvaluator", "eval_chunk", "verify_tree", "face_jumps", "output_scale",
-           "output_groups", "tree_outputs", "spatial_order", "parse_region",
-           "VELOCITY_RANGES_PER_S", "ACCELERATION_RANGES_PER_S2"]
+__all__ = ["SampleEvaluator", "eval_chunk", "verify_tree", "face_jumps", "internal_faces",
+           "output_scale", "output_groups", "tree_outputs", "tree_taus", "exact_taus",
+           "stress_points", "spatial_order", "parse_region", "VELOCITY_RANGES_PER_S",
+           "ACCELERATION_RANGES_PER_S2", "STRESS_SAMPLES", "DIAGONAL_SAMPLES"]

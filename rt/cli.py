@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("pkrt.models.treecommands", "build a reduced-dynamics tree from a model"),
     "tree info": ("pkrt.models.treecommands", "show a tree file's header"),
     "tree verify": ("pkrt.models.treecommands", "compare a tree with the exact model"),
+    "tree plot": ("pkrt.models.treecommands", "plot a tree against the exact model (diagonal, error maps) to PNG"),
     "run": ("pkrt.rt.runcommand", "run a machine under control (default: the Orthoglide demo on the simulated plant)"),
     "hil": ("pkrt.hil.command", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
     "replay": ("pkrt.rt.replaycommand", "replay a logged run and compare"),

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .filekind import MACHINE, expect
 
 MACHINES_DIR = Path(__file__).resolve().parent.parent / "models" / "machines"
 
@@ -63,9 +64,10 @@ class MachineConfig:
 
     @property
     def model_path(self) -> str:
-        """The model file (a built-in name maps to models/machines/NAME.toml)."""
+        """The model file (a built-in name, one word without a suffix, maps to
+        models/machines/NAME.toml)."""
         p = Path(self.model)
-        return str(p if p.suffix == ".toml" else MACHINES_DIR / f"{self.model}.toml")
+        return str(p if p.suffix or len(p.parts) > 1 else MACHINES_DIR / f"{self.model}.toml")
 
     def resolve(self, p: str) -> str:
         """A path from the configuration, relative to the configuration file."""
@@ -113,6 +115,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     """Read a machine configuration. ``n_axes`` and ``ranges`` (from the model) size the
     per-axis values and default the position limits; without them the model is loaded."""
     path = resolve_machine_path(name_or_path)
+    expect(path, MACHINE)  # another kind of file: say what it is
     try:
         doc = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -124,7 +127,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
         if not isinstance(m.get(key), str):
             raise UserError(f"{path}: [machine], field '{key}': missing or not a string")
     model = m["model"]
-    if "/" in model or model.endswith(".toml"):
+    if "/" in model or Path(model).suffix:  # a file (any extension), relative to this one
         model = str(path.parent / model) if not Path(model).is_absolute() else model
     if n_axes is None or ranges is None:
         from pkrt.models.description import load_description  # offline verbs only

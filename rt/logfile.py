@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
 import queue
 import struct
 import threading
@@ -37,6 +36,8 @@ import msgpack
 import numpy as np
 
 from .errors import UserError
+from .filekind import LOG, expect
+from .versions import software_versions
 
 FORMAT = "pkrt-log"
 VERSION = 1
@@ -49,16 +50,7 @@ class LogFileError(UserError):
 
 
 def _software() -> dict:
-    import numba
-
-    try:
-        from importlib.metadata import version
-
-        pkrt_version = version("pkrt")
-    except Exception:  # noqa: BLE001 - metadata missing in odd installs
-        pkrt_version = "unknown"
-    return {"pkrt": pkrt_version, "numpy": np.__version__, "numba": numba.__version__,
-            "msgpack": ".".join(map(str, msgpack.version)), "python": platform.python_version()}
+    return software_versions(("pkrt", "numpy", "numba", "msgpack"))
 
 
 def _plain(x):
@@ -298,6 +290,7 @@ def _check_header(rec, path: str) -> dict:
 def read_log(path) -> Log:
     """Read a log (see the module docstring for what is tolerated)."""
     path = str(path)
+    expect(path, LOG, LogFileError)  # another kind of file: say what it is
     try:
         f = open(path, "rb")
     except FileNotFoundError:

@@ -5,7 +5,6 @@ write -> log cycle, then a summary. The same cycle code runs in real time and in
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import math
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, resto
 from .safety import Supervisor
 from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
 from .tree import OUT_OF_DOMAIN, Tree, find_leaf
+from .versions import software_versions
 
 
 @njit(cache=True)
@@ -118,16 +118,6 @@ def _file_hash(path: str) -> str | None:
         return None
 
 
-def _versions() -> dict:
-    out = {}
-    for pkg in ("pkrt", "numpy", "numba"):
-        try:
-            out[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
@@ -167,7 +157,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                   "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
                   "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
                                                  "tau_max": c.tau_max.tolist()},
-                  "trajectory": plan.description, "lockstep": lockstep, "versions": _versions(),
+                  "trajectory": plan.description, "lockstep": lockstep, "versions": software_versions(("pkrt", "numpy", "numba")),
                   "plant": drives.describe()}
         writer = LogWriter(log_path, header, channel_list(s, units[0]))
         row, sl, v = writer.row, writer.slices, writer.views

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UserError
+from .filekind import CSV, expect
 
 MAX_SAMPLES = 10_000_000  # a plan longer than this (2.8 h at 1 kHz) is a unit mistake, not a run
 
@@ -241,6 +242,7 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     loop rate by a cubic spline (velocities and accelerations from the spline)."""
     from scipy.interpolate import CubicSpline
 
+    expect(path, CSV)  # another kind of file: say what it is
     try:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))

@@ -22,6 +22,7 @@ import msgpack
 import numpy as np
 
 from .errors import UserError
+from .filekind import TREE, expect
 from .tree import Tree, n_basis, n_outputs
 
 FORMAT = "pkrt-tree"
@@ -292,6 +293,7 @@ def tree_from_bytes(data: bytes, where: str = "tree") -> Tree:
 def load_tree(path) -> Tree:
     """Read and validate a tree file (raises TreeFileError, or OSError if unreadable)."""
     path = Path(path)
+    expect(path, TREE, TreeFileError)  # another kind of file: say what it is
     return tree_from_bytes(path.read_bytes(), str(path))
 
 

@@ -127,7 +127,7 @@ def test_export_errors(demo, tmp_path, capsys):
     bad.write_text("t,q1\n0,0\n")
     assert main(["log", "export", str(bad), "--csv", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pkrt: error:") and "not a pkrt log" in err and "Traceback" not in err
+    assert err.startswith("pkrt: error:") and "this is a CSV file, expected a pkrt run log" in err and "Traceback" not in err
     assert main(["log", "export", str(p), "--csv", str(tmp_path / "no" / "dir.csv")]) == 2
     assert "No such file or directory" in capsys.readouterr().err
 

@@ -264,8 +264,8 @@ def test_corrupted_block_is_skipped_and_counted(tmp_path):
 
 
 @pytest.mark.parametrize("content, match", [
-    (b"", "not a pkrt log"),
-    (b"time,pos\n0,1\n", "not a pkrt log"),
+    (b"", "this is an empty file, expected a pkrt run log"),
+    (b"time,pos\n0,1\n", "this is a CSV file, expected a pkrt run log"),
     (msgpack.packb({"type": "header", "format": "other"}), "not a pkrt log"),
     (msgpack.packb({"type": "header", "format": FORMAT, "version": 99, "channels": [], "run": {}}),
      "version 99 is not supported"),

@@ -175,7 +175,7 @@ def test_unknown_builtin_name(capsys):
 def test_not_utf8(tmp_path, capsys):
     path = tmp_path / "binary.toml"
     path.write_bytes(b"\xff\xfe\x00abc")
-    _check_one_line_error(capsys, main(["model", "check", str(path)]), ["not a valid TOML file"], path)
+    _check_one_line_error(capsys, main(["model", "check", str(path)]), ["this is a binary file"], path)
 
 
 def test_subprocess_exit_code_and_message(tmp_path):

@@ -88,6 +88,8 @@ def replay_json(capsys, *argv) -> dict:
 
 
 def test_lockstep_replay_reproduces_torques_exactly(fourbar, capsys):
+    # exact: the log was written by this session's run (same code, same machine, same
+    # floating-point operations); it is no stored value from another machine
     r = replay_json(capsys, fourbar["log"])
     assert r["mode"] == "lockstep" and r["reference"]["sample_exact"]
     assert r["same_tree"] is True

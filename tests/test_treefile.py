@@ -66,7 +66,7 @@ def test_round_trip_and_deterministic_bytes(tmp_path):
     p = tmp_path / "t.pkt"
     save_tree(t, p)
     u = load_tree(p)
-    for a, b in zip(t.arrays, u.arrays):
+    for a, b in zip(t.arrays, u.arrays):  # exact: storage, no arithmetic
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert u.header == t.header
     # same inputs, same bytes, whatever the header's key order
@@ -82,7 +82,7 @@ def test_loaded_tree_evaluates_like_the_original():
     for th in ([0.2, 0.3], [0.7, -0.5], [0.7, 0.5]):
         s1 = eval_outputs(t.arrays, np.array(th), f1)
         s2 = eval_outputs(u.arrays, np.array(th), f2)
-        assert s1 == s2 and np.array_equal(f1, f2)
+        assert s1 == s2 and np.array_equal(f1, f2)  # exact: same arrays, same kernel, one process
     assert eval_outputs(u.arrays, np.array([0.7, -0.5]), f1) == OUT_OF_DOMAIN
 
 
