@@ -18,7 +18,9 @@ SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
-    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z); default: the demo")
+    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z) or ROS 2 bag "
+                                  "(directory or .mcap, sensor_msgs/JointState); default: the demo")
+    p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
     p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
@@ -68,7 +70,8 @@ def _inject(drives, spec: str, rate: float):
 def run_run(args) -> int:
     from pkrt.drivers import open_drives
 
-    from .run import check_run, load_controller_tree, run_session
+    from .rosbag import is_bag
+    from .run import check_run, load_controller_tree, run_session, tree_axes
 
     config = load_machine(args.machine)
     if args.rate is not None:
@@ -92,10 +95,15 @@ def run_run(args) -> int:
             host, _, port = args.telemetry.rpartition(":")
             if not host or not port.isdigit():
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
-            from .run import tree_axes
-
             telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
-        summary = run_session(config, drives, trajectory=args.traj, duration=args.duration,
+        traj = args.traj
+        if args.traj and is_bag(args.traj):
+            from .rosbag import DEFAULT_TOPIC, trajectory_from_bag
+
+            traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
+        elif args.topic:
+            raise UserError("--topic applies to a ROS 2 bag given with --traj")
+        summary = run_session(config, drives, trajectory=traj, duration=args.duration,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
                               telemetry=telemetry, on_cycle=hook, tree=tree)
     finally:
