@@ -75,10 +75,10 @@ class Topic:
 
 
 def _keys(name: str, width: int, axes: list[str]) -> list[str]:
+    if width == 3 and name.startswith(TOOL_PREFIX):  # a tool's Cartesian position, not per actuator
+        return list(XYZ)
     if len(axes) == width:
         return list(axes)
-    if width == 3 and name.startswith(TOOL_PREFIX):
-        return list(XYZ)
     return [str(i) for i in range(width)]
 
 
