@@ -35,6 +35,16 @@ MAX_GAP_PERIODS = 5.0  # a stamp step longer than this many median periods is a 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
 
 
+def _qos():
+    """The QoS profile ``ros2 bag record`` stores for a default publisher (reliable,
+    volatile, no deadline), so ``ros2 bag play`` offers the topic as a driver would."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    never = QosTime(sec=9223372036, nsec=854775807)
+    return Qos(QosHistory.UNKNOWN, 0, QosReliability.RELIABLE, QosDurability.VOLATILE, never, never,
+               QosLiveliness.AUTOMATIC, never, False)
+
+
 def _typestore():
     from rosbags.typesys import Stores, get_typestore
 
@@ -87,7 +97,7 @@ def export_ros2(log: Log, out_dir: str) -> dict:
                 if cols[0] is None:
                     continue
                 cols = [None if c is None else (c[:, None] if c.ndim == 1 else c) for c in cols]
-                conn = w.add_connection(topic, JOINT_STATE, typestore=ts)
+                conn = w.add_connection(topic, JOINT_STATE, typestore=ts, offered_qos_profiles=[_qos()])
                 joint_names = axes if len(axes) == cols[0].shape[1] else [f"q{i + 1}" for i in range(cols[0].shape[1])]
                 for k in range(log.n_cycles):
                     stamp = Time(sec=int(ns[k] // 1_000_000_000), nanosec=int(ns[k] % 1_000_000_000))
