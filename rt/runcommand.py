@@ -34,7 +34,10 @@ def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", metavar="KIND@T",
                    help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
-    p.add_argument("--telemetry-rate", type=positive_number, default=50.0, help="telemetry messages per second")
+    p.add_argument("--telemetry-rate", type=positive_number, default=50.0,
+                   help="telemetry (UDP and Foxglove) messages per second")
+    p.add_argument("--foxglove", metavar="[HOST:]PORT",
+                   help="serve the run live over the Foxglove WebSocket protocol (needs pkrt[foxglove])")
     p.add_argument("--interface", help="CAN: python-can interface (socketcan, virtual, pcan, ...)")
     p.add_argument("--channel", help="CAN: channel (can0, ...)")
     p.add_argument("--port", help="serial: port or pyserial URL")
@@ -72,6 +75,7 @@ def run_run(args) -> int:
 
     from .rosbag import is_bag
     from .run import check_run, load_controller_tree, run_session, tree_axes
+    from .telemetry import Fanout
 
     config = load_machine(args.machine)
     if args.rate is not None:
@@ -85,7 +89,7 @@ def run_run(args) -> int:
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
     tree = load_controller_tree(config)
     drives = open_drives(config, overrides)
-    telemetry = None
+    telemetry = live = None
     log = None if args.no_log else args.log
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
         hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
@@ -96,6 +100,15 @@ def run_run(args) -> int:
             if not host or not port.isdigit():
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
             telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
+        if args.foxglove:
+            from .foxglovelive import FoxgloveLive, announce, parse_address
+            from .run import channel_list
+
+            axes, units = tree_axes(tree)
+            live = FoxgloveLive(*parse_address(args.foxglove), args.telemetry_rate, axes,
+                                channel_list(len(axes), units[0]))
+            announce(live)
+        sinks = [x for x in (telemetry, live) if x is not None]
         traj = args.traj
         if args.traj and is_bag(args.traj):
             from .rosbag import DEFAULT_TOPIC, trajectory_from_bag
@@ -105,13 +118,18 @@ def run_run(args) -> int:
             raise UserError("--topic applies to a ROS 2 bag given with --traj")
         summary = run_session(config, drives, trajectory=traj, duration=args.duration,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
-                              telemetry=telemetry, on_cycle=hook, tree=tree)
+                              telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
+                              on_cycle=hook, tree=tree)
     finally:
         drives.close()
         if telemetry is not None:
             telemetry.close()
+        if live is not None:
+            live.close()
     if telemetry is not None:
         summary["telemetry"] = telemetry.stats()
+    if live is not None:
+        summary["foxglove"] = live.stats()
     if log:
         plot = args.plot or str(Path(log).with_suffix(".png"))
         try:
