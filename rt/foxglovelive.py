@@ -5,18 +5,25 @@ Topics and messages are those of the MCAP export (``pkrt.rt.mcapexport``: ``/pkr
 ``/pkrt/measured``, ``/pkrt/torque``, ``/pkrt/tracking_error``, ``/pkrt/safety``,
 ``/pkrt/timing``, JSON with a JSON Schema each); log time is the cycle's loop time in ns.
 
-Nothing of the SDK runs in the loop. The loop's ``maybe_send`` (the telemetry hook) costs one
-float comparison per cycle; at most ``rate_hz`` times per second of loop time, and only while a
-client is subscribed, it copies the staged row into a preallocated ring slot and hands the
-slot's index to a sender thread (lower priority), which builds the JSON and calls the SDK. When
-the thread is behind and the ring is full, the row is dropped and counted, never waited for.
+Nothing of the SDK runs in the loop's process: the server, the JSON and the SDK's ``log`` calls
+live in a child process (measured: ``log`` holds the GIL for up to milliseconds on a loaded
+machine, and a thread doing it in the loop's process delayed the loop's wake-ups by as much).
+The loop's ``maybe_send`` (the telemetry hook) costs one float comparison per cycle; at most
+``rate_hz`` times per second of loop time, and only while a client is subscribed (the child says so), it copies the staged row into a preallocated ring slot and hands
+the slot's index to a sender thread, which writes the row's bytes to the child's standard input
+(the GIL is released while writing). When the ring is full the row is dropped and counted,
+never waited for. The child (``python -m pkrt.rt.foxglovelive``) reports on its standard output,
+one JSON object a line: the port it serves on (or why it cannot), every change of the number of
+subscriptions, and its counts at the end.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import os
 import queue
+import signal
 import sys
 import threading
 
@@ -37,46 +44,42 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class FoxgloveLive:
-    """A Foxglove WebSocket server for one run. ``channels``: the loop's row layout (name,
-    width, unit), as the log's; ``axes``: actuator names."""
+    """A Foxglove WebSocket server for one run, in a child process. ``channels``: the loop's
+    row layout (name, width, unit), as the log's; ``axes``: actuator names."""
 
     def __init__(self, host: str, port: int, rate_hz: float, axes: list[str],
-                 channels: list[tuple[str, int, str]], n_slots: int = 16):
-        try:
-            import foxglove
-        except ImportError:
-            raise UserError("--foxglove needs the foxglove-sdk package: pip install 'pkrt[foxglove]'") from None
+                 channels: list[tuple[str, int, str]], n_slots: int = 16, start_timeout: float = 60.0):
+        import importlib.util
+
+        if importlib.util.find_spec("foxglove") is None:
+            raise UserError("--foxglove needs the foxglove-sdk package: pip install 'pkrt[foxglove]'")
         self.gate = RateGate(rate_hz)
         self.rate_hz = float(rate_hz)
-        slices, c, units = {}, 0, {}
-        for name, width, unit in channels:
-            slices[name], c = slice(c, c + width), c + width
-            units[name] = unit
-        self.topics = layout(slices, units, list(axes))
-        self.sent = 0  # rows sent (one message per topic each)
-        self.dropped = 0  # rows the sender thread was too far behind to take
-        self.subscriptions = 0  # client subscriptions now (the SDK's threads update it)
-        self.clients_seen: set[int] = set()
-        self._ctx = foxglove.Context()
-        try:
-            self.server = foxglove.start_server(name="pkrt", host=host, port=port, context=self._ctx,
-                                                server_listener=_Listener(self))
-        except Exception as e:  # noqa: BLE001 - address in use, bad host: the SDK raises RuntimeError
-            raise UserError(f"--foxglove: cannot serve on {host}:{port}: {e}") from None
-        self.host, self.port = host, int(self.server.port)
-        self._channels = [foxglove.Channel(tp.topic, context=self._ctx, message_encoding="json",
-                                           schema=foxglove.Schema(name=tp.schema_name, encoding="jsonschema",
-                                                                  data=json.dumps(json_schema(tp)).encode()))
-                          for tp in self.topics]
-        self._ring = np.zeros((n_slots, c))
-        self._t = np.zeros(n_slots)
-        self._cycle = np.zeros(n_slots, dtype=np.int64)
+        self.host = host
+        width = sum(int(w) for _, w, _ in channels)
+        self.topics = _topics(axes, channels)
+        self.dropped = 0  # rows the sender was too far behind to take
+        self.subscriptions = 0  # client subscriptions now, as the child reports them
+        self.result: dict = {}  # the child's counts, after close()
+        self._started = threading.Event()
+        self._start: dict = {}
+        spec = json.dumps({"host": host, "port": port, "axes": list(axes), "channels": [list(c) for c in channels]})
+        self._proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.foxglovelive", spec], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, bufsize=0)
+        self._reader = threading.Thread(target=self._read, name="pkrt-foxglove-status", daemon=True)
+        self._reader.start()
+        if not self._started.wait(start_timeout) or "ok" not in self._start:
+            self._stop_child()
+            why = self._start.get("error", "the server process did not start")
+            raise UserError(f"--foxglove: cannot serve on {host}:{port}: {why}")
+        self.port = int(self._start["ok"])
+        self._ring = np.zeros((n_slots, width + 2))  # t, cycle, row
         self._n = n_slots
         self._cur = 0
         self._submitted = 0  # loop's thread only
         self._done = 0  # sender thread only
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="pkrt-foxglove", daemon=True)
+        self._thread = threading.Thread(target=self._send, name="pkrt-foxglove-sender", daemon=True)
         self._thread.start()
 
     @property
@@ -85,8 +88,8 @@ class FoxgloveLive:
 
     # -- loop's thread --------------------------------------------------------------------------
     def maybe_send(self, cycle: int, t: float, row: np.ndarray, slices: dict[str, slice]) -> bool:
-        """Stage the row for the sender thread if 1/rate_hz of loop time has passed and a client
-        is subscribed. Never blocks; returns True when the row was staged."""
+        """Stage the row for the sender if 1/rate_hz of loop time has passed and a client is
+        subscribed. Never blocks; returns True when the row was staged."""
         if t < self.gate.next_t:
             return False
         self.gate.advance(t)
@@ -96,65 +99,148 @@ class FoxgloveLive:
             self.dropped += 1
             return False
         b = self._cur
-        self._ring[b][...] = row
-        self._t[b] = t
-        self._cycle[b] = cycle
+        slot = self._ring[b]
+        slot[0] = t
+        slot[1] = cycle
+        slot[2:] = row
         self._submitted += 1
         self._cur = (b + 1) % self._n
         self._queue.put(b)
         return True
 
-    # -- sender thread --------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:  # below the loop's thread when the CPUs are contended (Linux: per thread)
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        except (OSError, AttributeError):
-            pass
+    # -- threads --------------------------------------------------------------------------------
+    def _send(self) -> None:
+        """Rows to the child's standard input, one float64 record each."""
+        fd = self._proc.stdin.fileno()
         while True:
             b = self._queue.get()
             if b is None:
                 return
             try:
-                row, t, cyc = self._ring[b].tolist(), float(self._t[b]), int(self._cycle[b])
-                ns = max(int(round(t * 1e9)), 0)
-                for tp, ch in zip(self.topics, self._channels):
-                    ch.log(json.dumps(message(tp, row, t, cyc)).encode(), log_time=ns)
-                self.sent += 1
+                os.write(fd, self._ring[b].astype("<f8", copy=False).tobytes())
+            except OSError:  # the child is gone: nothing more to send
+                pass
             finally:
                 self._done += 1
 
+    def _read(self) -> None:
+        """The child's reports: start, subscriptions, counts."""
+        for line in self._proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "subscriptions" in msg:
+                self.subscriptions = int(msg["subscriptions"])
+            elif "done" in msg:
+                self.result = msg["done"]
+            else:
+                self._start = msg
+                self._started.set()
+        self._started.set()
+
     def stats(self) -> dict:
         return {"url": self.url, "rate_hz": self.rate_hz, "topics": [tp.topic for tp in self.topics],
-                "sent": self.sent, "dropped": self.dropped, "clients": len(self.clients_seen)}
+                "staged": self._submitted, "dropped": self.dropped, **self.result}
 
     def close(self) -> None:
-        """Send what is staged, stop the thread and the server."""
+        """Send what is staged, then stop the sender, the server and the child."""
         if self._thread.is_alive():
             self._queue.put(None)
-            self._thread.join(5.0)
-        for ch in self._channels:
-            ch.close()
-        self.server.stop()
+            self._thread.join(10.0)
+        self._stop_child()
+
+    def _stop_child(self) -> None:
+        try:
+            self._proc.stdin.close()  # end of the stream: the child stops its server and exits
+        except OSError:
+            pass
+        try:
+            self._proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5.0)
+        self._reader.join(5.0)
+        self._proc.stdout.close()
 
 
-class _Listener:
-    """foxglove-sdk server listener: counts subscriptions (called from the SDK's threads)."""
+def _topics(axes: list[str], channels: list[tuple[str, int, str]]):
+    slices, c, units = {}, 0, {}
+    for name, width, unit in channels:
+        slices[name], c = slice(c, c + int(width)), c + int(width)
+        units[name] = unit
+    return layout(slices, units, list(axes))
 
-    def __init__(self, live: FoxgloveLive):
-        self.live = live
-        self._lock = threading.Lock()
 
-    def on_subscribe(self, client, channel) -> None:
-        with self._lock:
-            self.live.clients_seen.add(client.id)
-            self.live.subscriptions += 1
+def _report(msg: dict) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
 
-    def on_unsubscribe(self, client, channel) -> None:
-        with self._lock:
-            self.live.subscriptions -= 1
+
+def serve(spec: dict) -> None:
+    """The child process: serve the topics; log each row read from standard input (t, cycle,
+    row as little-endian float64) until its end; report on standard output."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loop's; the end of input stops this
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    import foxglove
+
+    topics = _topics(spec["axes"], spec["channels"])
+    size = 8 * (2 + sum(int(c[1]) for c in spec["channels"]))
+    clients: set[int] = set()
+    lock = threading.Lock()
+    count = [0]
+
+    class Listener:
+        def on_subscribe(self, client, channel) -> None:
+            with lock:
+                clients.add(client.id)
+                count[0] += 1
+                _report({"subscriptions": count[0]})
+
+        def on_unsubscribe(self, client, channel) -> None:
+            with lock:
+                count[0] -= 1
+                _report({"subscriptions": count[0]})
+
+    ctx = foxglove.Context()
+    try:
+        server = foxglove.start_server(name="pkrt", host=spec["host"], port=spec["port"], context=ctx,
+                                       server_listener=Listener())
+    except Exception as e:  # noqa: BLE001 - address in use, bad host: the SDK raises RuntimeError
+        _report({"error": str(e)})
+        return
+    chans = [foxglove.Channel(tp.topic, context=ctx, message_encoding="json",
+                              schema=foxglove.Schema(name=tp.schema_name, encoding="jsonschema",
+                                                     data=json.dumps(json_schema(tp)).encode()))
+             for tp in topics]
+    _report({"ok": int(server.port)})
+    sent = 0
+    inp = sys.stdin.buffer
+    try:
+        while True:
+            data = inp.read(size)
+            if len(data) < size:
+                break
+            a = np.frombuffer(data, dtype="<f8")
+            t, cyc, row = float(a[0]), int(a[1]), a[2:].tolist()
+            ns = max(int(round(t * 1e9)), 0)
+            for tp, ch in zip(topics, chans):
+                ch.log(json.dumps(message(tp, row, t, cyc)).encode(), log_time=ns)
+            sent += 1
+        with lock:
+            _report({"done": {"sent": sent, "clients": len(clients)}})
+    finally:
+        server.stop()
 
 
 def announce(live: FoxgloveLive) -> None:
     """One line on stderr: where to point Foxglove."""
     print(f"pkrt: Foxglove live view on {live.url} (Foxglove: Open connection -> Foxglove WebSocket)",
           file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    serve(json.loads(sys.argv[1]))
