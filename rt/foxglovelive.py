@@ -38,8 +38,8 @@ def parse_address(text: str) -> tuple[str, int]:
     """``[HOST:]PORT`` -> (host, port); host defaults to 127.0.0.1, port 0 picks a free one."""
     host, sep, port = text.rpartition(":")
     host = host if sep else "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) < 65536 or not host:
-        raise UserError(f"--foxglove: expected [HOST:]PORT with PORT in 0..65535, got '{text}'")
+    if not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536 or not host:
+        raise UserError(f"--foxglove: expected [HOST:]PORT with PORT in 0..65535, got {text!r}")
     return host, int(port)
 
 

@@ -290,7 +290,8 @@ def export_mcap(log: Log, out: str, chunk_size: int = 1024 * 1024) -> dict:
             sid = w.register_schema("pkrt.events", "jsonschema", json.dumps(EVENT_SCHEMA).encode())
             ev_id = w.register_channel("/pkrt/events", "json", sid)
             counts["/pkrt/events"] = 0
-        events = sorted((event_time(log, e), e) for e in log.events if isinstance(e.get("cycle"), int))
+        events = sorted(((event_time(log, e), e) for e in log.events if isinstance(e.get("cycle"), int)),
+                        key=lambda x: x[0])
         ei = 0
         dumps = json.dumps
         for k in range(len(data)):

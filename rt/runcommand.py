@@ -97,7 +97,7 @@ def run_run(args) -> int:
             from .telemetry import Telemetry
 
             host, _, port = args.telemetry.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not (port.isascii() and port.isdigit()):
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
             telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
         if args.foxglove:

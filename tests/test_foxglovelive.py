@@ -16,6 +16,8 @@ import jsonschema
 import numpy as np
 import pytest
 import websockets
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pkrt.rt.cli import main
 from pkrt.rt.foxglovelive import FoxgloveLive, parse_address
@@ -143,3 +145,19 @@ def test_bad_addresses_are_one_line_errors(capsys):
     assert err.startswith("pkrt: error: --foxglove: cannot serve on") and err.count("\n") == 1
     assert main(["run", "--lockstep", "--no-log", "--foxglove", "nohost:"]) == 2
     assert "expected [HOST:]PORT" in capsys.readouterr().err
+    assert main(["run", "--lockstep", "--no-log", "--telemetry", "h:\u00b2"]) == 2  # a digit int() refuses
+    assert "--telemetry: expected HOST:PORT" in capsys.readouterr().err
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=30))
+def test_parse_address_takes_host_port_or_says_what_it_expects(text):
+    from pkrt.rt.errors import UserError
+
+    try:
+        host, port = parse_address(text)
+    except UserError as e:
+        assert "expected [HOST:]PORT" in str(e) and "\n" not in str(e)
+        return
+    assert 0 <= port < 65536 and host
+    assert text.rpartition(":")[2].isdigit() and int(text.rpartition(":")[2]) == port

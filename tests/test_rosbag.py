@@ -5,9 +5,13 @@ same data given as CSV or as a pkrt log."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
@@ -257,3 +261,45 @@ def test_bad_bags_are_one_line_errors(tmp_path, capsys):
     # options that do not apply
     assert "--offline only" in fails(capsys, "replay", tmp_path / "topic")
     assert "--topic applies" in fails(capsys, "run", "--lockstep", "--traj", "x.csv", "--topic", "/a")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_joint_state_reader_accepts_good_bags_and_names_the_first_defect(data):
+    """Random recordings: joints in any order with extras, some steps repeated, backwards or
+    long, a NaN, a joint left out. The reader returns the machine's joints in its order, or one
+    line naming the first defect in the order of the module docstring."""
+    from pkrt.rt.errors import UserError
+    from pkrt.rt.rosbag import read_joint_states
+
+    n = data.draw(st.integers(2, 12))
+    steps = data.draw(st.lists(st.sampled_from([5_000_000] * 6 + [0, -1_000_000, 60_000_000]), min_size=n - 1,
+                               max_size=n - 1))
+    t_ns = EPOCH_NS + np.r_[0, np.cumsum(steps)].astype(np.int64)
+    pos = np.array(data.draw(st.lists(st.lists(st.floats(-0.2, 0.05), min_size=3, max_size=3), min_size=n,
+                                      max_size=n)))
+    if data.draw(st.booleans()):
+        pos[data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, 2))] = np.nan
+    names = AXES if data.draw(st.booleans()) else ["q1", "q2", "q9"]
+    with tempfile.TemporaryDirectory() as d:
+        write_bag(Path(d) / "b", t_ns, pos, names=names, recv_ns=EPOCH_NS + np.arange(n) * 5_000_000)
+        step = np.diff(t_ns)
+        med = np.median(step)
+        if names != AXES:
+            want = "has no joint(s) q3"
+        elif np.any(step <= 0):
+            want = "repeats" if step[np.argmax(step <= 0)] == 0 else "goes backwards"
+        elif np.any(step > 5 * med):
+            want = "gap of"
+        elif not np.all(np.isfinite(pos)):
+            want = "non-finite position"
+        else:
+            want = None
+        if want is None:
+            js = read_joint_states(str(Path(d) / "b"), AXES)
+            assert np.array_equal(js.pos, pos) and np.allclose(js.t, (t_ns - t_ns[0]) * 1e-9, rtol=0, atol=1e-12)
+            assert js.ignored == ["camera_pan", "gripper"]
+        else:
+            with pytest.raises(UserError) as e:
+                read_joint_states(str(Path(d) / "b"), AXES)
+            assert want in str(e.value) and "\n" not in str(e.value)
