@@ -137,6 +137,7 @@ class FoxgloveLive:
             else:
                 self._start = msg
                 self._started.set()
+        self.subscriptions = 0  # the child is gone: stage nothing more
         self._started.set()
 
     def stats(self) -> dict:
