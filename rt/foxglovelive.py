@@ -6,24 +6,25 @@ Topics and messages are those of the MCAP export (``pkrt.rt.mcapexport``: ``/pkr
 ``/pkrt/timing``, JSON with a JSON Schema each); log time is the cycle's loop time in ns.
 
 Nothing of the SDK runs in the loop's process: the server, the JSON and the SDK's ``log`` calls
-live in a child process (measured: ``log`` holds the GIL for up to milliseconds on a loaded
-machine, and a thread doing it in the loop's process delayed the loop's wake-ups by as much).
-The loop's ``maybe_send`` (the telemetry hook) costs one float comparison per cycle; at most
-``rate_hz`` times per second of loop time, and only while a client is subscribed (the child says so), it copies the staged row into a preallocated ring slot and hands
-the slot's index to a sender thread, which writes the row's bytes to the child's standard input
-(the GIL is released while writing). When the ring is full the row is dropped and counted,
-never waited for. The child (``python -m pkrt.rt.foxglovelive``) reports on its standard output,
-one JSON object a line: the port it serves on (or why it cannot), every change of the number of
-subscriptions, and its counts at the end.
+live in a child process, ``python -m pkrt.rt.foxglovelive`` (measured: with them in a thread of
+the loop's process, ``log`` held the GIL long enough to delay the loop's wake-ups by
+milliseconds). The loop's ``maybe_send`` (the telemetry hook) costs one float comparison per
+cycle; at most ``rate_hz`` times per second of loop time, and only while a client is
+subscribed (the child says so), it copies the staged row into a preallocated ring slot and
+hands the slot's index to a sender thread, which writes the row's bytes to the child's standard
+input (the GIL is released while writing). When the ring is full the row is dropped and
+counted, never waited for. The child reports on its standard output, one JSON object a line:
+the port it serves on (or why it cannot), every change of the number of subscriptions, and its
+counts at the end; it ignores Ctrl-C and stops when its input ends.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
 
