@@ -4,7 +4,9 @@ by side, and reports medians; ratios are taken within the same run.
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
 jitted loop and Python call, against the exact reduction; 512-box build time), ``loop``
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
-lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives).
+lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
+the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
+cycle for 3 drives).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ SECTIONS = {
     "tree": ("tests.bench.bench_tree", "run_tree_bench"),
     "loop": ("pkrt.rt.bench", "run_loop_bench"),
     "logs": ("tests.bench.bench_logs", "run_logs_bench"),
+    "formats": ("tests.bench.bench_formats", "run_formats_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
     "serial": ("tests.bench.bench_serial", "run_serial_bench"),
 }

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hil": ("pkrt.hil.command", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
     "replay": ("pkrt.rt.replaycommand", "replay a logged run and compare"),
     "log info": ("pkrt.rt.logcommands", "summary of a run log"),
-    "log export": ("pkrt.rt.logcommands", "export a run log as CSV"),
+    "log export": ("pkrt.rt.logcommands", "export a run log as CSV, MCAP or a ROS 2 bag"),
     "log plot": ("pkrt.rt.logcommands", "plot a run log to PNG"),
     "bench": ("pkrt.rt.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }

@@ -357,12 +357,14 @@ def add_arguments_log_export(p) -> None:
     p.add_argument("--csv", metavar="OUT", help="write every cycle as CSV (columns 'name_axis [unit]')")
     p.add_argument("--traj", metavar="OUT", help="write a trajectory CSV that 'pkrt run --traj' accepts")
     p.add_argument("--measured", action="store_true", help="--traj from measured positions, not the reference")
+    p.add_argument("--mcap", metavar="OUT.mcap", help="write every cycle as MCAP (JSON channels, for Foxglove/PlotJuggler)")
+    p.add_argument("--ros2", metavar="OUT_DIR", help="write a ROS 2 bag (MCAP storage, sensor_msgs/JointState)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run_log_export(args) -> int:
-    if not args.csv and not args.traj:
-        raise UserError("log export: give --csv OUT and/or --traj OUT")
+    if not (args.csv or args.traj or args.mcap or args.ros2):
+        raise UserError("log export: give --csv OUT and/or --traj OUT, --mcap OUT.mcap, --ros2 OUT_DIR")
     log = read_log(args.log)
     result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated}
     if args.csv:
@@ -370,8 +372,24 @@ def run_log_export(args) -> int:
     if args.traj:
         result["traj"] = {"path": args.traj, "columns": export_trajectory(log, args.traj, args.measured),
                           "source": "pos" if args.measured else "ref_pos"}
+    if args.mcap:
+        from .mcapexport import export_mcap
+
+        result["mcap"] = export_mcap(log, args.mcap)
+    if args.ros2:
+        from .rosbag import export_ros2
+
+        result["ros2"] = export_ros2(log, args.ros2)
     text = "\n".join(f"wrote {v['path']} ({log.n_cycles} rows, {len(v['columns'])} columns)"
                      for k, v in result.items() if k in ("csv", "traj"))
+    text = "\n".join([text] * bool(text) + [f"wrote {v['path']} ({v['messages']} messages on {len(v['topics'])} topics)"
+                                             for k, v in result.items() if k in ("mcap", "ros2")])
+    if args.mcap or args.ros2:
+        from .mcapexport import damage_note
+
+        note = damage_note(log)
+        result["note"] = note
+        text += f"\n{note}" if note else ""
     emit(result, args.json, text)
     return 0
 

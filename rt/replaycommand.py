@@ -394,7 +394,7 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
 
 # -- CLI -------------------------------------------------------------------------------------
 def add_arguments_replay(p) -> None:
-    p.add_argument("log", help="run log file")
+    p.add_argument("log", help="run log file, or with --offline a ROS 2 bag (directory or .mcap) of JointState")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--lockstep", action="store_true", help="virtual clock (default: as the log was run)")
     mode.add_argument("--realtime", action="store_true", help="real-time loop")
@@ -407,6 +407,7 @@ def add_arguments_replay(p) -> None:
     p.add_argument("--tree", metavar="TREE", help="--offline: model tree (default: the machine's controller tree)")
     p.add_argument("--window", type=int, metavar="N", help="--offline: Savitzky-Golay window in samples "
                                                            "(odd; default about 21 ms)")
+    p.add_argument("--topic", help="--offline of a bag: the JointState topic (default: /joint_states)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -445,6 +446,20 @@ def _text(r: dict) -> str:
 
 
 def run_replay(args) -> int:
+    from .rosbag import DEFAULT_TOPIC, is_bag, offline_bag
+
+    if is_bag(args.log):
+        if not args.offline:
+            raise UserError(f"{args.log}: a ROS 2 bag replays --offline only (to run its trajectory: "
+                            f"pkrt run --traj {args.log})")
+        if args.mass_scale is not None or args.out_log or args.controller:
+            raise UserError("--offline takes no --mass-scale, --log or --controller (nothing runs)")
+        r = offline_bag(args.log, machine=args.machine, tree_path=args.tree, window=args.window,
+                        topic=args.topic or DEFAULT_TOPIC)
+        emit(r, args.json, _text(r))
+        return 0
+    if args.topic:
+        raise UserError("--topic applies to a ROS 2 bag replayed --offline")
     log = read_log(args.log)
     if args.offline:
         if args.mass_scale is not None or args.out_log or args.controller:

@@ -18,7 +18,9 @@ SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
-    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z); default: the demo")
+    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z) or ROS 2 bag "
+                                  "(directory or .mcap, sensor_msgs/JointState); default: the demo")
+    p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
     p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
@@ -32,7 +34,10 @@ def add_arguments_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inject", metavar="KIND@T",
                    help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
-    p.add_argument("--telemetry-rate", type=positive_number, default=50.0, help="telemetry messages per second")
+    p.add_argument("--telemetry-rate", type=positive_number, default=50.0,
+                   help="telemetry (UDP and Foxglove) messages per second")
+    p.add_argument("--foxglove", metavar="[HOST:]PORT",
+                   help="serve the run live over the Foxglove WebSocket protocol (needs pkrt[foxglove])")
     p.add_argument("--interface", help="CAN: python-can interface (socketcan, virtual, pcan, ...)")
     p.add_argument("--channel", help="CAN: channel (can0, ...)")
     p.add_argument("--port", help="serial: port or pyserial URL")
@@ -68,7 +73,9 @@ def _inject(drives, spec: str, rate: float):
 def run_run(args) -> int:
     from pkrt.drivers import open_drives
 
-    from .run import check_run, load_controller_tree, run_session
+    from .rosbag import is_bag
+    from .run import check_run, load_controller_tree, run_session, tree_axes
+    from .telemetry import Fanout
 
     config = load_machine(args.machine)
     if args.rate is not None:
@@ -82,7 +89,7 @@ def run_run(args) -> int:
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
     tree = load_controller_tree(config)
     drives = open_drives(config, overrides)
-    telemetry = None
+    telemetry = live = None
     log = None if args.no_log else args.log
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
         hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
@@ -90,20 +97,39 @@ def run_run(args) -> int:
             from .telemetry import Telemetry
 
             host, _, port = args.telemetry.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not (port.isascii() and port.isdigit()):
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
-            from .run import tree_axes
-
             telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
-        summary = run_session(config, drives, trajectory=args.traj, duration=args.duration,
+        if args.foxglove:
+            from .foxglovelive import FoxgloveLive, announce, parse_address
+            from .run import channel_list
+
+            axes, units = tree_axes(tree)
+            live = FoxgloveLive(*parse_address(args.foxglove), args.telemetry_rate, axes,
+                                channel_list(len(axes), units[0]))
+            announce(live)
+        sinks = [x for x in (telemetry, live) if x is not None]
+        traj = args.traj
+        if args.traj and is_bag(args.traj):
+            from .rosbag import DEFAULT_TOPIC, trajectory_from_bag
+
+            traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
+        elif args.topic:
+            raise UserError("--topic applies to a ROS 2 bag given with --traj")
+        summary = run_session(config, drives, trajectory=traj, duration=args.duration,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
-                              telemetry=telemetry, on_cycle=hook, tree=tree)
+                              telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
+                              on_cycle=hook, tree=tree)
     finally:
         drives.close()
         if telemetry is not None:
             telemetry.close()
+        if live is not None:
+            live.close()
     if telemetry is not None:
         summary["telemetry"] = telemetry.stats()
+    if live is not None:
+        summary["foxglove"] = live.stats()
     if log:
         plot = args.plot or str(Path(log).with_suffix(".png"))
         try:

@@ -235,13 +235,23 @@ def orthoglide_demo(rate_hz: float, L: float = 0.31, home=(-0.1, -0.1, -0.1),
                                 "circle_peak_speed_m_s": speed, "corners": corners.tolist()})
 
 
+def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
+    """Samples (t increasing, s; values (n, k)) resampled at rate_hz from t[0] by a cubic
+    spline with zero end velocities: positions, velocities and accelerations, each (m, k)."""
+    from scipy.interpolate import CubicSpline
+
+    sp = CubicSpline(t - t[0], values, bc_type="clamped")
+    span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
+    _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, what)
+    tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
+    return sp(tt), sp(tt, 1), sp(tt, 2)
+
+
 def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
                         cartesian_ik=None) -> Planned:
     """A CSV with a header: ``t`` then one column per actuator (named as the model's
     actuators) or per Cartesian axis (``x,y,z``, needs ``cartesian_ik``). Resampled to the
     loop rate by a cubic spline (velocities and accelerations from the spline)."""
-    from scipy.interpolate import CubicSpline
-
     expect(path, CSV)  # another kind of file: say what it is
     try:
         with open(path, newline="") as f:
@@ -275,11 +285,7 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     if np.any(np.diff(t) <= 0):
         k = int(np.argmax(np.diff(t) <= 0))
         raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
-    sp = CubicSpline(t - t[0], data[:, 1:], bc_type="clamped")
-    span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
-    _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, str(path))
-    tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
-    P, Pd, Pdd = sp(tt), sp(tt, 1), sp(tt, 2)
+    P, Pd, Pdd = resample(t, data[:, 1:], rate_hz, str(path))
     desc = {"kind": "csv", "path": str(path), "columns": head}
     if cart:
         if cartesian_ik is None:
