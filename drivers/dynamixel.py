@@ -243,6 +243,7 @@ class DynamixelDrives(Drives):
         self._torque_off = dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in st.ids])
         self._watchdog_off = dxp.sync_write(ADDR_BUS_WATCHDOG, 1, [(i, b"\0") for i in st.ids])
         self.watchdog_cleared: list[int] = []  # servos found with a Bus Watchdog error at configure
+        self._last_tx = 0.0  # time.perf_counter() of the last packet sent
         self._goal_fmt = "<" + "Bh" * s
         self._goal_args = [0] * (2 * s)
         for i, dxl_id in enumerate(st.ids):
@@ -260,6 +261,7 @@ class DynamixelDrives(Drives):
             self.ser.write(pkt)
         except (serial.SerialException, OSError) as e:
             raise DriveError(f"serial write on {self.settings.port} failed: {e}") from None
+        self._last_tx = time.perf_counter()
         self.stats["tx_bytes"] += len(pkt)
 
     def _flush_input(self) -> None:
@@ -475,6 +477,10 @@ class DynamixelDrives(Drives):
     def _read(self, t: float):
         fb = self.feedback
         st = self.settings
+        silent = time.perf_counter() - self._last_tx
+        if self.torque_on and st.bus_watchdog_ms and silent > 1e-3 * st.bus_watchdog_ms:
+            raise DriveError(f"servos on {st.port}: nothing sent for {silent * 1e3:.0f} ms, longer than their Bus "
+                             f"Watchdog ({st.bus_watchdog_ms} ms): they have stopped themselves (this process stalled)")
         self.stats["cycles"] += 1
         # answers still arriving for an earlier cycle's request: the line delivers late
         late = self._drain()

@@ -359,14 +359,12 @@ class CiA402Emulator:
                 now = time.perf_counter()
                 while self._late and self._late[0][0] <= now:
                     self._send(heapq.heappop(self._late)[2])
-                if msg is None:
-                    self._watchdog(now)  # only with the queue empty: queued frames have arrived
+                if msg is None:  # only with the queue empty: a heartbeat queued behind other
+                    self._watchdog(now)  # frames has reached the drive (a real one reads at once)
                     self._heartbeat_check(time.monotonic())
                 elif not self.bus_dead:
                     self.frames_rx += 1
                     self._dispatch(msg, now)
-                    if hb_due is not None and time.monotonic() > hb_due:  # a busy bus: check anyway
-                        self._heartbeat_check(time.monotonic())
         except Exception as e:  # noqa: BLE001 - reported by the HIL run, never silent
             self.error = f"emulator thread: {type(e).__name__}: {e}"
             self._running = False

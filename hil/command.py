@@ -50,6 +50,8 @@ def run_hil(args) -> int:
     rms, mx = r.get("rms_error"), r.get("max_error")
     text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz: {r.get('cycles')} cycles, overruns {r.get('overruns')}"
             + (f", tracking error RMS {rms * 1e3:.4f} mm, max {mx * 1e3:.4f} mm" if rms is not None else ""))
+    if (r.get("drives") or {}).get("drive_watchdog"):
+        text += f"\n  drive watchdog: {r['drives']['drive_watchdog']}"
     if r.get("fault"):
         text += (f"\n  fault: {r['fault']}\n  injected at cycle {r.get('injected_cycle')}, detected at cycle "
                  f"{r.get('fault_cycle')}, torque off at cycle {r.get('torque_off_cycle')}")

@@ -4,7 +4,9 @@ by side, and reports medians; ratios are taken within the same run.
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
 jitted loop and Python call, against the exact reduction; 512-box build time), ``loop``
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
-lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives).
+lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives), ``can_udp``
+(round trip to the CiA 402 emulator in its own process over udp_multicast, without and with
+SCHED_FIFO), ``safestop`` (SIGKILL to ``pkrt run`` -> torque off in the emulated drives).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ SECTIONS = {
     "logs": ("tests.bench.bench_logs", "run_logs_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
     "serial": ("tests.bench.bench_serial", "run_serial_bench"),
+    "can_udp": ("tests.bench.bench_can", "run_can_udp_bench"),
+    "safestop": ("tests.bench.bench_safestop", "run_safestop_bench"),
 }
 
 

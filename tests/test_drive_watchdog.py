@@ -66,6 +66,7 @@ def can_pair(config, plant, **over):
     drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 * PERIOD,
                                                "max_missed_cycles": 2, **over})
     em = CiA402Emulator.from_config(config, ch, plant=plant)
+    em.sync_timeout = 10.0  # the drives' SYNC watchdog (also EMCY 0x8130) is not under test here
     return drives, em, ch
 
 
@@ -327,9 +328,14 @@ def test_driver_arms_clears_and_reports_the_bus_watchdog(servo_emulator, serial_
         assert "cleared a watchdog error left on servo(s) [1, 2, 3]" in d.describe()["drive_watchdog"]
         d.enable()
         d.read(0.0)
-        d.disable()
+        time.sleep(0.1)  # this process stalls past the watchdog: the driver knows what that means
+        with pytest.raises(DriveError, match=r"nothing sent for \d+ ms, longer than their Bus Watchdog \(60 ms\): "
+                                             r"they have stopped themselves"):
+            d.read(PERIOD)
+        assert not d.torque_on
         time.sleep(0.05)
-        assert [sv.table[98] for sv in emu.servos.values()] == [0, 0, 0]  # disable writes 0
+        assert [sv.table[98] for sv in emu.servos.values()] == [0, 0, 0]  # disable writes 0 (clears)
+        assert not any(sv.torque for sv in emu.servos.values())
     finally:
         d.close()
 
