@@ -220,6 +220,19 @@ def test_bus_off_uses_the_configured_abort_connection_option(can_config, plant):
     assert [s.name for s in em.state] == ["FAULT"] * 3
 
 
+def test_drive_without_a_heartbeat_consumer_is_a_clear_error(can_config, plant):
+    drives, em, ch = can_pair(can_config, plant)
+    del em.nodes[1].object_dictionary[p.HEARTBEAT_CONSUMER_TIME]  # node 2 has no 0x1016
+    em.start()
+    try:
+        with pytest.raises(DriveError, match=r"^node 2: SDO upload of 0x1016:00 aborted: .*: the drive has no "
+                                             r"heartbeat consumer; heartbeat_ms = 0 in \[drives\] runs without"):
+            drives.configure()
+    finally:
+        drives.close()
+        em.stop()
+
+
 def test_emulator_refuses_an_abort_code_outside_the_profile(can_config, plant):
     drives, em, ch = can_pair(can_config, plant)
     em.start()
@@ -352,8 +365,16 @@ SLACK_S = 0.030
 
 
 def kill_and_time(tmp_path, bus: str, watchdog_s: float) -> dict:
-    """kill_run, checked: the drives stopped within ``watchdog_s`` (+ slack) of the kill."""
-    r = kill_run(bus, tmp_path)
+    """kill_run, checked: the drives stopped within ``watchdog_s`` (+ slack) of the kill. A run
+    that a stall of this shared machine ended before the kill (e.g. a following error) is not
+    what is tested: up to 3 attempts."""
+    for attempt in range(3):
+        try:
+            r = kill_run(bus, tmp_path)
+            break
+        except RuntimeError as e:
+            if "before the kill" not in str(e) or attempt == 2:
+                raise
     dt = r["kill_to_off_s"]
     assert dt is not None, r["after"]
     print(f"\n{bus}: SIGKILL -> no drive applies torque after {dt * 1e3:.1f} ms (watchdog {watchdog_s * 1e3:g} ms)")
