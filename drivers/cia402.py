@@ -274,11 +274,13 @@ class CiA402Drives(Drives):
     def _configure_watchdog(self, node) -> None:
         """Heartbeat consumer (0x1016 sub 1, through 0) and abort connection option (0x6007)."""
         if self.heartbeat_ms:
+            hint = "the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the drive-side watchdog"
             try:
-                self._upload(node, p.HEARTBEAT_CONSUMER_TIME, 0, "<B")
+                entries = self._upload(node, p.HEARTBEAT_CONSUMER_TIME, 0, "<B")
             except DriveError as e:
-                raise DriveError(f"{e}: the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs "
-                                 "without the drive-side watchdog") from None
+                raise DriveError(f"{e}: {hint}") from None
+            if entries < 1:
+                raise DriveError(f"node {node.id}: 0x1016 has {entries} consumer entries: {hint}")
             self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I", 0)
             self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I",
                            p.heartbeat_consumer_entry(self.master_node_id, self.consumer_timeout_ms))
