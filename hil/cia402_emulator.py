@@ -547,7 +547,8 @@ class CiA402Emulator:
                 "heartbeat_events": list(self.heartbeat_events),
                 "heartbeat_consumers": [None if c is None else {"producer": c[0], "ms": round(c[1] * 1e3)}
                                         for c in self.hb_consumer],
-                "abort_codes": list(self.abort_code),"injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
+                "abort_codes": list(self.abort_code),
+                "injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
                 "torque_off_event": self.torque_off_event,
                 "emulator_cycles": self.cycle + 1, "frames_rx": self.frames_rx, "frames_tx": self.frames_tx,
                 "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
