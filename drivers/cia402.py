@@ -274,7 +274,8 @@ class CiA402Drives(Drives):
     def _configure_watchdog(self, node) -> None:
         """Heartbeat consumer (0x1016 sub 1, through 0) and abort connection option (0x6007)."""
         if self.heartbeat_ms:
-            hint = "the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the drive-side watchdog"
+            hint = ("the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the "
+                    "drive-side watchdog")
             try:
                 entries = self._upload(node, p.HEARTBEAT_CONSUMER_TIME, 0, "<B")
             except DriveError as e:

@@ -86,7 +86,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
     priority = em_table.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 99:
-        raise UserError(f"{config.path}: [emulator], field 'priority': expected an integer in [0, 99], got {priority!r}")
+        raise UserError(f"{config.path}: [emulator], field 'priority': expected an integer in [0, 99], "
+                        f"got {priority!r}")
     config = dataclasses.replace(config, rate_hz=float(rate))
     options = {}
     if interface == "udp_multicast":

@@ -20,7 +20,8 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
                    help="can: CiA 402 drives emulated in another process, over python-can's udp_multicast; "
                         "serial: Dynamixel 2.0 servos emulated in another process, over a pseudo-terminal")
     p.add_argument("--interface", choices=("udp_multicast", "virtual"),
-                   help="CAN only: udp_multicast (default; emulator process) or virtual (emulator thread, in-process bus)")
+                   help="CAN only: udp_multicast (default; emulator process) or virtual (emulator thread, "
+                        "in-process bus)")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
     p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
