@@ -20,6 +20,16 @@ Units: SI at the actuator (m or rad, m/s or rad/s, N or N m). Drive units: posit
 increments (``increments_per_unit`` per m or rad), velocity in increments/s, torque in per mille
 of the rated torque or force (0x6076, stored in mN m or mN).
 
+Safety net for what no handler in this process can catch (SIGKILL, a crash, a pulled cable):
+pkrt produces the master's heartbeat (CiA 301: COB-ID 0x700 + ``master_node_id``, one byte,
+NMT state 0x05, every ``heartbeat_ms``) from the moment the bus is open, through python-can's
+periodic send task (a thread, or the kernel's broadcast manager on SocketCAN; either ends
+with the process). At configuration every drive gets a heartbeat consumer entry (0x1016 sub
+1 = master node id << 16 | ``consumer_timeout_ms``, written through 0 as CiA 301 asks) and
+the abort connection option code (0x6007 = ``abort_connection``: 3 quick stop, 2 disable
+voltage, 1 fault), so a drive that hears no heartbeat for the consumer time takes its torque
+off by itself and reports EMCY 0x8130. ``heartbeat_ms = 0`` turns the heartbeat off.
+
 Faults (each one a ``DriveError`` with the reason, torque off first): an EMCY frame, a drive
 leaving Operation enabled (Fault, Quick stop, ...), TPDOs missing after the SYNC for more than
 ``max_missed_cycles`` cycles in a row, an invalid feedback value (0x80000000), a python-can
@@ -60,7 +70,9 @@ class CiA402Drives(Drives):
     def __init__(self, node_ids: list[int], rated_torque: np.ndarray, increments_per_unit: np.ndarray,
                  rate_hz: float, interface: str = "socketcan", channel: str = "can0", bitrate: int = 1000000,
                  tpdo_timeout: float | None = None, max_missed_cycles: int = 1, sdo_timeout: float = 0.3,
-                 enable_timeout: float = 2.0):
+                 enable_timeout: float = 2.0, heartbeat_ms: int = 10, consumer_timeout_ms: int = 50,
+                 abort_connection: str = "quick-stop", master_node_id: int = 127,
+                 bus_options: dict | None = None):
         super().__init__(len(node_ids))
         self.node_ids = list(node_ids)
         self.rated_torque = np.asarray(rated_torque, float)  # N or N m (0x6076 / 1000)
@@ -71,9 +83,14 @@ class CiA402Drives(Drives):
         self.max_missed_cycles = int(max_missed_cycles)
         self.sdo_timeout = float(sdo_timeout)
         self.enable_timeout = float(enable_timeout)
+        self.heartbeat_ms = int(heartbeat_ms)  # master heartbeat period (ms), 0 = no heartbeat
+        self.consumer_timeout_ms = int(consumer_timeout_ms)  # each drive's consumer time (ms)
+        self.abort_connection = abort_connection  # a key of p.ABORT_CODES (0x6007)
+        self.master_node_id = int(master_node_id)
+        self.bus_options = dict(bus_options or {})  # more keyword arguments for can.Bus
         s = self.n_axes
-        self.bus_load = (_frame_bits(0) + s * (_frame_bits(4) + _frame_bits(6) + _frame_bits(4))) \
-            * rate_hz / self.bitrate
+        self.bus_load = ((_frame_bits(0) + s * (_frame_bits(4) + _frame_bits(6) + _frame_bits(4))) * rate_hz
+                         + (_frame_bits(1) * 1000.0 / self.heartbeat_ms if self.heartbeat_ms else 0.0)) / self.bitrate
         # precomputed scalings and per-cycle state (nothing allocated per cycle)
         self._permille_per_si = 1000.0 / self.rated_torque
         self._si_per_increment = 1.0 / self.increments
@@ -99,6 +116,7 @@ class CiA402Drives(Drives):
         self._rpdo = [can.Message(arbitration_id=p.RPDO_BASE[0] + n, data=bytearray(4), is_extended_id=False)
                       for n in self.node_ids]
         self._bus: can.BusABC | None = None
+        self._heartbeat: can.broadcastmanager.CyclicSendTaskABC | None = None
         self._network: canopen.Network | None = None
         self._nodes: list[canopen.RemoteNode] = []
         self._cyclic = False  # configured and enabled: the cyclic path owns the bus
@@ -107,7 +125,16 @@ class CiA402Drives(Drives):
     # -- construction from a machine configuration ------------------------------------------------
     def describe(self) -> dict:
         return {"backend": self.backend, "interface": self.interface, "channel": self.channel,
-                "bitrate": self.bitrate, "node_ids": self.node_ids, "bus_load": self.bus_load}
+                "bitrate": self.bitrate, "node_ids": self.node_ids, "bus_load": self.bus_load,
+                "bus_options": self.bus_options, "drive_watchdog": self.watchdog_text()}
+
+    def watchdog_text(self) -> str:
+        """The drive-side safety net in use, one line (for the run summary and log header)."""
+        action = f"abort connection 0x6007 = {p.ABORT_CODES[self.abort_connection]} ({self.abort_connection})"
+        if not self.heartbeat_ms:
+            return f"heartbeat off (heartbeat_ms = 0): drives do not notice a lost master; {action} on bus-off"
+        return (f"master heartbeat 0x{p.HEARTBEAT_BASE + self.master_node_id:03X} every {self.heartbeat_ms} ms, "
+                f"drive consumer time 0x1016 = {self.consumer_timeout_ms} ms, {action}")
 
     @classmethod
     def from_config(cls, config, overrides: dict) -> "CiA402Drives":
@@ -149,13 +176,33 @@ class CiA402Drives(Drives):
         if not isinstance(channel, (str, int)) or isinstance(channel, bool):
             raise DriveConfigError(f"{where} 'channel': expected a string, got {channel!r}")
         period = 1.0 / config.rate_hz
+        heartbeat = number("heartbeat_ms", 10, 0, 0xFFFF, integer=True)
+        consumer = number("consumer_timeout_ms", 50, 1, 0xFFFF, integer=True)
+        if heartbeat and consumer < 2 * heartbeat:
+            raise DriveConfigError(f"{where} 'consumer_timeout_ms': {consumer} ms is less than twice heartbeat_ms "
+                                   f"= {heartbeat} ms (a drive must tolerate one late heartbeat)")
+        master = number("master_node_id", 127, 1, 127, integer=True)
+        if master in ids:
+            raise DriveConfigError(f"{where} 'master_node_id': {master} is also a drive's node id (node_ids {ids})")
+        abort = d.get("abort_connection", "quick-stop")
+        if abort not in p.ABORT_CODES:
+            raise DriveConfigError(f"{where} 'abort_connection': expected one of {', '.join(map(repr, p.ABORT_CODES))},"
+                                   f" got {abort!r}")
+        options = d.get("bus_options", {})
+        if not isinstance(options, dict) or not all(
+                isinstance(v, (str, int, float, bool)) and k not in ("interface", "channel", "bitrate")
+                for k, v in options.items()):
+            raise DriveConfigError(f"{where} 'bus_options': expected a table of python-can bus settings (other than "
+                                   f"interface, channel, bitrate), got {options!r}")
         drives = cls(ids, per_axis("rated_torque"), per_axis("increments_per_unit"), config.rate_hz,
                      interface=interface, channel=channel,
                      bitrate=number("bitrate", 1000000, 10000, 1000000, integer=True),
                      tpdo_timeout=number("tpdo_timeout", 0.5 * period, 1e-5, 0.95 * period),
                      max_missed_cycles=number("max_missed_cycles", 1, 0, 2, integer=True),
                      sdo_timeout=number("sdo_timeout", 0.3, 0.001, 10.0),
-                     enable_timeout=number("enable_timeout", 2.0, 0.01, 60.0))
+                     enable_timeout=number("enable_timeout", 2.0, 0.01, 60.0),
+                     heartbeat_ms=heartbeat, consumer_timeout_ms=consumer, abort_connection=abort,
+                     master_node_id=master, bus_options=options)
         if drives.bus_load > 1.0:
             raise DriveConfigError(f"{where} 'bitrate': {s} drives at {config.rate_hz:g} Hz need "
                                    f"{drives.bus_load:.0%} of {drives.bitrate} bit/s")
@@ -166,7 +213,8 @@ class CiA402Drives(Drives):
         try:
             # no acceptance filters: python-can's software filtering (virtual and others) would
             # also drop error frames, and unknown COB-IDs cost one dict lookup
-            self._bus = can.Bus(interface=self.interface, channel=self.channel, bitrate=self.bitrate)
+            self._bus = can.Bus(interface=self.interface, channel=self.channel, bitrate=self.bitrate,
+                                **self.bus_options)
         except (can.CanError, OSError, ValueError, ImportError, TypeError) as e:
             raise DriveError(f"cannot open CAN interface {self.interface!r} channel {self.channel!r}: {e}") from None
         try:
@@ -178,6 +226,7 @@ class CiA402Drives(Drives):
             self._bus = None
             raise DriveError(f"CAN interface {self.interface!r} channel {self.channel!r} is in the error state "
                              "(bus-off): check wiring, termination and bitrate")
+        self._start_heartbeat()
         self._network = canopen.Network(self._bus)
         self._network.notifier = can.Notifier(self._bus, self._network.listeners, 0.05)
         for n in self.node_ids:
@@ -204,9 +253,39 @@ class CiA402Drives(Drives):
             raise DriveError(f"node {n}: mode of operation display 0x6061 = {mode}, expected 10 (cyclic "
                              "synchronous torque)")
         self._download(node, p.TARGET_TORQUE, 0, "<h", 0)
+        self._configure_watchdog(node)
         self._map_pdo(node, 0x1400, 0x1600, p.RPDO_BASE[0] + n, 0xFF, (p.MAP_CONTROLWORD, p.MAP_TARGET_TORQUE))
         self._map_pdo(node, 0x1800, 0x1A00, p.TPDO_BASE[0] + n, 1, (p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL))
         self._map_pdo(node, 0x1801, 0x1A01, p.TPDO_BASE[1] + n, 1, (p.MAP_VELOCITY_ACTUAL,))
+
+    def _start_heartbeat(self) -> None:
+        """The master's heartbeat, every ``heartbeat_ms`` until the bus closes or the process
+        ends (python-can's periodic send task; the first frame at once)."""
+        if not self.heartbeat_ms:
+            return
+        msg = can.Message(arbitration_id=p.HEARTBEAT_BASE + self.master_node_id, data=p.heartbeat(),
+                          is_extended_id=False)
+        try:
+            self._bus.send(msg, 0.01)
+            self._heartbeat = self._bus.send_periodic(msg, self.heartbeat_ms / 1000.0)
+        except (can.CanError, OSError, ValueError, NotImplementedError) as e:
+            raise DriveError(f"CAN interface {self.interface!r}: cannot send the master heartbeat: {e}") from None
+
+    def _configure_watchdog(self, node) -> None:
+        """Heartbeat consumer (0x1016 sub 1, through 0) and abort connection option (0x6007)."""
+        if self.heartbeat_ms:
+            hint = ("the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the "
+                    "drive-side watchdog")
+            try:
+                entries = self._upload(node, p.HEARTBEAT_CONSUMER_TIME, 0, "<B")
+            except DriveError as e:
+                raise DriveError(f"{e}: {hint}") from None
+            if entries < 1:
+                raise DriveError(f"node {node.id}: 0x1016 has {entries} consumer entries: {hint}")
+            self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I", 0)
+            self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I",
+                           p.heartbeat_consumer_entry(self.master_node_id, self.consumer_timeout_ms))
+        self._download(node, p.ABORT_CONNECTION_OPTION, 0, "<h", p.ABORT_CODES[self.abort_connection])
 
     def _map_pdo(self, node, comm: int, mapping: int, cob_id: int, trans_type: int, entries) -> None:
         """CiA 301 PDO (re)mapping: invalidate, transmission type, entries, count, validate."""
@@ -287,6 +366,9 @@ class CiA402Drives(Drives):
         except (can.CanError, OSError, ValueError):
             pass  # the bus is gone: nothing more to tell the drives
         finally:
+            if self._heartbeat is not None:  # the drives, now disabled, will see a heartbeat event
+                self._heartbeat.stop()
+                self._heartbeat = None
             if self._network is not None and self._network.notifier is not None:
                 self._network.notifier.stop()
             self._bus.shutdown()

@@ -27,6 +27,15 @@ NMT_PRE_OPERATIONAL = 0x80
 NMT_RESET_NODE = 0x81
 NMT_RESET_COMMUNICATION = 0x82
 
+# NMT states as a heartbeat frame (COB-ID 0x700 + node id, 1 byte) reports them (CiA 301 7.2.8.3.2)
+NMT_STATE_BOOT_UP = 0x00
+NMT_STATE_STOPPED = 0x04
+NMT_STATE_OPERATIONAL = 0x05
+NMT_STATE_PRE_OPERATIONAL = 0x7F
+HEARTBEAT_CONSUMER_TIME = 0x1016  # sub 1..n: u32 = node id << 16 | consumer time in ms
+PRODUCER_HEARTBEAT_TIME = 0x1017  # u16, ms
+EMCY_HEARTBEAT = 0x8130  # life guard or heartbeat error
+
 PDO_COB_ID_INVALID = 0x80000000  # bit 31 of the COB-ID entry (sub-index 1): PDO not valid
 
 # -- CiA 402 objects -----------------------------------------------------------------------------
@@ -40,8 +49,15 @@ TARGET_TORQUE = 0x6071
 MAX_TORQUE = 0x6072
 RATED_TORQUE = 0x6076
 TORQUE_ACTUAL = 0x6077
-ABORT_CONNECTION_OPTION = 0x6007
+ABORT_CONNECTION_OPTION = 0x6007  # i16: action on a heartbeat event, bus-off, NMT stop/reset
 MODE_CST = 10  # cyclic synchronous torque mode
+
+# abort connection option codes (0x6007, CiA 402): what a drive does when the connection to
+# its master is lost (heartbeat event, bus-off, ...); 0 = no action, < 0 manufacturer-specific
+ABORT_FAULT = 1  # fault signal: Fault reaction active -> Fault
+ABORT_DISABLE_VOLTAGE = 2  # disable voltage command: Switch on disabled (torque off at once)
+ABORT_QUICK_STOP = 3  # quick stop command: Quick stop active -> Switch on disabled
+ABORT_CODES = {"fault": ABORT_FAULT, "disable-voltage": ABORT_DISABLE_VOLTAGE, "quick-stop": ABORT_QUICK_STOP}
 
 # controlword commands (CiA 402, table "device control commands")
 CW_DISABLE_VOLTAGE = 0x0000
@@ -158,6 +174,24 @@ def decode_controlword(cw: int, previous: int) -> Command:
     if not cw & 0x08:
         return Command.SWITCH_ON  # 0xxx 0111
     return Command.ENABLE_OPERATION  # 0xxx 1111
+
+
+def heartbeat(state: int = NMT_STATE_OPERATIONAL) -> bytes:
+    """A heartbeat frame payload (COB-ID 0x700 + producer node id): the producer's NMT state."""
+    return bytes((state,))
+
+
+def heartbeat_consumer_entry(producer: int, time_ms: int) -> int:
+    """A heartbeat consumer time entry (0x1016 sub 1..n, u32): bits 23..16 the producer's node
+    id, bits 15..0 the consumer time in ms (0: entry not used); bits 31..24 reserved (0)."""
+    if not 0 <= producer <= 0x7F or not 0 <= time_ms <= 0xFFFF:
+        raise ValueError(f"heartbeat consumer entry: node id {producer} or time {time_ms} ms out of range")
+    return producer << 16 | time_ms
+
+
+def decode_heartbeat_consumer_entry(entry: int) -> tuple[int, int]:
+    """(producer node id, consumer time in ms) of a 0x1016 entry."""
+    return entry >> 16 & 0xFF, entry & 0xFFFF
 
 
 # -- EMCY (CiA 301 7.2.7) -------------------------------------------------------------------------

@@ -18,6 +18,13 @@ beyond ``max_velocity``). A fault takes torque off (Sync Write of Torque Enable 
 Current 0) before ``DriveError`` is raised. Timeouts, CRC errors, late answers and retries
 are counted in ``stats``.
 
+Safety net for what no handler in this process can catch (SIGKILL, a crash, a pulled cable):
+the Bus Watchdog (address 98, 1 byte, units of 20 ms, 0 = off; firmware v38+) of every servo is
+set to ``bus_watchdog_ms`` just before torque on: a servo with torque on that receives no
+instruction packet for that long stops by itself, its Bus Watchdog reads -1 (0xFF) and its Goal
+values are read-only until 98 is written 0. Configure clears an error left by an earlier run
+(reported in ``info()``), disable writes 0 after torque off.
+
 Units (the ``[drives]`` table): ``current_unit`` A per LSB, ``torque_constant`` N m/A,
 ``position_resolution`` pulses per motor revolution, ``velocity_unit`` rev/min per LSB,
 ``lead`` m per motor revolution for a linear axis driven through a screw or belt (0: a rotary
@@ -46,6 +53,9 @@ ADDR_OPERATING_MODE = 11
 ADDR_CURRENT_LIMIT = 38
 ADDR_TORQUE_ENABLE = 64
 ADDR_HARDWARE_ERROR = 70
+ADDR_BUS_WATCHDOG = 98  # 1 byte: 0 off / clear error, 1..127 x 20 ms, 0xFF (-1) watchdog error
+BUS_WATCHDOG_UNIT_MS = 20
+BUS_WATCHDOG_ERROR = 0xFF
 ADDR_GOAL_CURRENT = 102
 ADDR_REALTIME_TICK = 120
 ADDR_PRESENT_CURRENT = 126
@@ -87,6 +97,12 @@ class DynamixelSettings:
     max_velocity: tuple[float, ...]  # m/s or rad/s, beyond: implausible feedback
     low_latency: bool
     rs485: bool
+    bus_watchdog_ms: int = 60  # Bus Watchdog while torque is on (ms, a multiple of 20; 0 = off)
+
+    @property
+    def bus_watchdog_units(self) -> int:
+        """The Bus Watchdog register value (units of 20 ms)."""
+        return self.bus_watchdog_ms // BUS_WATCHDOG_UNIT_MS
 
     def scale(self, i: int) -> float:
         """Actuator units (m or rad) per motor revolution of axis i."""
@@ -159,6 +175,14 @@ def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
     for key in ("low_latency", "rs485"):
         if not isinstance(d.get(key, False), bool):
             raise bad(key, "true or false")
+    wd = d.get("bus_watchdog_ms", 60)
+    if (isinstance(wd, bool) or not isinstance(wd, int) or wd % BUS_WATCHDOG_UNIT_MS
+            or not 0 <= wd <= 127 * BUS_WATCHDOG_UNIT_MS):
+        raise bad("bus_watchdog_ms", f"0 (off) or a multiple of {BUS_WATCHDOG_UNIT_MS} ms up to "
+                  f"{127 * BUS_WATCHDOG_UNIT_MS}")
+    if wd and wd < 2e3 * period:
+        raise DriveConfigError(f"{where} 'bus_watchdog_ms': {wd} ms is less than two loop periods "
+                               f"({2e3 * period:g} ms at {config.rate_hz:g} Hz): the servos would stop in a normal run")
     vmax_default = list(10.0 * config.limits.velocity)
     return DynamixelSettings(
         port=port, baudrate=baud, ids=tuple(ids),
@@ -174,7 +198,7 @@ def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
         timeout=float(timeout), retries=ints["retries"], fail_cycles=ints["fail_cycles"],
         position_margin=float(margin),
         max_velocity=per_axis("max_velocity", vmax_default),
-        low_latency=bool(d.get("low_latency", True)), rs485=bool(d.get("rs485", False)))
+        low_latency=bool(d.get("low_latency", True)), rs485=bool(d.get("rs485", False)), bus_watchdog_ms=wd)
 
 
 class DynamixelDrives(Drives):
@@ -217,6 +241,9 @@ class DynamixelDrives(Drives):
         # preallocated Sync Write of Goal Current: header(4) id len(2) inst addr(2) n(2) {id lo hi}*s crc(2)
         self._goal = bytearray(dxp.sync_write(ADDR_GOAL_CURRENT, 2, [(i, b"\0\0") for i in st.ids]))
         self._torque_off = dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in st.ids])
+        self._watchdog_off = dxp.sync_write(ADDR_BUS_WATCHDOG, 1, [(i, b"\0") for i in st.ids])
+        self.watchdog_cleared: list[int] = []  # servos found with a Bus Watchdog error at configure
+        self._last_tx = 0.0  # time.perf_counter() of the last packet sent
         self._goal_fmt = "<" + "Bh" * s
         self._goal_args = [0] * (2 * s)
         for i, dxl_id in enumerate(st.ids):
@@ -234,6 +261,7 @@ class DynamixelDrives(Drives):
             self.ser.write(pkt)
         except (serial.SerialException, OSError) as e:
             raise DriveError(f"serial write on {self.settings.port} failed: {e}") from None
+        self._last_tx = time.perf_counter()
         self.stats["tx_bytes"] += len(pkt)
 
     def _flush_input(self) -> None:
@@ -359,6 +387,7 @@ class DynamixelDrives(Drives):
     def _do_configure(self) -> None:
         if self.ser is None:
             self._open()
+        self.watchdog_cleared = []
         for i, dxl_id in enumerate(self.settings.ids):
             model = self.transact(dxl_id, dxp.ping(dxl_id), 3, "ping")
             self.models[dxl_id] = model[0] | (model[1] << 8)
@@ -375,6 +404,7 @@ class DynamixelDrives(Drives):
             lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
                                                     "current limit read"))[0]
             self._limit[i] = min(self.settings.current_limit[i], lim)
+            self._clear_watchdog(dxl_id)
         for _ in range(self.settings.fail_cycles):  # feedback holds the machine's position from here on
             if self._read(0.0).fresh:
                 break
@@ -383,9 +413,27 @@ class DynamixelDrives(Drives):
         self.stats["cycles"] = 0
         self._fail_run = self._late_hist = 0
 
+    def _clear_watchdog(self, dxl_id: int) -> None:
+        """Bus Watchdog off; a watchdog error left by an earlier run (Goal values read-only) is
+        cleared and reported."""
+        if not self.settings.bus_watchdog_ms:
+            return
+        try:
+            wd = self.transact(dxl_id, dxp.read(dxl_id, ADDR_BUS_WATCHDOG, 1), 1, "bus watchdog read")[0]
+        except DriveError as e:
+            raise DriveError(f"{e} (the Bus Watchdog, address 98, needs firmware v38 or later; bus_watchdog_ms = 0 "
+                             "in [drives] runs without it)") from None
+        if wd:
+            if wd == BUS_WATCHDOG_ERROR:
+                self.watchdog_cleared.append(dxl_id)
+            self.transact(dxl_id, dxp.write(dxl_id, ADDR_BUS_WATCHDOG, b"\0"), 0, "bus watchdog clear")
+
     def _do_enable(self) -> None:
         self._send_goal_zero()  # with torque still off
+        units = bytes((self.settings.bus_watchdog_units,))
         for dxl_id in self.settings.ids:
+            if units[0]:  # armed first: it watches from the moment torque is on
+                self.transact(dxl_id, dxp.write(dxl_id, ADDR_BUS_WATCHDOG, units), 0, "bus watchdog write")
             self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\x01"), 0, "torque enable")
         self._fail_run = self._late_hist = 0
 
@@ -395,14 +443,16 @@ class DynamixelDrives(Drives):
         self._send(self._pack_goal())
 
     def _do_disable(self) -> None:
-        """Torque Enable 0 on every servo, then Goal Current 0: two broadcast Sync Writes, no
-        answers awaited (fast; a failing port is reported by ``disable``)."""
+        """Torque Enable 0 on every servo, then Goal Current 0, then Bus Watchdog 0: broadcast
+        Sync Writes, no answers awaited (fast; a failing port is reported by ``disable``)."""
         if self.ser is None:
             return
         try:
             self._send(self._torque_off)
         finally:
             self._send_goal_zero()
+            if self.settings.bus_watchdog_ms:
+                self._send(self._watchdog_off)
 
     def _do_close(self) -> None:
         if self.ser is not None:
@@ -427,6 +477,10 @@ class DynamixelDrives(Drives):
     def _read(self, t: float):
         fb = self.feedback
         st = self.settings
+        silent = time.perf_counter() - self._last_tx
+        if self.torque_on and st.bus_watchdog_ms and silent > 1e-3 * st.bus_watchdog_ms:
+            raise DriveError(f"servos on {st.port}: nothing sent for {silent * 1e3:.0f} ms, longer than their Bus "
+                             f"Watchdog ({st.bus_watchdog_ms} ms): they have stopped themselves (this process stalled)")
         self.stats["cycles"] += 1
         # answers still arriving for an earlier cycle's request: the line delivers late
         late = self._drain()
@@ -547,12 +601,22 @@ class DynamixelDrives(Drives):
         return buf
 
     def describe(self) -> dict:
-        return {"backend": self.backend, **self.info()}
+        return {"backend": self.backend, **self.info(), "drive_watchdog": self.watchdog_text()}
+
+    def watchdog_text(self) -> str:
+        """The drive-side safety net in use, one line (for the run summary and log header)."""
+        ms = self.settings.bus_watchdog_ms
+        if not ms:
+            return "Bus Watchdog off (bus_watchdog_ms = 0): servos do not notice a lost master"
+        return (f"Bus Watchdog (address 98) = {self.settings.bus_watchdog_units} x 20 ms = {ms} ms while torque is on"
+                + (f"; cleared a watchdog error left on servo(s) {self.watchdog_cleared}" if self.watchdog_cleared
+                   else ""))
 
     def info(self) -> dict:
         """Port, settings applied and counters, for reports."""
         return dict(port=self.settings.port, baudrate=self.settings.baudrate, ids=list(self.settings.ids),
                     models=dict(self.models), low_latency=self.low_latency, current_limit=list(self._limit),
+                    bus_watchdog_ms=self.settings.bus_watchdog_ms, watchdog_cleared=list(self.watchdog_cleared),
                     **self.stats)
 
 

@@ -1,5 +1,14 @@
-"""CAN hardware-in-the-loop: the Orthoglide demo in real time through the real CiA 402 driver,
-python-can's virtual bus and the CiA 402 drive emulator (a thread) driving the simulated plant.
+"""CAN hardware-in-the-loop: the Orthoglide demo in real time through the real CiA 402 driver
+and the CiA 402 drive emulator driving the simulated plant, either in a process of its own over
+python-can's ``udp_multicast`` interface (``interface="udp_multicast"``, what ``pkrt hil --bus
+can`` does: the drives are another device, as on a real bus) or as a thread of this process on
+python-can's in-process ``virtual`` bus (unit tests).
+
+udp_multicast carries each frame as one UDP datagram to a multicast group and port; every bus
+bound to that port on the host hears it, except the sender (it does not see its own frames, as
+a CAN controller without loopback). Each run takes a group and a free port of its own, so
+concurrent runs (tests) do not hear each other. No arbitration or bus timing is emulated: frames
+arrive in sending order, one datagram each.
 
 Cycle numbers in the result are loop cycles (``run_session``'s k). The emulator counts SYNCs;
 every SYNC is mapped back to the loop cycle that sent it (the loop skips cycles after an
@@ -11,29 +20,63 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
+import socket
+import sys
 import time
 
 import numpy as np
 
 from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.rt.config import load_machine
-from pkrt.rt.errors import UserError
+from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
 
-from .cia402_emulator import FAULT_KINDS, CiA402Emulator
+from .process import EmulatorProcess
 
+FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
+INTERFACES = ("udp_multicast", "virtual")
 _channels = itertools.count()
 
 
+def udp_channel() -> tuple[str, int]:
+    """A multicast group and a free UDP port for one run: a udp_multicast bus hears every
+    datagram sent to its port on the host, so concurrent runs need ports of their own."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    pid = os.getpid()
+    return f"239.{pid >> 8 & 0xFF}.{pid & 0xFF}.{next(_channels) % 254 + 1}", port
+
+
+class CanEmulatorProcess(EmulatorProcess):
+    """``python -m pkrt.hil.cia402_emulator`` on a bus that crosses processes."""
+
+    def __init__(self, machine_path: str, rate_hz: float, interface: str, channel: str, bus_options: dict,
+                 fault: str | None = None, theta0=None, priority: int = 0):
+        cmd = [sys.executable, "-m", "pkrt.hil.cia402_emulator", "--machine", machine_path, "--rate",
+               repr(float(rate_hz)), "--interface", interface, "--channel", channel,
+               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority))]
+        if fault is not None:
+            cmd += ["--fault", fault]
+        if theta0 is not None:
+            cmd.append("--theta0=" + ",".join(repr(float(x)) for x in theta0))
+        super().__init__(cmd, "CiA 402 emulator")
+
+
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
-                rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None) -> dict:
+                rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
+                interface: str = "virtual") -> dict:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return run_session's summary plus ``injected_cycle``, the emulator's
-    ``torque_off_cycle`` and HIL figures (bus load, emulator response time, frames, late TPDOs)."""
+    ``torque_off_cycle`` and HIL figures (bus load, emulator response time, frames, late TPDOs).
+    ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread)."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
+    if interface not in INTERFACES:
+        raise UserError(f"CAN HIL interface {interface!r}: expected one of {', '.join(INTERFACES)}")
     config = load_machine(machine)
     if config.drives.get("backend") != "cia402":
         raise UserError(f"{config.path}: [drives] backend is {config.drives.get('backend')!r}, not 'cia402'")
@@ -41,18 +84,33 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     rate = rate_hz if rate_hz is not None else em_table.get("rate_hz", config.rate_hz)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1.0 <= rate <= 100000.0:
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
+    priority = em_table.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 99:
+        raise UserError(f"{config.path}: [emulator], field 'priority': expected an integer in [0, 99], "
+                        f"got {priority!r}")
     config = dataclasses.replace(config, rate_hz=float(rate))
+    options = {}
+    if interface == "udp_multicast":
+        channel, port = udp_channel() if channel is None else (channel, udp_channel()[1])
+        options = {"port": port}
     channel = channel or f"pkrt-hil-{os.getpid()}-{next(_channels)}"
     tree = load_controller_tree(config)
     plan = plan_trajectory(config, tree, None, duration)
-    overrides = {"interface": "virtual", "channel": channel}
+    overrides = {"interface": interface, "channel": channel, "bus_options": options}
     if isinstance(em_table.get("tpdo_timeout"), (int, float)):
         overrides["tpdo_timeout"] = min(em_table["tpdo_timeout"], 0.75 / config.rate_hz)
     if "max_missed_cycles" in em_table:
         overrides["max_missed_cycles"] = em_table["max_missed_cycles"]
     drives = CiA402Drives.from_config(config, overrides)
-    emulator = CiA402Emulator.from_config(config, channel, fault=fault)
-    emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
+    if interface == "virtual":
+        from .cia402_emulator import CiA402Emulator
+
+        emulator = CiA402Emulator.from_config(config, channel, fault=fault)
+        emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
+        emulator.start()
+    else:
+        emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface, channel, options,
+                                      fault, plan.pos[0], priority)
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
 
@@ -61,14 +119,16 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         if j < sync_cycle.shape[0]:
             sync_cycle[j] = k
 
-    emulator.start()
     try:
         summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path)
     finally:
         drives.close()
         time.sleep(0.02)  # let the emulator take the last frames
-        emulator.stop()
-    em = emulator.report()
+        em = emulator.stop()
+    if interface == "virtual":
+        em = emulator.report()
+    elif not em:
+        raise Fault(f"CiA 402 emulator process ended without its report (exit code {emulator.proc.returncode})")
 
     def loop_cycle(sync_index: int | None) -> int | None:
         if sync_index is None:
@@ -86,10 +146,12 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         "bus": "can", "fault_kind": fault,
         "injected_cycle": loop_cycle(em["injected_cycle"]),
         "torque_off_cycle": off,
-        "hil": {"interface": "virtual", "channel": channel, "bus_load": drives.bus_load,
+        "hil": {"interface": interface, "channel": channel, "bus_options": options, "bus_load": drives.bus_load,
+                "emulator_process": interface != "virtual", "drive_watchdog": drives.watchdog_text(),
+                "heartbeat_events": em.get("heartbeat_events"),
                 "late_frames": drives.late_frames, "syncs": drives.cycle + 1,
                 "emulator_cycles": em["emulator_cycles"], "emulator_frames_rx": em["frames_rx"],
                 "emulator_frames_tx": em["frames_tx"], "emulator_response_us": em["emulator_response_us"],
-                "drive_states": em["drive_states"], "emulator_error": em["emulator_error"]},
+                "drive_states": em.get("drive_states"), "emulator_error": em.get("emulator_error")},
     })
     return summary

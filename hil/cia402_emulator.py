@@ -12,6 +12,17 @@ SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last tar
 then sends each node's TPDOs (statusword + position actual, velocity actual). Cycle k is the
 k-th SYNC received (0-based).
 
+Heartbeat consumer (CiA 301 7.2.8.3.2, object 0x1016 sub 1: producer node id << 16 | time in
+ms): monitoring of a producer starts with its first heartbeat after the entry is written; no
+heartbeat for the consumer time is a heartbeat event: EMCY 0x8130 (life guard or heartbeat
+error, error register 0x11), the NMT state falls back to Pre-operational (0x1029 default
+behaviour) and a drive in Operation enabled carries out its abort connection option code
+(0x6007, CiA 402): 1 fault (Fault reaction active -> Fault), 2 disable voltage (Switch on
+disabled), 3 quick stop (Quick stop active, torque ramped to zero at once in this torque mode,
+then Switch on disabled), 0 nothing. Monitoring resumes with the producer's next heartbeat.
+The same code is the drive's reaction to bus-off. The time each drive leaves Operation enabled
+is recorded on ``time.monotonic()`` (``torque_off_at``, comparable across processes).
+
 Fault injection (``fault``, from cycle ``inject_cycle`` on):
   drop         TPDOs of the first drive are lost (never sent).
   delay        TPDOs back up like a transmit queue behind higher-priority traffic: those of the
@@ -26,7 +37,7 @@ Fault injection (``fault``, from cycle ``inject_cycle`` on):
                CAN_ERR_BUSOFF = 0x040, DLC 8), then no frame passes either way. The virtual bus has
                no controller state, so this is how python-can's ``virtual`` interface can show it.
                Every drive, itself off the bus, reacts per its abort connection option code
-               (0x6007 = 2, disable voltage): torque off at once.
+               (0x6007, as the master configured it): torque off at once.
   sever        the cable is cut: the emulator neither receives nor sends. Each drive's own SYNC
                watchdog (``sync_timeout_cycles`` periods without SYNC) takes its torque off.
   nan          the first drive's position and velocity actual values become 0x80000000 (its
@@ -39,9 +50,14 @@ Units: SI at the plant (m or rad, N or N m), drive units on the bus.
 
 from __future__ import annotations
 
+import argparse
 import heapq
+import json
 import math
+import os
+import signal
 import struct
+import sys
 import threading
 import time
 
@@ -50,11 +66,14 @@ import canopen
 import numpy as np
 from canopen import objectdictionary as od
 from canopen.objectdictionary import datatypes as dt
+from canopen.sdo import SdoAbortedError
 
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
+from pkrt.rt.errors import UserError
 
-FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")
+from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
+
 S = p.State
 
 
@@ -82,6 +101,10 @@ def build_object_dictionary(node_id: int, rated_mnm: int) -> od.ObjectDictionary
               _var("Rated torque", p.RATED_TORQUE, 0, dt.UNSIGNED32, "ro", rated_mnm),
               _var("Torque actual value", p.TORQUE_ACTUAL, 0, dt.INTEGER16, "ro", 0)):
         d.add_object(v)
+    hb = od.ODRecord("Consumer heartbeat time", p.HEARTBEAT_CONSUMER_TIME)
+    hb.add_member(_var("Highest sub-index", p.HEARTBEAT_CONSUMER_TIME, 0, dt.UNSIGNED8, "ro", 1))
+    hb.add_member(_var("Consumer heartbeat time 1", p.HEARTBEAT_CONSUMER_TIME, 1, dt.UNSIGNED32, "rw", 0))
+    d.add_object(hb)
     pdos = ((0x1400, 0x1600, p.RPDO_BASE[0] + node_id, 0xFF), (0x1800, 0x1A00, p.TPDO_BASE[0] + node_id, 1),
             (0x1801, 0x1A01, p.TPDO_BASE[1] + node_id | p.PDO_COB_ID_INVALID, 1))
     for comm, mapping, cob_id, trans in pdos:
@@ -109,7 +132,8 @@ class CiA402Emulator:
 
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
-                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.7):
+                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.7,
+                 bus_options: dict | None = None):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")
         self.plant = plant
@@ -122,7 +146,7 @@ class CiA402Emulator:
         self.inject_cycle = inject_cycle
         self.sync_timeout = sync_timeout_cycles * self.period
         self.delay = delay_cycles * self.period
-        self.bus = can.Bus(interface=interface, channel=channel)
+        self.bus = can.Bus(interface=interface, channel=channel, **(bus_options or {}))
         self.network = canopen.Network(self.bus)
         self.nodes: list[canopen.LocalNode] = []
         for i, n in enumerate(self.node_ids):
@@ -140,6 +164,11 @@ class CiA402Emulator:
         self.tau = np.zeros(s)  # applied this period, N or N m
         self.off_event: list[tuple[int, int] | None] = [None] * s  # (SYNC index, periods after it)
         self.ever_enabled = [False] * s
+        self.off_at: list[float | None] = [None] * s  # time.monotonic() of leaving Operation enabled
+        self.abort_code = [p.ABORT_DISABLE_VOLTAGE] * s  # 0x6007 (the dictionary's default)
+        self.hb_consumer: list[tuple[int, float] | None] = [None] * s  # (producer id, consumer time s)
+        self.hb_last: list[float | None] = [None] * s  # monotonic time of the last heartbeat; None: not armed
+        self.heartbeat_events: list[dict] = []
         self._rx_layout: dict[int, tuple[int, struct.Struct, tuple]] = {}
         self._tx_layout: list[list[tuple[int, struct.Struct, tuple]]] = [[] for _ in range(s)]
         # cycle bookkeeping and figures
@@ -159,7 +188,7 @@ class CiA402Emulator:
 
     @classmethod
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
-                    plant=None) -> "CiA402Emulator":
+                    plant=None, bus_options: dict | None = None) -> "CiA402Emulator":
         """The emulator of a machine configuration: ``[drives]`` (node ids, scaling) and
         ``[emulator]`` (plant, ``inject_after`` s, ``sync_timeout_cycles``, ``delay_cycles``)."""
         from pkrt.drivers.cia402 import CiA402Drives
@@ -179,7 +208,7 @@ class CiA402Emulator:
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(inject * config.rate_hz)) if fault else None,
-                   num("sync_timeout_cycles", 3.5, 1.0, 1000.0), num("delay_cycles", 0.7, 0.0, 1000.0))
+                   num("sync_timeout_cycles", 3.5, 1.0, 1e9), num("delay_cycles", 0.7, 0.0, 1000.0), bus_options)
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):
@@ -205,6 +234,15 @@ class CiA402Emulator:
                 self.mode[i] = struct.unpack("<b", data)[0]
             elif index == p.TARGET_TORQUE:
                 self.target[i] = struct.unpack("<h", data)[0]
+            elif index == p.ABORT_CONNECTION_OPTION:
+                code = struct.unpack("<h", data)[0]
+                if not 0 <= code <= p.ABORT_QUICK_STOP:
+                    raise SdoAbortedError(0x06090030)  # value range of parameter exceeded
+                self.abort_code[i] = code
+            elif index == p.HEARTBEAT_CONSUMER_TIME and subindex == 1:
+                producer, ms = p.decode_heartbeat_consumer_entry(struct.unpack("<I", data)[0])
+                self.hb_consumer[i] = (producer, ms / 1000.0) if ms and producer else None
+                self.hb_last[i] = None  # armed by the producer's next heartbeat
         return cb
 
     def _counts(self, x: float, i: int) -> int:
@@ -253,6 +291,7 @@ class CiA402Emulator:
             self.ever_enabled[i] = True
         elif old is S.OPERATION_ENABLED and new is not S.OPERATION_ENABLED:
             self.off_event[i] = (max(self.cycle, 0), later)
+            self.off_at[i] = time.monotonic()
             self.target[i] = 0.0
 
     # -- PDO mapping -------------------------------------------------------------------------------
@@ -313,12 +352,16 @@ class CiA402Emulator:
                     timeout = max(0.0, min(timeout, self.last_sync + self.sync_timeout - time.perf_counter()))
                 if self._late:
                     timeout = max(0.0, min(timeout, self._late[0][0] - time.perf_counter()))
+                hb_due = self._heartbeat_due()
+                if hb_due is not None:
+                    timeout = max(0.0, min(timeout, hb_due - time.monotonic()))
                 msg = self.bus.recv(timeout)
                 now = time.perf_counter()
                 while self._late and self._late[0][0] <= now:
                     self._send(heapq.heappop(self._late)[2])
-                if msg is None:
-                    self._watchdog(now)  # only with the queue empty: queued frames have arrived
+                if msg is None:  # only with the queue empty: a heartbeat queued behind other
+                    self._watchdog(now)  # frames has reached the drive (a real one reads at once)
+                    self._heartbeat_check(time.monotonic())
                 elif not self.bus_dead:
                     self.frames_rx += 1
                     self._dispatch(msg, now)
@@ -332,6 +375,12 @@ class CiA402Emulator:
         cid = msg.arbitration_id
         if cid == p.SYNC_COB_ID:
             self._on_sync(now, msg.timestamp)
+        elif p.HEARTBEAT_BASE < cid <= p.HEARTBEAT_BASE + 0x7F and len(msg.data) == 1:
+            producer = cid - p.HEARTBEAT_BASE
+            t = time.monotonic()
+            for i, c in enumerate(self.hb_consumer):
+                if c is not None and c[0] == producer:
+                    self.hb_last[i] = t
         elif cid in self._rx_layout:
             i, fmt, entries = self._rx_layout[cid]
             if self.nodes[i].nmt.state != "OPERATIONAL" or len(msg.data) != fmt.size:
@@ -412,8 +461,8 @@ class CiA402Emulator:
                               data=bytes(p.CAN_ERR_DLC), is_extended_id=False)
             self._send(err)
             self.bus_dead = True
-            for i in range(len(self.node_ids)):  # abort connection option code 2: disable voltage
-                self._set_state(i, S.SWITCH_ON_DISABLED)
+            for i in range(len(self.node_ids)):  # each drive's abort connection option code
+                self._abort_connection(i)
         elif self.fault == "sever":
             self.bus_dead = True
 
@@ -427,6 +476,44 @@ class CiA402Emulator:
                 if not self.bus_dead:  # EMCY 0x8130: life guard / heartbeat (SYNC) error
                     self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
                                            data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))
+
+    # -- heartbeat consumer and abort connection option ---------------------------------------
+    def _heartbeat_due(self) -> float | None:
+        """The earliest time.monotonic() at which an armed consumer times out, or None."""
+        due = [last + c[1] for c, last in zip(self.hb_consumer, self.hb_last) if c is not None and last is not None]
+        return min(due) if due else None
+
+    def _heartbeat_check(self, now: float) -> None:
+        """Heartbeat events of the consumers whose producer went silent (CiA 301)."""
+        for i, (c, last) in enumerate(zip(self.hb_consumer, self.hb_last)):
+            if c is None or last is None or now - last <= c[1]:
+                continue
+            self.hb_last[i] = None  # one event; monitoring resumes with the next heartbeat
+            before = self.state[i]
+            if not self.bus_dead:
+                self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
+                                       data=p.encode_emcy(p.EMCY_HEARTBEAT, 0x11), is_extended_id=False))
+            self._abort_connection(i)
+            if self.nodes[i].nmt.state == "OPERATIONAL":  # 0x1029 sub 1 = 0: to Pre-operational
+                self.nodes[i].nmt.send_command(p.NMT_PRE_OPERATIONAL)
+            self.heartbeat_events.append({"node": self.node_ids[i], "producer": c[0], "at": now,
+                                          "silent_s": round(now - last, 4), "state_before": before.name,
+                                          "state_after": self.state[i].name, "abort_code": self.abort_code[i]})
+
+    def _abort_connection(self, i: int) -> None:
+        """The abort connection option code (0x6007) of drive i, from Operation enabled."""
+        if self.state[i] is not S.OPERATION_ENABLED:
+            return
+        code = self.abort_code[i]
+        later = int((time.perf_counter() - self.last_sync) / self.period) if self.cycle >= 0 else 0
+        if code == p.ABORT_FAULT:
+            self._set_state(i, S.FAULT_REACTION_ACTIVE, later)  # the reaction: torque off
+            self._set_state(i, S.FAULT, later)
+        elif code == p.ABORT_DISABLE_VOLTAGE:
+            self._set_state(i, S.SWITCH_ON_DISABLED, later)
+        elif code == p.ABORT_QUICK_STOP:  # quick stop option 2: ramp (torque: at once), then disabled
+            self._set_state(i, S.QUICK_STOP_ACTIVE, later)
+            self._set_state(i, S.SWITCH_ON_DISABLED, later)
 
     def _send(self, msg: can.Message) -> None:
         if self.bus_dead:
@@ -454,9 +541,87 @@ class CiA402Emulator:
 
     def report(self) -> dict:
         r = np.asarray(self.response_us) if self.response_us else np.zeros(1)
-        return {"injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
+        on = any(st is S.OPERATION_ENABLED for st in self.state)
+        offs = [t for t, e in zip(self.off_at, self.ever_enabled) if e]
+        return {"torque_on": on, "torque_off_at": None if on or not offs or None in offs else max(offs),
+                "heartbeat_events": list(self.heartbeat_events),
+                "heartbeat_consumers": [None if c is None else {"producer": c[0], "ms": round(c[1] * 1e3)}
+                                        for c in self.hb_consumer],
+                "abort_codes": list(self.abort_code),
+                "injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
                 "torque_off_event": self.torque_off_event,
                 "emulator_cycles": self.cycle + 1, "frames_rx": self.frames_rx, "frames_tx": self.frames_tx,
                 "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
                                          "p99": round(float(np.percentile(r, 99)), 1), "max": round(float(r.max()), 1)},
                 "drive_states": [st.name for st in self.state], "emulator_error": self.error}
+
+
+# -- the emulator as a process of its own (``pkrt hil --bus can`` over udp_multicast) -----------
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pkrt.hil.cia402_emulator --channel GROUP [...]``: the drives on a python-can
+    bus that crosses processes (udp_multicast on one host, socketcan on a vcan or real bus).
+    Prints one JSON line ``{"ready": true, ...}`` once on the bus, answers ``{"cmd": "report"}``
+    lines on stdin with one JSON line, and at the end of stdin (or SIGTERM) stops and prints
+    its report."""
+    import dataclasses
+
+    from pkrt.rt.config import load_machine
+
+    ap = argparse.ArgumentParser(prog="python -m pkrt.hil.cia402_emulator", description=__doc__.split("\n")[0])
+    ap.add_argument("--machine", default="orthoglide-can")
+    ap.add_argument("--interface", default="udp_multicast", help="python-can interface (default: %(default)s)")
+    ap.add_argument("--channel", required=True, help="bus channel (udp_multicast: the multicast group)")
+    ap.add_argument("--bus-options", default="{}", help='JSON object of more bus settings, e.g. {"port": 43113}')
+    ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
+    ap.add_argument("--fault", choices=FAULT_KINDS)
+    ap.add_argument("--theta0", help="comma-separated start position of the plant (m or rad)")
+    ap.add_argument("--priority", type=int, default=0, help="SCHED_FIFO priority (0: do not ask)")
+    a = ap.parse_args(argv)
+    try:
+        config = load_machine(a.machine)
+        if a.rate is not None:
+            if not 1.0 <= a.rate <= 100000.0:
+                raise UserError(f"--rate must be in [1, 100000] Hz, got {a.rate}")
+            config = dataclasses.replace(config, rate_hz=a.rate)
+        options = json.loads(a.bus_options)
+        if not isinstance(options, dict):
+            raise UserError(f"--bus-options: expected a JSON object, got {a.bus_options!r}")
+        em = CiA402Emulator.from_config(config, a.channel, a.interface, a.fault, bus_options=options)
+        if a.theta0:
+            theta0 = np.array([float(x) for x in a.theta0.split(",")])
+            if theta0.shape != em.plant.theta.shape or not np.all(np.isfinite(theta0)):
+                raise UserError(f"--theta0: expected {em.plant.theta.shape[0]} finite numbers, got {a.theta0!r}")
+            em.plant.reset(theta0)
+    except (UserError, ValueError, can.CanError, OSError) as e:
+        print(f"cia402_emulator: error: {e}", file=sys.stderr)
+        return 2
+    sched = "not requested"
+    if a.priority > 0:  # before the emulator thread starts: it inherits the policy
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(a.priority))
+            sched = f"SCHED_FIFO {a.priority} applied"
+        except (OSError, AttributeError) as e:
+            sched = f"SCHED_FIFO {a.priority} not applied: {e}"
+    em.start()
+    signal.signal(signal.SIGTERM, lambda *_: os.close(0))
+    print(json.dumps({"ready": True, "pid": os.getpid(), "interface": a.interface, "channel": a.channel,
+                      "scheduling": sched}), flush=True)
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                cmd = json.loads(line).get("cmd")
+            except (ValueError, AttributeError):
+                cmd = None
+            out = em.report() if cmd == "report" else {"error": f"unknown command {line.strip()!r}"}
+            print(json.dumps(out), flush=True)
+    except (KeyboardInterrupt, OSError, ValueError):
+        pass
+    em.stop()
+    print(json.dumps({**em.report(), "scheduling": sched}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

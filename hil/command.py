@@ -17,7 +17,11 @@ BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 
 def add_arguments_hil(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bus", choices=("can", "serial"), required=True,
-                   help="can: CiA 402 over python-can's virtual bus; serial: Dynamixel 2.0 over a pseudo-terminal")
+                   help="can: CiA 402 drives emulated in another process, over python-can's udp_multicast; "
+                        "serial: Dynamixel 2.0 servos emulated in another process, over a pseudo-terminal")
+    p.add_argument("--interface", choices=("udp_multicast", "virtual"),
+                   help="CAN only: udp_multicast (default; emulator process) or virtual (emulator thread, "
+                        "in-process bus)")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
     p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
@@ -29,6 +33,8 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
 def run_hil(args) -> int:
     if args.fault in BUS_ONLY and BUS_ONLY[args.fault] != args.bus:
         raise UserError(f"--fault {args.fault} applies to --bus {BUS_ONLY[args.fault]} only")
+    if args.interface and args.bus != "can":
+        raise UserError("--interface applies to --bus can only")
     if args.duration <= 0:
         raise UserError("--duration must be positive")
     kw = dict(fault=args.fault, duration=args.duration, rate_hz=args.rate)
@@ -37,6 +43,7 @@ def run_hil(args) -> int:
     if args.bus == "can":
         from .can_hil import run_can_hil as run
         machine = args.machine or "orthoglide-can"
+        kw["interface"] = args.interface or "udp_multicast"
     else:
         from .serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
@@ -44,6 +51,8 @@ def run_hil(args) -> int:
     rms, mx = r.get("rms_error"), r.get("max_error")
     text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz: {r.get('cycles')} cycles, overruns {r.get('overruns')}"
             + (f", tracking error RMS {rms * 1e3:.4f} mm, max {mx * 1e3:.4f} mm" if rms is not None else ""))
+    if (r.get("drives") or {}).get("drive_watchdog"):
+        text += f"\n  drive watchdog: {r['drives']['drive_watchdog']}"
     if r.get("fault"):
         text += (f"\n  fault: {r['fault']}\n  injected at cycle {r.get('injected_cycle')}, detected at cycle "
                  f"{r.get('fault_cycle')}, torque off at cycle {r.get('torque_off_cycle')}")

@@ -28,6 +28,15 @@ torque off, alert bit in its status packets), ``sever`` the servos' transmit lin
 answers; instructions still arrive), ``nan`` the plant's state turns non-finite and the servos
 report the register value an invalid number becomes (-2**31).
 
+Bus Watchdog (address 98, e-Manual): 0 off (writing 0 also clears its error), 1..127 armed in
+units of 20 ms, 0xFF (-1) the watchdog error. A servo with torque on whose last instruction
+packet (addressed to it or broadcast) is older than the watchdog time stops: 98 reads 0xFF and
+the Goal values (Goal PWM 100, Goal Current 102, Goal Velocity 104, Goal Position 116) become
+read-only (a Write answers Data Range Error, a Sync Write is ignored) until 98 is written 0.
+The e-Manual says the servo "stops" and leaves Torque Enable as it is; in current mode this
+emulator stops by applying no current. Each trip is reported with its ``time.monotonic()``
+(comparable across processes), as is the time from which no servo applied torque.
+
 Run: ``python -m pkrt.hil.dynamixel_emulator [--machine M] [--fault KIND] [--inject-cycle N]``.
 It prints one JSON line ``{"port": "/dev/pts/N"}``, serves until stdin closes (or SIGTERM),
 then prints one JSON line with its report (cycles, injected_cycle, torque_off_cycle, ...).
@@ -50,9 +59,10 @@ import tty
 import numpy as np
 
 from pkrt.drivers import dynamixel_protocol as dxp
-from pkrt.drivers.dynamixel import (ADDR_CURRENT_LIMIT, ADDR_GOAL_CURRENT, ADDR_HARDWARE_ERROR,
+from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_GOAL_CURRENT, ADDR_HARDWARE_ERROR,
                                     ADDR_OPERATING_MODE, ADDR_PRESENT_POSITION, ADDR_PRESENT_VELOCITY,
-                                    ADDR_TORQUE_ENABLE, MODE_CURRENT, DynamixelSettings, load_settings)
+                                    ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
+                                    DynamixelSettings, load_settings)
 from pkrt.rt.errors import UserError
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
@@ -62,6 +72,7 @@ READ_ONLY = {0, 1, 2, 3, 4, 5, 6, 69, 70, 120, 121, 122, 123, *range(124, 147)}
 MODEL_XM540_W270 = 1120
 HW_OVERLOAD = 0x20
 INT32_MIN = -(2 ** 31)
+GOAL_VALUES = (*range(100, 108), *range(116, 120))  # Goal PWM, Current, Velocity, Position
 
 
 class Servo:
@@ -78,6 +89,7 @@ class Servo:
         t[68] = 2  # status return level: answer every instruction
         struct.pack_into("<H", t, 144, 120)  # 12.0 V
         t[146] = 35  # degC
+        self.last_instruction = 0.0  # time.monotonic() of the last instruction packet it received
 
     @property
     def id(self) -> int:
@@ -86,6 +98,22 @@ class Servo:
     @property
     def torque(self) -> bool:
         return self.table[ADDR_TORQUE_ENABLE] == 1
+
+    @property
+    def watchdog_error(self) -> bool:
+        return self.table[ADDR_BUS_WATCHDOG] == BUS_WATCHDOG_ERROR
+
+    @property
+    def applies_torque(self) -> bool:
+        """Torque on and not stopped by its Bus Watchdog."""
+        return self.torque and not self.watchdog_error
+
+    def watchdog_due(self) -> float | None:
+        """time.monotonic() at which the armed Bus Watchdog expires, None when it cannot."""
+        wd = self.table[ADDR_BUS_WATCHDOG]
+        if not self.torque or not 1 <= wd <= 127:
+            return None
+        return self.last_instruction + wd * BUS_WATCHDOG_UNIT_MS * 1e-3
 
     def goal_current(self) -> int:
         return struct.unpack_from("<h", self.table, ADDR_GOAL_CURRENT)[0]
@@ -111,6 +139,12 @@ class Servo:
                 return 1  # shut down: torque cannot be enabled before a reboot
         if addr <= ADDR_OPERATING_MODE < addr + n and data[ADDR_OPERATING_MODE - addr] not in (0, 1, 3, 4, 5, 16):
             return 4
+        if addr <= ADDR_BUS_WATCHDOG < addr + n:
+            wd = data[ADDR_BUS_WATCHDOG - addr]
+            if wd > 127 or (self.watchdog_error and wd):
+                return 4  # 0..127 only; in the error state only 0 (clear)
+        if self.watchdog_error and any(addr <= a < addr + n for a in GOAL_VALUES):
+            return 4  # Goal values read-only after a Bus Watchdog error
         if addr <= ADDR_GOAL_CURRENT and addr + n >= ADDR_GOAL_CURRENT + 2:
             g = struct.unpack_from("<h", data, ADDR_GOAL_CURRENT - addr)[0]
             if abs(g) > struct.unpack_from("<H", t, ADDR_CURRENT_LIMIT)[0]:
@@ -173,6 +207,8 @@ class DynamixelEmulator:
         self.injected_cycle: int | None = None
         self.torque_off_cycle: int | None = None
         self.nonzero_after_off = 0
+        self.watchdog_trips: list[dict] = []  # Bus Watchdog expiries: servo, time.monotonic(), cycle
+        self.torque_off_at: float | None = None  # time.monotonic() from which no servo applied torque
         self._status_count = 0
         self.counts = dict(instructions=0, answers=0, dropped=0, corrupted=0, delayed=0, suppressed=0)
         self._update_present()
@@ -209,7 +245,7 @@ class DynamixelEmulator:
 
     def _drives_plant(self, dxl_id: int) -> bool:
         sv = self.servos[dxl_id]
-        return sv.torque and sv.table[ADDR_OPERATING_MODE] == MODE_CURRENT
+        return sv.applies_torque and sv.table[ADDR_OPERATING_MODE] == MODE_CURRENT
 
     def _advance(self, now: float, dt: float | None = None) -> None:
         """Move the plant to wall time ``now`` (or by ``dt``) under the present torques, in
@@ -261,11 +297,30 @@ class DynamixelEmulator:
             self._update_present()
 
     def _check_torque_off(self) -> None:
-        if all(not sv.torque for sv in self.servos.values()):
+        if all(not sv.applies_torque for sv in self.servos.values()):
             if self.torque_off_cycle is None and (self.injected or self.fault is None) and self.cycles > 0:
                 self.torque_off_cycle = self.cycles
-        elif self.torque_off_cycle is not None:
+            if self.torque_off_at is None and self.cycles > 0:
+                self.torque_off_at = time.monotonic()
+        else:
             self.torque_off_cycle = None  # torque came back on: not off yet
+            self.torque_off_at = None
+
+    def watchdog_due(self) -> float | None:
+        """The earliest Bus Watchdog expiry (time.monotonic()), None when none is armed."""
+        due = [d for d in (sv.watchdog_due() for sv in self.servos.values()) if d is not None]
+        return min(due) if due else None
+
+    def watchdog(self, now: float) -> None:
+        """Stop every servo whose Bus Watchdog expired at ``now`` (time.monotonic())."""
+        for sv in self.servos.values():
+            due = sv.watchdog_due()
+            if due is not None and now > due:
+                sv.table[ADDR_BUS_WATCHDOG] = BUS_WATCHDOG_ERROR
+                struct.pack_into("<h", sv.table, 126, 0)  # Present Current: stopped
+                self.watchdog_trips.append({"id": sv.id, "at": now, "silent_s": round(now - sv.last_instruction, 4),
+                                            "cycle": self.cycles})
+        self._check_torque_off()
 
     def _out(self, dxl_id: int, error: int, params: bytes, now: float, out: list) -> None:
         """Queue one status packet through the fault layer."""
@@ -304,6 +359,10 @@ class DynamixelEmulator:
             if pkt.instruction == dxp.STATUS:
                 continue  # our own answers echoed on a shared line
             self.counts["instructions"] += 1
+            self.watchdog(now)  # an expiry before this packet arrived happened first
+            for sv in self.servos.values():
+                if pkt.id in (sv.id, dxp.BROADCAST_ID):
+                    sv.last_instruction = now
             self._instruction(pkt, now, out)
         return out
 
@@ -369,6 +428,9 @@ class DynamixelEmulator:
     def report(self) -> dict:
         return dict(fault=self.fault, cycles=self.cycles, injected_cycle=self.injected_cycle,
                     torque_off_cycle=self.torque_off_cycle, nonzero_after_off=self.nonzero_after_off,
+                    torque_on=[sv.applies_torque for sv in self.servos.values()], torque_off_at=self.torque_off_at,
+                    bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
+                    watchdog_trips=list(self.watchdog_trips),
                     clock=self.clock, skipped_periods=self.skipped_periods, skips=self.skips,
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
@@ -387,7 +449,12 @@ class DynamixelEmulator:
             timeout = None
             if pending:
                 timeout = max(0.0, min(d for d, _ in pending) - time.monotonic())
+            due = self.watchdog_due()
+            if due is not None:
+                timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
             r, _, _ = select.select([master, control], [], [], timeout)
+            if due is not None and time.monotonic() > due:
+                self.watchdog(time.monotonic())
             if master in r:
                 try:
                     data = os.read(master, 4096)

@@ -10,24 +10,18 @@ cycle); the loop may skip cycles after an overrun, so its cycle indices are reco
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import select
-import subprocess
 import sys
-import tempfile
 
 from pkrt.drivers import open_drives
 from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import UserError
 
 from .dynamixel_emulator import FAULT_KINDS, emulator_table
+from .process import EmulatorProcess as _Process
 
-START_TIMEOUT = 60.0  # s for the emulator to load its plant and open the pty
-
-
-class EmulatorProcess:
+class EmulatorProcess(_Process):
     """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty."""
 
     def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float):
@@ -37,61 +31,12 @@ class EmulatorProcess:
             cmd += ["--fault", fault]
         if inject_cycle is not None:
             cmd += ["--inject-cycle", str(int(inject_cycle))]
-        self.errors = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block it
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.errors, text=True)
-        line = self._readline(START_TIMEOUT)
-        if not line:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.errors.seek(0)
-            err = self.errors.read().strip()
-            self.kill()
-            raise Fault(f"servo emulator did not start: {err.splitlines()[-1] if err else 'no output'}")
-        self.port = json.loads(line)["port"]
-
-    def _command(self, cmd: dict, timeout: float = 10.0) -> dict:
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self._readline(timeout)
-        if not line:
-            raise Fault(f"servo emulator did not answer {cmd['cmd']!r}")
-        out = json.loads(line)
-        if "error" in out:
-            raise UserError(f"servo emulator: {out['error']}")
-        return out
+        super().__init__(cmd, "servo emulator")
+        self.port = self.hello["port"]
 
     def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float) -> None:
         """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle``."""
-        self._command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz})
-
-    def report(self) -> dict:
-        return self._command({"cmd": "report"})
-
-    def _readline(self, timeout: float) -> str:
-        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        return self.proc.stdout.readline() if r else ""
-
-    def stop(self, timeout: float = 10.0) -> dict:
-        """Close its stdin (the stop signal) and return its report."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        line = self._readline(timeout)
-        self.kill()
-        try:
-            return json.loads(line) if line else {}
-        except json.JSONDecodeError:
-            return {}
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.proc.stdout.close()
-        self.errors.close()
+        self.command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz})
 
 
 def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:

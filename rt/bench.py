@@ -6,7 +6,9 @@ jitted loop and Python call, against the exact reduction; 512-box build time), `
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
 lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
 the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
-cycle for 3 drives).
+cycle for 3 drives), ``can_udp``
+(round trip to the CiA 402 emulator in its own process over udp_multicast, without and with
+SCHED_FIFO), ``safestop`` (SIGKILL to ``pkrt run`` -> torque off in the emulated drives).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ SECTIONS = {
     "formats": ("tests.bench.bench_formats", "run_formats_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
     "serial": ("tests.bench.bench_serial", "run_serial_bench"),
+    "can_udp": ("tests.bench.bench_can", "run_can_udp_bench"),
+    "safestop": ("tests.bench.bench_safestop", "run_safestop_bench"),
 }
 
 

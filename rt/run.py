@@ -177,20 +177,22 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     fault = None
     fault_cycle = torque_off_cycle = None
     overruns = saturated = cycles = 0
+    clock = VirtualClock() if lockstep else RealClock()
+    if not lockstep and realtime:  # before enabling: the full collection of gc_freeze holds the GIL
+        r = config.realtime        # for tens of ms, which would starve the drives' heartbeat thread
+        rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
     try:
         drives.prepare(ref_pos[0].copy())
         drives.configure()
         drives.enable()
     except BaseException as exc:  # the drives never came up: torque off, the log says why
         drives.disable()
+        if rt_report:
+            restore_realtime(rt_report)
         if writer:
             writer.event(0, "fault", f"drives not enabled: {exc}")
             writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
         raise
-    clock = VirtualClock() if lockstep else RealClock()
-    if not lockstep and realtime:
-        r = config.realtime
-        rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
     wall0 = time.perf_counter()
     k = 0
     fb = drives.feedback  # the last reading, even if the first read fails

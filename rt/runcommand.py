@@ -163,6 +163,8 @@ def _text(r: dict) -> str:
     for k, v in r.get("realtime", {}).items():
         if k != "mode":
             lines.append(f"  {k}: {v}")
+    if (r.get("drives") or {}).get("drive_watchdog"):  # the drives' own stop if pkrt dies
+        lines.append(f"  drive watchdog: {r['drives']['drive_watchdog']}")
     if r.get("log"):
         lines.append(f"  log {r['log']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
         if r.get("log_error"):

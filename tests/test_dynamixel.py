@@ -359,7 +359,7 @@ def test_each_fault_is_detected_with_torque_off_within_3_cycles(kind, drives, em
             break
         drives.write(20.0 * (-0.1 - fb.position) + np.array([0.0, 0.0, 60.0]))
     assert raised_at is not None, f"{kind} not detected: {drives.info()} {emulator.emu.report()}"
-    assert inject <= raised_at <= inject + 3
+    assert inject <= raised_at <= inject + 3, (reason, emulator.emu.report())
     assert drives.fault_reason == reason and drives.state is DriveState.FAULTED
     drives.close()  # waits for nothing; let the emulator take the last packets in
     deadline = 50

@@ -98,6 +98,36 @@ def test_pkrt_hil_can_cli_json():
     r = _run_until_injected(run, "bus-off")
     assert r["returncode"] == 0, r["stderr"]
     assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
+    assert r["hil"]["interface"] == "udp_multicast" and r["hil"]["emulator_process"]  # the default
+    assert r["drives"]["drive_watchdog"].startswith("master heartbeat 0x77F every 10 ms")
+
+
+def test_can_hil_with_the_emulator_in_its_own_process():
+    """Over udp_multicast the drives are another process: the controller's process never
+    imports the emulator, and every SYNC it sent was answered there."""
+    code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
+            "r = run_can_hil('orthoglide-can', duration=1.0, interface='udp_multicast'); "
+            "print(json.dumps({'fault': r['fault'], 'cycles': r['cycles'], 'hil': r['hil'], "
+            "'imported': 'pkrt.hil.cia402_emulator' in sys.modules}))")
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    r = _run_until_injected(run, "no fault expected")
+    assert r["fault"] is None, r["fault"]
+    assert r["imported"] is False
+    h = r["hil"]
+    assert h["emulator_process"] and h["interface"] == "udp_multicast" and h["bus_options"]["port"] > 0
+    assert h["emulator_error"] is None and h["heartbeat_events"] == []
+    assert h["syncs"] == r["cycles"] and h["emulator_cycles"] == h["syncs"]
+
+
+def test_pkrt_hil_interface_is_for_can_only():
+    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "serial", "--interface", "virtual"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == "pkrt: error: --interface applies to --bus can only"
 
 
 @pytest.mark.parametrize("opt", [["--duration", "nan"], ["--duration", "inf"], ["--duration", "-1"],

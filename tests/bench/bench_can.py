@@ -24,6 +24,7 @@ import can
 import numpy as np
 
 from pkrt.drivers import cia402_protocol as p
+from pkrt.drivers.base import DriveError
 from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.rt.config import load_machine
@@ -122,3 +123,81 @@ if __name__ == "__main__":
     ap.add_argument("--cycles", type=int, default=2000)
     args = ap.parse_args()
     print(json.dumps(run_can_bench(args.cycles), indent=1))
+
+
+def run_can_udp_bench(cycles: int = 3000, rate_hz: float = 1000.0, priorities: tuple = (0, 80)) -> dict:
+    """Round trip over python-can's udp_multicast with the emulator in a process of its own:
+    SYNC out -> the emulator steps the plant and sends 6 TPDOs -> all 6 in (``sync_to_tpdos``),
+    then 3 RPDOs out (``round_trip`` = both), paced at ``rate_hz``, once per entry of
+    ``priorities``: 0 unprioritised, P > 0 this process at SCHED_FIFO P and the emulator at P - 10
+    (reported applied or not). Windows where a TPDO missed ``0.9 / rate_hz`` are counted, not
+    timed. The emulator's SYNC watchdog is off here so a stall does not end the measurement."""
+    import os
+    import tempfile
+
+    from pkrt.hil.can_hil import CanEmulatorProcess, udp_channel
+
+    from .bench_safestop import THETA0, machine_copy
+
+    out: dict = {"interface": "udp_multicast", "rate_hz": rate_hz, "cycles": cycles}
+    theta0 = np.array(THETA0)
+    tau = np.array([-30.0, -30.0, 60.0])
+    with tempfile.TemporaryDirectory() as d:
+        for prio in priorities:
+            group, port = udp_channel()
+            path = machine_copy(d, "orthoglide-can", {"emulator": {"sync_timeout_cycles": "1e6"}})
+            config = dataclasses.replace(load_machine(path), rate_hz=rate_hz)
+            drives = CiA402Drives.from_config(config, {"interface": "udp_multicast", "channel": group,
+                                                       "bus_options": {"port": port},
+                                                       "tpdo_timeout": 0.9 / rate_hz, "max_missed_cycles": 2})
+            emu = CanEmulatorProcess(path, rate_hz, "udp_multicast", group, {"port": port}, None, theta0,
+                                     max(prio - 10, 0))
+            sched = "not requested"
+            if prio:
+                try:
+                    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+                    sched = f"SCHED_FIFO {prio} applied"
+                except (OSError, AttributeError) as e:
+                    sched = f"SCHED_FIFO {prio} not applied: {e}"
+            s2t, rt, missed, fault = [], [], 0, None
+            try:
+                drives.configure()
+                drives.enable()
+                t0 = time.perf_counter()
+                for k in range(cycles):
+                    a = time.perf_counter()
+                    drives.drain()
+                    drives.sync()
+                    drives.collect(a + 0.9 / rate_hz)
+                    b = time.perf_counter()
+                    fb = drives.feedback
+                    drives.write(3000.0 * (theta0 - fb.position) - 150.0 * fb.velocity + tau)
+                    if drives._need:
+                        missed += 1
+                    else:
+                        s2t.append(b - a)
+                        rt.append(time.perf_counter() - a)
+                        drives.publish(k / rate_hz)
+                    rest = t0 + (k + 1) / rate_hz - time.perf_counter()
+                    if rest > 0:
+                        time.sleep(rest)
+            except DriveError as e:  # e.g. a stall past the heartbeat consumer time: the drives stopped
+                fault = str(e)
+            finally:
+                if prio:
+                    try:
+                        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                    except OSError:
+                        pass
+                drives.close()
+                rep = emu.stop()
+            key = "unprioritised" if not prio else f"sched_fifo_{prio}"
+            out[key] = {"master": sched, "emulator": rep.get("scheduling"),
+                        "sync_to_tpdos_us": _stats(np.array(s2t)) if s2t else None,
+                        "round_trip_us": _stats(np.array(rt)) if rt else None, "missed_windows": missed,
+                        "timed_windows": len(rt), "fault": fault,
+                        "emulator_us": rep.get("emulator_response_us")}
+    a, b = out.get("unprioritised"), out.get(f"sched_fifo_{priorities[-1]}")
+    if a and b and a["round_trip_us"] and b["round_trip_us"]:
+        out["p99_ratio_fifo_over_unprioritised"] = round(b["round_trip_us"]["p99"] / a["round_trip_us"]["p99"], 2)
+    return out
