@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -128,6 +130,47 @@ def _versions() -> dict:
     return out
 
 
+def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
+    """The files a run reads (label -> path), which no output of it may overwrite."""
+    return {"machine configuration": config.path, "model": config.model_path, "tree": config.tree,
+            "trajectory": trajectory if isinstance(trajectory, (str, Path)) and trajectory != "demo" else None}
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class StopSignals:
+    """While a run is on, SIGINT, SIGTERM, SIGHUP and SIGQUIT ask the loop to stop: the first
+    one sets ``reason``, which the loop checks once per cycle (torque off, log closed with the
+    reason, summary); a second one while the loop is still on raises KeyboardInterrupt at once
+    (a loop stuck in a driver call). The previous handlers are restored on exit. Outside the
+    main thread (where Python cannot install handlers) it does nothing."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.in_loop = False
+        self._saved: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.reason is None:
+            self.reason = ("interrupted by the user" if signum == signal.SIGINT
+                           else f"stopped by signal {signal.Signals(signum).name}")
+        elif self.in_loop:
+            self.in_loop = False
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._saved.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+        self._saved.clear()
+
+
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
@@ -135,8 +178,18 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
     summary (errors in actuator units, times in microseconds). A fault stops the run and is
-    reported in ``fault``; it does not raise.
+    reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
+    run stop it at the next cycle boundary the same way (``StopSignals``).
     """
+    with StopSignals() as stop:
+        return _session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
+                        log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
+                        tree=tree, realtime=realtime)
+
+
+def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
+             lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
+             tree: Tree | None, realtime: bool) -> dict:
     tree = tree if tree is not None else load_controller_tree(config)
     s = tree.s
     plan = plan_trajectory(config, tree, trajectory, duration)
@@ -161,7 +214,9 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     writer = None
     if log_path:
         from .logfile import LogWriter
+        from .outputs import check_output
 
+        check_output(log_path, "log", run_inputs(config, trajectory))
         header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model", {}).get("name"),
                   "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
                   "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
@@ -187,6 +242,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     fault = None
     fault_cycle = torque_off_cycle = None
     overruns = saturated = cycles = 0
+    stop.in_loop = True  # from here a second stop signal interrupts at once
     try:
         drives.prepare(ref_pos[0].copy())
         drives.configure()
@@ -197,6 +253,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
             writer.event(0, "fault", f"drives not enabled: {exc}")
             writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
         raise
+    stop.in_loop = False  # until the loop's try: a signal here is seen at cycle 0
     clock = VirtualClock() if lockstep else RealClock()
     if not lockstep and realtime:
         r = config.realtime
@@ -205,10 +262,18 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     k = 0
     fb = drives.feedback  # the last reading, even if the first read fails
     try:
+        stop.in_loop = True
         if not lockstep:
             clock.t0 = time.monotonic() + 2 * period  # start on a clean boundary
         while k < N:
             wake_s = clock.wait_until(k * period)
+            if stop.reason is not None:  # a stop signal: torque off before anything else
+                fault, fault_cycle = stop.reason, k
+                drives.disable()
+                torque_off_cycle = k if not drives.torque_on else None
+                if writer:
+                    writer.event(k, "fault", fault)
+                break
             t_start = time.perf_counter()
             t = k * period
             if on_cycle is not None:
@@ -281,7 +346,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                 break
             k = nxt
     except KeyboardInterrupt:
-        fault, fault_cycle = "interrupted by the user", k
+        fault, fault_cycle = stop.reason or "interrupted by the user", k
         drives.disable()  # torque off now, before anything else
         torque_off_cycle = k if not drives.torque_on else None
         if writer:
@@ -293,6 +358,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
             writer.close({"fault": f"internal error: {exc}", "cycles": cycles})
         raise
     finally:
+        stop.in_loop = False
         drives.disable()
         wall = time.perf_counter() - wall0
         if rt_report:
@@ -318,7 +384,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     if writer:
         counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
         summary["log_dropped_blocks"] = counts.get("dropped_blocks")
-        summary["log_error"] = counts.get("error")  # e.g. disk full: the log stops there
+        summary["log_rows_written"] = counts.get("rows_written")
+        summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
     return summary
 
 
