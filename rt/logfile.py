@@ -491,11 +491,11 @@ class _Reader:
     def take(self, rec: dict, pos: int) -> bool:
         """Check and keep one record; False when reading must stop here."""
         kind = rec.get("type")
-        if self.end is not None:
-            self.drop_rest(pos, f"data after the end record ({_what(rec)})")
-            return False
         if kind == "header":
             self.drop_rest(pos, "another log follows (concatenated)")
+            return False
+        if self.end is not None:
+            self.drop_rest(pos, f"data after the end record ({_what(rec)})")
             return False
         if rec.get("run_id") != self.run_id:
             self.skip(rec, pos, "it belongs to another run")

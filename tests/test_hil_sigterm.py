@@ -1,0 +1,64 @@
+"""SIGTERM to a real ``pkrt run`` driving the Dynamixel servo emulator in its own process over
+a pseudo-terminal: the emulated servos' torque is off within 3 cycles of the signal (read on
+the emulator's side), and the log is complete with the reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pkrt.hil.serial_hil import EmulatorProcess, serial_config
+from pkrt.rt.logfile import read_log
+
+MACHINE = "orthoglide-serial"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    config = serial_config(MACHINE, None)
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz)
+    yield emu
+    emu.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGQUIT], ids=lambda s: signal.Signals(s).name)
+def test_signal_takes_the_servos_torque_off_within_3_cycles(emulator, tmp_path, sig):
+    rate = serial_config(MACHINE, None).rate_hz
+    emulator.arm(None, None, rate)
+    log = tmp_path / "hil.pktlog"
+    proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.cli", "run", "--machine", MACHINE, "--port",
+                             emulator.port, "--duration", "20", "--log", str(log), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while emulator.report()["cycles"] < 50:  # the loop is running with torque on
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 120, "the run never started"
+            time.sleep(0.02)
+        at_signal = emulator.report()["cycles"]
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rep = emulator.report()
+    name = signal.Signals(sig).name
+    print(f"\n{name} after emulator cycle {at_signal}: torque off at emulator cycle {rep['torque_off_cycle']}")
+    assert rep["torque_off_cycle"] is not None, rep  # every servo's torque off, seen by the servos
+    assert 0 <= rep["torque_off_cycle"] - at_signal <= 3
+    assert rep["nonzero_after_off"] == 0 and rep["cycles"] == rep["torque_off_cycle"]
+    assert proc.returncode == 1 and err.strip().splitlines() == [
+        f"pkrt: error: run stopped at cycle {json.loads(out)['fault_cycle']}: stopped by signal {name}"]
+    summary = json.loads(out)
+    assert summary["cycles"] == rep["cycles"]  # every cycle run reached the servos
+    lg = read_log(log)
+    assert not lg.truncated and lg.problems == [] and lg.n_cycles == summary["cycles"]
+    assert lg.summary["fault"] == f"stopped by signal {name}"
+    assert lg.events[-1]["message"] == f"stopped by signal {name}"
