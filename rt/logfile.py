@@ -137,8 +137,11 @@ def _acquire_lock(path: str) -> int:
         except FileNotFoundError:
             same = False
         if same:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:  # the owner's pid, for the message of a refused writer (a full disk: none)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError:
+                pass
             return fd
         os.close(fd)
 
@@ -211,9 +214,15 @@ class LogWriter:
                 "block_cycles": block_cycles, "byte_order": "<f8", "run": dict(header)}
         rec = sealed("header", self.run_id, 0, body)
         rec = {"type": "header", "format": FORMAT, "version": VERSION, **rec}
-        self._lock = _acquire_lock(self.path)
+        try:
+            self._lock = _acquire_lock(self.path)
+        except OSError as e:
+            raise LogFileError(f"{self.path}: cannot write the log: {e.strerror or e}") from None
         try:
             self._file = self._open_with_header(_pack(rec))
+        except OSError as e:
+            _release_lock(self.path, self._lock)
+            raise LogFileError(f"{self.path}: cannot write the log: {e.strerror or e}") from None
         except BaseException:
             _release_lock(self.path, self._lock)
             raise
@@ -240,7 +249,10 @@ class LogWriter:
             f.flush()
             os.replace(tmp, self.path)
         except BaseException:
-            f.close()
+            try:
+                f.close()  # may fail again flushing (disk full)
+            except OSError:
+                pass
             try:
                 os.unlink(tmp)
             except OSError:
