@@ -56,7 +56,12 @@ def inputs(tmp_path_factory):
     traj.write_text("t,q1,q2,q3\n" + "".join(f"{t},{q[0]:.17g},{q[1]:.17g},{q[2]:.17g}\n" for t in (0.0, 0.1, 0.2)))
     model = d / "fourbar.toml"
     shutil.copy(MACHINES_DIR / "fourbar.toml", model)
-    return {"log": log, "traj": traj, "model": model}
+    can = d / "can.toml"  # the CAN HIL machine, its files named by absolute paths
+    text = (MACHINES_DIR / "orthoglide-can.toml").read_text()
+    for name in ("orthoglide.pkt", "orthoglide-plant.pkt"):
+        text = text.replace(f'"{name}"', f'"{MACHINES_DIR / name}"')
+    can.write_text(text.replace('model = "orthoglide"', f'model = "{MACHINES_DIR / "orthoglide.toml"}"'))
+    return {"log": log, "traj": traj, "model": model, "can": can}
 
 
 # verb -> (argv given the output path, the input that the 'input' case writes onto)
@@ -71,6 +76,10 @@ VERBS = {
     "replay --log": (lambda i, o, t: ["replay", str(i["log"]), "--lockstep", "--log", str(o)], "log"),
     "build -o": (lambda i, o, t: ["build", str(i["model"]), "-o", str(o), "--boxes", "1", "--jobs", "1",
                                   "--verify-samples", "0"], "model"),
+    # the drives' own log (hil/command.py, not this module's): a disk that fills during the run is
+    # reported in the summary's log_error only, so the full disk here is full from the start
+    "hil --log": (lambda i, o, t: ["hil", "--bus", "can", "--machine", str(i["can"]), "--duration", "0.2",
+                                   "--log", str(o)], "can"),
 }
 CASES = ["missing folder", "folder", "read-only folder", "own input", "full disk"]
 EXPECT = {"missing folder": "does not exist", "folder": "is a directory", "read-only folder": "not writable",
