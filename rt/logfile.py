@@ -472,8 +472,6 @@ def _what(rec: dict) -> str:
     kind = rec.get("type")
     if kind == "block" and isinstance(rec.get("first"), int) and isinstance(rec.get("n"), int):
         return f"block of cycles {rec['first']}..{rec['first'] + rec['n'] - 1}"
-    if kind == "header":
-        return "the header of another log"
     return f"{kind} record" if isinstance(kind, str) else "record"
 
 
@@ -489,6 +487,7 @@ class _Reader:
         self.problems: list[str] = []
         self.bad_blocks = self.bad_records = self.skipped = self.dropped_bytes = 0
         self.next_seq = 1
+        self.bad_since = 0  # records with a bad CRC since the last good one
         self.next_cycle = 0  # first cycle a new block may start at
         self.truncated = False
 
@@ -513,6 +512,7 @@ class _Reader:
             self.skip(rec, pos, "it belongs to another run")
             return True
         if not _crc_ok(rec, self.run_id):
+            self.bad_since += 1
             if kind == "block":
                 self.bad_blocks += 1
             else:
@@ -523,7 +523,11 @@ class _Reader:
         if seq < self.next_seq:
             self.skip(rec, pos, f"sequence number {seq} already read (a repeated record)")
             return True
-        self.next_seq = seq + 1
+        missing = seq - self.next_seq - self.bad_since  # records neither read nor found damaged
+        if missing > 0:
+            self.problems.append(f"{missing} record(s) missing before byte {pos} (sequence numbers "
+                                 f"{self.next_seq}..{seq - 1} not all found)")
+        self.next_seq, self.bad_since = seq + 1, 0
         if kind == "block":
             first, n, data = rec["first"], rec["n"], rec["data"]
             if len(data) != n * self.width * 8:

@@ -49,11 +49,6 @@ def span(raw: bytes, kind: str, index: int = 0) -> tuple[int, int, dict]:
     return [r for r in records(raw) if r[2]["type"] == kind][index]
 
 
-def body_offset(raw: bytes, start: int, end: int, body: bytes) -> int:
-    i = raw.index(body, start, end)
-    return i
-
-
 def check_cli(path, tmp_path, capsys, refused: str | None = None, replay: bool = False) -> list[str]:
     """Every log verb on ``path``: exit 2 and one line naming ``refused``; or exit 0, output
     written, and one warning line on stderr for export, plot (and replay). Returns the
@@ -174,6 +169,15 @@ def test_block_resealed_with_a_new_sequence_number_is_not_double_counted(runs, t
     log = read_log(write(tmp_path, raw))
     assert log.n_cycles == CYCLES and log.skipped_records == 1
     assert any("overlaps cycles already read" in x for x in log.problems)
+
+
+def test_block_cut_out_of_the_middle_is_reported(runs, tmp_path, capsys):
+    s, e, _ = span(runs[0], "block", 1)
+    log = read_log(write(tmp_path, runs[0][:s] + runs[0][e:]))
+    assert log.n_cycles == CYCLES - 256 and 256 not in log.cycles and log.summary is not None
+    assert any("1 record(s) missing" in x for x in log.problems)
+    assert any("the end record counts 3 blocks, the file holds 2" in x for x in log.problems)
+    check_cli(write(tmp_path, runs[0][:s] + runs[0][e:]), tmp_path, capsys)
 
 
 def test_appended_block_is_dropped(runs, tmp_path, capsys):

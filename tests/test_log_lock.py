@@ -20,7 +20,9 @@ PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
 
 def test_second_run_on_the_same_log_is_refused(tmp_path):
     log = tmp_path / "same.pktlog"
-    first = subprocess.Popen(PKRT + ["run", "--no-rt", "--duration", "30", "--log", str(log), "--json"],
+    # lockstep: hundreds of seconds of motion run for tens of seconds here, with no watchdog to
+    # stop the first run on its own on a loaded machine
+    first = subprocess.Popen(PKRT + ["run", "--lockstep", "--duration", "400", "--log", str(log), "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         t0 = time.monotonic()
@@ -62,6 +64,8 @@ w = LogWriter(sys.argv[1], {}, [("t", 1, "s")], block_cycles=4)
 for i in range(10):
     w.row[0] = i
     w.commit()
+while w.blocks_written < 2:  # two complete blocks in the file
+    time.sleep(0.001)
 print("open", flush=True)
 time.sleep(60)
 """
