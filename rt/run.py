@@ -19,7 +19,7 @@ from pkrt.drivers.base import DriveError, Drives
 
 from .config import MachineConfig
 from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
-from .errors import Fault, UserError
+from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
 from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
@@ -140,24 +140,28 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class StopSignals:
-    """While a run is on, SIGINT, SIGTERM, SIGHUP and SIGQUIT ask the loop to stop: the first
-    one sets ``reason``, which the loop checks once per cycle (torque off, log closed with the
-    reason, summary); a second one while the loop is still on raises KeyboardInterrupt at once
-    (a loop stuck in a driver call). The previous handlers are restored on exit. Outside the
-    main thread (where Python cannot install handlers) it does nothing."""
+    """While a run is on, SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it. Until the drives are
+    enabled (``abort``) a signal raises ``Stopped`` at once: nothing moves yet, and enabling is
+    undone on the way out. Then the first signal only sets ``reason``, which the loop checks
+    once per cycle (torque off, log closed with the reason, summary); a second one while in the
+    loop (``in_loop``: stuck in a driver call) raises ``Stopped`` there, and the loop's handler
+    still takes torque off. The previous handlers are restored on exit. Outside the main thread
+    (where Python cannot install handlers) it does nothing."""
 
     def __init__(self):
         self.reason: str | None = None
+        self.abort = True
         self.in_loop = False
         self._saved: dict = {}
 
     def _handle(self, signum, frame) -> None:
-        if self.reason is None:
+        first = self.reason is None
+        if first:
             self.reason = ("interrupted by the user" if signum == signal.SIGINT
                            else f"stopped by signal {signal.Signals(signum).name}")
-        elif self.in_loop:
-            self.in_loop = False
-            raise KeyboardInterrupt
+        if self.abort or (self.in_loop and not first):
+            self.abort = self.in_loop = False
+            raise Stopped(self.reason)
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -233,27 +237,26 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
         row = np.zeros(c)
         v = {name: row[x] for name, x in sl.items()}
 
-    # warm up the kernels (compile or load from cache) before the first deadline
-    ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
-    sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
-    sup.stale = 0
-
     rt_report = {}
     fault = None
     fault_cycle = torque_off_cycle = None
     overruns = saturated = cycles = 0
-    stop.in_loop = True  # from here a second stop signal interrupts at once
     try:
+        # warm up the kernels (compile or load from cache) before the first deadline
+        ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
+        sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
+        sup.stale = 0
         drives.prepare(ref_pos[0].copy())
         drives.configure()
         drives.enable()
-    except BaseException as exc:  # the drives never came up: torque off, the log says why
+    except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
+        stop.abort = False
         drives.disable()
         if writer:
             writer.event(0, "fault", f"drives not enabled: {exc}")
             writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
         raise
-    stop.in_loop = False  # until the loop's try: a signal here is seen at cycle 0
+    stop.abort = False  # torque may be on: from here a signal is seen by the loop (at cycle 0 at the latest)
     clock = VirtualClock() if lockstep else RealClock()
     if not lockstep and realtime:
         r = config.realtime

@@ -18,7 +18,8 @@ import pytest
 from pkrt.drivers import open_drives
 from pkrt.rt.config import load_machine
 from pkrt.rt.logfile import LogFileError, read_log
-from pkrt.rt.run import STOP_SIGNALS, load_controller_tree, run_session
+from pkrt.rt.errors import Stopped
+from pkrt.rt.run import STOP_SIGNALS, StopSignals, load_controller_tree, run_session
 
 PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
 
@@ -153,3 +154,40 @@ def test_outside_the_main_thread_no_handlers_are_installed(config, tree):
     th.start()
     th.join()
     assert out["r"]["fault"] is None and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_before_the_drives_are_enabled_a_signal_aborts_at_once():
+    """Planning, kernel warm-up, enabling: nothing to wait for, so the signal ends the run at
+    once (the enabling path disables the drives and closes the log on its way out); once the
+    drives may be on, it only asks."""
+    with StopSignals() as stop:
+        with pytest.raises(Stopped, match="^stopped by signal SIGTERM$"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        stop.abort = False
+        os.kill(os.getpid(), signal.SIGQUIT)  # no exception: the reason stays the first one
+        assert stop.reason == "stopped by signal SIGTERM"
+
+
+def test_signal_as_soon_as_the_log_exists(tmp_path):
+    """Wherever the signal lands once the run has its log (warm-up, enabling, first cycles):
+    exit 1, one line, the log closed with the reason."""
+    log = tmp_path / "early.pktlog"
+    proc = subprocess.Popen(PKRT + ["run", "--lockstep", "--duration", "60", "--log", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while not log.exists():
+            assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("pkrt: error: ") and "stopped by signal SIGTERM" in err
+    lg = read_log(log)
+    assert lg.summary is not None and "stopped by signal SIGTERM" in lg.summary["fault"] and not lg.truncated
+    assert lg.n_cycles == lg.summary["cycles"] and not os.path.exists(f"{log}.lock")
