@@ -221,6 +221,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
         from .outputs import check_output
 
         check_output(log_path, "log", run_inputs(config, trajectory))
+        stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed
         header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model", {}).get("name"),
                   "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
                   "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
@@ -241,7 +242,10 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
     fault = None
     fault_cycle = torque_off_cycle = None
     overruns = saturated = cycles = 0
+    stop.abort = True
     try:
+        if stop.reason is not None:  # asked while the log opened
+            raise Stopped(stop.reason)
         # warm up the kernels (compile or load from cache) before the first deadline
         ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
         sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])

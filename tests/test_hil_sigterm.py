@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from pkrt.hil.serial_hil import EmulatorProcess, serial_config
 from pkrt.rt.logfile import read_log
+from tests.processes import child, stop, wait_until
 
 MACHINE = "orthoglide-serial"
 
@@ -33,23 +32,11 @@ def test_signal_takes_the_servos_torque_off_within_3_cycles(emulator, tmp_path, 
     log = tmp_path / "hil.pktlog"
     for _ in range(3):  # a run on this loaded machine may stop on its own first (stale feedback): again
         emulator.arm(None, None, rate)
-        proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.cli", "run", "--machine", MACHINE, "--port",
-                                 emulator.port, "--duration", "20", "--log", str(log), "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            t0 = time.monotonic()
-            while emulator.report()["cycles"] < 50 and proc.poll() is None:  # the loop runs with torque on
-                assert time.monotonic() - t0 < 120, "the run never started"
-                time.sleep(0.02)
+        with child([sys.executable, "-m", "pkrt.rt.cli", "run", "--machine", MACHINE, "--port", emulator.port,
+                    "--duration", "20", "--log", str(log), "--json"]) as proc:
+            running = wait_until(proc, lambda: emulator.report()["cycles"] >= 50)  # running, torque on
             at_signal = emulator.report()["cycles"]
-            running = proc.poll() is None
-            if running:
-                proc.send_signal(sig)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            out, err = stop(proc, sig if running else None)
         if running:
             break
     assert running, err

@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pkrt.rt.logfile import LogFileError, LogWriter, read_log
+from tests.processes import child, log_has_cycles, stop, wait_until
 
 PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
 
@@ -22,19 +22,8 @@ def test_second_run_on_the_same_log_is_refused(tmp_path):
     log = tmp_path / "same.pktlog"
     # lockstep: hundreds of seconds of motion run for tens of seconds here, with no watchdog to
     # stop the first run on its own on a loaded machine
-    first = subprocess.Popen(PKRT + ["run", "--lockstep", "--duration", "400", "--log", str(log), "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        t0 = time.monotonic()
-        while True:  # the first run's loop is on and its first block in the file
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() - t0 < 120
-            try:
-                if read_log(log).n_cycles > 0:
-                    break
-            except LogFileError:
-                pass
-            time.sleep(0.05)
+    with child(PKRT + ["run", "--lockstep", "--duration", "400", "--log", str(log), "--json"]) as first:
+        assert wait_until(first, log_has_cycles(log, 1), poll_s=0.05), first.communicate()
         run_id = read_log(log).header["run_id"]
         second = subprocess.run(PKRT + ["run", "--lockstep", "--duration", "0.5", "--log", str(log), "--json"],
                                 capture_output=True, text=True, timeout=120)
@@ -42,14 +31,9 @@ def test_second_run_on_the_same_log_is_refused(tmp_path):
         assert second.stderr.strip().splitlines() == [
             f"pkrt: error: {log}: another pkrt process (pid {first.pid}) is writing this log "
             f"(lock {log}.lock); give another log file"]
-        # the plot path of the second run was not touched either, and the first goes on
+        # the first goes on, its log untouched
         assert first.poll() is None and read_log(log).header["run_id"] == run_id
-        first.send_signal(signal.SIGTERM)
-        out, err = first.communicate(timeout=60)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
+        out, err = stop(first, signal.SIGTERM)
     summary = json.loads(out)
     lg = read_log(log)
     assert lg.header["run_id"] == run_id and not lg.truncated and lg.problems == []

@@ -17,27 +17,12 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.rt.config import load_machine
-from pkrt.rt.logfile import LogFileError, read_log
+from pkrt.rt.logfile import read_log
 from pkrt.rt.errors import Stopped
 from pkrt.rt.run import STOP_SIGNALS, StopSignals, load_controller_tree, run_session
+from tests.processes import child, log_has_cycles, stop, wait_until
 
 PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
-
-
-def wait_for_cycles(log, proc, n: int = 1, timeout: float = 120.0) -> bool:
-    """Wait until the log of a running process holds ``n`` cycles (the loop is running);
-    False if the process ended before."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if proc.poll() is not None:
-            return False
-        try:
-            if read_log(log).n_cycles >= n:
-                return True
-        except LogFileError:
-            pass  # not created yet
-        time.sleep(0.05)
-    raise AssertionError("the run never logged a cycle")
 
 
 def stop_run(tmp_path, sig: int, *args: str) -> tuple[subprocess.CompletedProcess, dict, object]:
@@ -46,17 +31,9 @@ def stop_run(tmp_path, sig: int, *args: str) -> tuple[subprocess.CompletedProces
     tries."""
     log = tmp_path / "run.pktlog"
     for _ in range(3):
-        proc = subprocess.Popen(PKRT + ["run", "--log", str(log), "--json", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            running = wait_for_cycles(log, proc, 256)
-            if running:
-                proc.send_signal(sig)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        with child(PKRT + ["run", "--log", str(log), "--json", *args]) as proc:
+            running = wait_until(proc, log_has_cycles(log, 256), poll_s=0.05)
+            out, err = stop(proc, sig if running else None)
         if running:
             break
     assert running, err
@@ -173,19 +150,9 @@ def test_signal_as_soon_as_the_log_exists(tmp_path):
     """Wherever the signal lands once the run has its log (warm-up, enabling, first cycles):
     exit 1, one line, the log closed with the reason."""
     log = tmp_path / "early.pktlog"
-    proc = subprocess.Popen(PKRT + ["run", "--lockstep", "--duration", "60", "--log", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        t0 = time.monotonic()
-        while not log.exists():
-            assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
-            time.sleep(0.001)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with child(PKRT + ["run", "--lockstep", "--duration", "60", "--log", str(log)]) as proc:
+        assert wait_until(proc, log.exists, poll_s=0.001), proc.communicate()
+        out, err = stop(proc, signal.SIGTERM)
     assert proc.returncode == 1 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("pkrt: error: ") and "stopped by signal SIGTERM" in err
     lg = read_log(log)
