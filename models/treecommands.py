@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import Fault
+from pkrt.rt.outputs import check_outputs
 from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
 
+from .description import resolve_model_path
 from .mechanism import load_mechanism
 
 
@@ -56,10 +58,7 @@ def run_build(args) -> int:
                              sing_threshold=args.sing_threshold,
                              verify_samples=args.verify_samples, seed=args.seed)
     out = Path(args.output)
-    if out.parent and not out.parent.is_dir():
-        raise UserError(f"{out}: the output folder does not exist")
-    if out.is_dir():
-        raise UserError(f"{out}: is a folder; give the tree file to write (e.g. {out / 'tree.pkt'})")
+    check_outputs({"-o": out}, {"model file": resolve_model_path(args.model)})
     tree, stats = build_tree(mech, settings, jobs=args.jobs)
     if not tree.leaf_ok.any():
         raise Fault(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "

@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from .errors import Fault, UserError
+from .errors import Fault, Stopped, UserError
 
 # verb -> (module, one-line help). Two-word verbs are written "model check".
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, Fault) as e:
         if debug:
             traceback.print_exc()
+        print(f"pkrt: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
         print(f"pkrt: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from .cli import emit
 from .errors import UserError
 from .logfile import Log, LogFileError, read_log
+from .outputs import atomic_write, check_outputs
 
 FLAG_BITS = {"saturated": 1, "clamped_or_out_of_domain": 2, "overrun": 4, "stale_feedback": 8}
 
@@ -139,6 +141,7 @@ def log_summary(log: Log) -> dict:
         "truncated": log.truncated,
         "bad_blocks": log.bad_blocks,
         "dropped_blocks": log.dropped_blocks,
+        "problems": log.problems,
         "summary": log.summary,
     }
 
@@ -172,8 +175,10 @@ def _info_text(s: dict, brief: bool = False) -> str:
     meas = f"{r['measured']:.3f}" if r["measured"] else "-"
     L.append(f"run        {s['cycles']} cycles, {s['duration_s']:.3f} s, rate nominal {r['nominal']} Hz, "
              f"measured {meas} Hz{', lockstep' if s['lockstep'] else ''}")
-    state = "complete" if s["complete"] else "TRUNCATED (no end record: run cut off)"
+    state = "complete" if s["complete"] else "TRUNCATED (no valid end record: run cut off or damaged)"
     L.append(f"file       {state}; bad blocks {s['bad_blocks']}, dropped blocks {s['dropped_blocks']}")
+    for p in s.get("problems") or []:
+        L.append(f"  dropped: {p}")
     if s["tracking"]:
         L.append("tracking error (ref_pos - pos):")
         for ax, v in s["tracking"].items():
@@ -219,7 +224,7 @@ def export_csv(log: Log, out: str) -> list[str]:
         cols.append(_cols(log.channels[name]))
     data = np.hstack(cols) if log.n_cycles else np.zeros((0, len(names)))
     int_cols = {0} | {i for i, n in enumerate(names) if n.split(" ")[0] == "flags"}
-    with open(out, "w", newline="") as f:
+    with atomic_write(out, "CSV", newline="") as f:
         w = csv.writer(f)
         w.writerow(names)
         for r in data:
@@ -246,7 +251,7 @@ def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
     axes = log.axes()
     if len(axes) != p.shape[1]:
         axes = [f"q{i + 1}" for i in range(p.shape[1])]
-    with open(out, "w", newline="") as f:
+    with atomic_write(out, "trajectory", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t"] + axes)
         for ti, row in zip(t - t[0], p):
@@ -334,8 +339,11 @@ def plot_log(log: Log, out_path) -> str:
     fig.suptitle(f"{Path(log.path).name}: {s['model']['name'] or ''} {s['cycles']} cycles, "
                  f"{s['duration_s']:.3f} s", fontsize=13)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=PLOT_DPI, format="png")
-    plt.close(fig)
+    try:
+        with atomic_write(out_path, "plot", "wb") as f:
+            fig.savefig(f, dpi=PLOT_DPI, format="png")
+    finally:
+        plt.close(fig)
     return str(out_path)
 
 
@@ -343,6 +351,13 @@ def plot_log(log: Log, out_path) -> str:
 def add_arguments_log_info(p) -> None:
     p.add_argument("log", help="run log file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def warn_problems(log: Log) -> None:
+    """One line on stderr saying what reading the log skipped or dropped, if anything."""
+    text = log.problem_text()
+    if text:
+        print(f"pkrt: warning: {log.path}: read to the last good record; {text}", file=sys.stderr)
 
 
 def run_log_info(args) -> int:
@@ -365,8 +380,11 @@ def add_arguments_log_export(p) -> None:
 def run_log_export(args) -> int:
     if not (args.csv or args.traj or args.mcap or args.ros2):
         raise UserError("log export: give --csv OUT and/or --traj OUT, --mcap OUT.mcap, --ros2 OUT_DIR")
+    check_outputs({"--csv": args.csv, "--traj": args.traj, "--mcap": args.mcap}, {"log being exported": args.log})
     log = read_log(args.log)
-    result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated}
+    warn_problems(log)
+    result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated,
+                    "problems": log.problems}
     if args.csv:
         result["csv"] = {"path": args.csv, "columns": export_csv(log, args.csv)}
     if args.traj:
@@ -401,9 +419,12 @@ def add_arguments_log_plot(p) -> None:
 
 
 def run_log_plot(args) -> int:
+    check_outputs({"-o": args.output}, {"log being plotted": args.log})
     log = read_log(args.log)
+    warn_problems(log)
     if log.n_cycles == 0:
         raise LogFileError(f"{log.path}: the log holds no complete block of cycles; nothing to plot")
     out = plot_log(log, args.output)
-    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX)}, args.json, f"wrote {out}")
+    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX), "problems": log.problems}, args.json,
+         f"wrote {out}")
     return 0

@@ -1,33 +1,50 @@
 """Run logs: a msgpack stream written from preallocated buffers by a background thread.
 
-File layout (format ``pkrt-log``, version 1): a sequence of msgpack maps, each with a ``type``:
+File layout (format ``pkrt-log``, version 2): a sequence of msgpack maps, each with a ``type``,
+the run's ``run_id`` (32 hex digits, random per run), a record sequence number ``seq`` (0 for
+the header, then +1 per record in file order) and a ``crc``: CRC32 of the record kind, run id
+and sequence number followed by the record's payload, so that no record can be moved into
+another log, repeated or reordered unnoticed.
 
-- ``header`` (first, written and flushed at open): ``format``, ``version``, ``created`` (UTC,
-  ISO 8601), ``software`` (pkrt, numpy, numba, msgpack, python versions), ``channels``
-  (list of ``[name, width, unit]``), ``block_cycles``, ``byte_order`` (``"<f8"``) and ``run``
-  (the caller's header: machine, model and tree hashes, rate, axes, units, controller, ...).
+- ``header`` (first, seq 0): ``format``, ``version``, and ``body``: a msgpack map of
+  ``created`` (UTC, ISO 8601), ``software`` (pkrt, numpy, numba, msgpack, python versions),
+  ``channels`` (list of ``[name, width, unit]``), ``block_cycles``, ``byte_order`` (``"<f8"``)
+  and ``run`` (the caller's header: machine, model and tree hashes, rate, axes, units, ...).
+  Payload for the CRC: ``body``.
 - ``block``: ``first`` (cycle index of its first row), ``n`` (rows), ``data`` (n x row-width
-  little-endian float64, row-major, channels in header order), ``crc`` (CRC32 of the 16-byte
-  little-endian pair (first, n) followed by ``data``).
-- ``event``: ``cycle``, ``kind``, ``message``, ``wall`` (UTC time, s since the epoch).
-- ``end`` (last, written by ``close``): ``summary`` (the caller's), ``rows``, ``blocks``,
-  ``dropped_blocks`` (blocks lost because the writer thread fell behind).
+  little-endian float64, row-major, channels in header order). Payload: the 16-byte
+  little-endian pair (first, n) followed by ``data``.
+- ``event``: ``body``, a msgpack map of ``cycle``, ``kind``, ``message``, ``wall`` (UTC, s
+  since the epoch).
+- ``end`` (last, written by ``close``): ``body``, a msgpack map of ``summary`` (the caller's),
+  ``rows`` (cycles committed), ``rows_written`` and ``blocks`` (what reached the file before
+  it), ``dropped_blocks`` (blocks lost because the writer thread fell behind).
 
-Reading is tolerant: a file cut off mid-write (e.g. SIGKILL) reads back to its last complete
-record (``truncated = True``, ``summary = None``); a block whose CRC does not match is skipped
-and counted in ``bad_blocks`` (its cycles are missing, the rest is read); a record that cannot
-be decoded ends reading there (``truncated = True``, counted in ``bad_blocks``). A file that is
-not a pkrt log, or has another format version, raises ``LogFileError``.
+Writing: one writer per log. The writer holds an exclusive ``flock`` on ``<log>.lock`` for the
+whole run (the kernel releases it when the process dies, so the lock of a killed run is never
+in the way: the next writer takes the file over); a second writer is refused. The log is
+written under a temporary name beside it until its header is complete, then renamed.
+
+Reading is tolerant and says what it dropped (``Log.problems``): a file cut off mid-write
+(e.g. SIGKILL, disk full) reads back to its last complete record (``truncated``, ``summary =
+None``); a block whose CRC does not match is skipped and counted in ``bad_blocks``; a record of
+another run, a repeated sequence number or a block overlapping cycles already read is skipped
+and counted (never read twice); anything after the end record (appended records, another log
+concatenated) and anything after undecodable data is dropped. A file that is not a pkrt log,
+whose header fails its CRC, or of another format version raises ``LogFileError``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import os
 import queue
+import stat
 import struct
 import threading
 import time
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +57,13 @@ from .filekind import LOG, expect
 from .versions import software_versions
 
 FORMAT = "pkrt-log"
-VERSION = 1
+VERSION = 2
 _MAX_RECORD = 256 * 1024 * 1024  # bytes; a decoded length beyond this is corruption
 _MAX_WIDTH = 100_000  # values per row; more is a damaged header
 
 
 class LogFileError(UserError):
-    """A file that is not a readable pkrt log (exit 2)."""
+    """A file that is not a readable pkrt log, or a log that cannot be written (exit 2)."""
 
 
 def _software() -> dict:
@@ -72,8 +89,63 @@ def _pack(record: dict) -> bytes:
     return msgpack.packb(record, default=_plain, use_bin_type=True, strict_types=False)
 
 
-def _crc(first: int, n: int, data: bytes) -> int:
-    return zlib.crc32(data, zlib.crc32(struct.pack("<qq", first, n)))
+def _crc(kind: str, run_id: str, seq: int, *payload: bytes) -> int:
+    """CRC32 of kind, run id and sequence number, then the payload pieces."""
+    c = zlib.crc32(f"{kind}\0{run_id}\0".encode() + struct.pack("<q", seq))
+    for p in payload:
+        c = zlib.crc32(p, c)
+    return c
+
+
+def _block_key(first: int, n: int) -> bytes:
+    return struct.pack("<qq", first, n)
+
+
+def sealed(kind: str, run_id: str, seq: int, body: dict) -> dict:
+    """A header, event or end record: ``body`` packed, with its CRC."""
+    b = _pack(body)
+    return {"type": kind, "run_id": run_id, "seq": seq, "body": b, "crc": _crc(kind, run_id, seq, b)}
+
+
+def _acquire_lock(path: str) -> int:
+    """Take the exclusive lock of a log path (``flock`` on ``<path>.lock``); returns its fd.
+    Refused (LogFileError) while another process holds it. A lock file left by a process
+    that died holds no lock and is taken over."""
+    lock = path + ".lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            except OSError:
+                owner = "unknown"
+            os.close(fd)
+            raise LogFileError(f"{path}: another pkrt process (pid {owner}) is writing this log "
+                               f"(lock {lock}); give another log file") from None
+        try:  # the previous owner may have removed the file between our open and our lock
+            same = os.path.samestat(os.stat(lock), os.fstat(fd))
+        except FileNotFoundError:
+            same = False
+        if same:
+            try:  # the owner's pid, for the message of a refused writer (a full disk: none)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError:
+                pass
+            return fd
+        os.close(fd)
+
+
+def _release_lock(path: str, fd: int | None) -> None:
+    if fd is None:
+        return
+    try:
+        os.unlink(path + ".lock")  # while still holding it: no one can be between open and lock
+    except OSError:
+        pass
+    os.close(fd)
 
 
 class LogWriter:
@@ -87,6 +159,9 @@ class LogWriter:
     ``wait_when_full``: wait for the thread instead of dropping (no real-time deadline to
     keep); ``None`` means wait exactly when ``header["lockstep"]`` is true, so lockstep runs,
     which may run far faster than real time, log every cycle.
+    Opening takes the log's lock (LogFileError if another process writes it) and writes the
+    header under a temporary name, renamed to ``path`` once complete; an existing non-regular
+    file (a FIFO, a device) is written in place.
     """
 
     def __init__(self, path, header: dict, channels: list[tuple[str, int, str]],
@@ -120,18 +195,62 @@ class LogWriter:
         self.wait_when_full = bool(header.get("lockstep", False)) if wait_when_full is None else wait_when_full
         self.dropped_blocks = 0
         self.blocks_written = 0
+        self.rows_written = 0  # rows in blocks that reached the file
         self.error: str | None = None
         self._closed = False
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._file = open(self.path, "wb")
-        rec = {"type": "header", "format": FORMAT, "version": VERSION,
-               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-               "software": _software(), "channels": [list(c) for c in self.channels],
-               "block_cycles": block_cycles, "byte_order": "<f8", "run": dict(header)}
-        self._file.write(_pack(rec))
-        self._file.flush()
+        self.run_id = uuid.uuid4().hex
+        self._seq = 0
+        body = {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                "software": _software(), "channels": [list(c) for c in self.channels],
+                "block_cycles": block_cycles, "byte_order": "<f8", "run": dict(header)}
+        rec = sealed("header", self.run_id, 0, body)
+        rec = {"type": "header", "format": FORMAT, "version": VERSION, **rec}
+        try:
+            self._lock = _acquire_lock(self.path)
+        except OSError as e:
+            raise LogFileError(f"{self.path}: cannot write the log: {e.strerror or e}") from None
+        try:
+            self._file = self._open_with_header(_pack(rec))
+        except OSError as e:
+            _release_lock(self.path, self._lock)
+            raise LogFileError(f"{self.path}: cannot write the log: {e.strerror or e}") from None
+        except BaseException:
+            _release_lock(self.path, self._lock)
+            raise
         self._thread = threading.Thread(target=self._run, name="pkrt-log-writer", daemon=True)
         self._thread.start()
+
+    def _open_with_header(self, header: bytes):
+        """The open log file, its header written: under a temporary name, then renamed."""
+        try:
+            special = not stat.S_ISREG(os.stat(self.path).st_mode)
+        except FileNotFoundError:
+            special = False
+        if special and os.path.isdir(self.path):
+            raise IsADirectoryError(21, "Is a directory", self.path)
+        if special:  # a FIFO or a device: nothing to rename over
+            f = open(self.path, "wb")
+            f.write(header)
+            f.flush()
+            return f
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        f = open(tmp, "wb")
+        try:
+            f.write(header)
+            f.flush()
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                f.close()  # may fail again flushing (disk full)
+            except OSError:
+                pass
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return f
 
     # -- caller's thread ----------------------------------------------------------------------
     def commit(self) -> None:
@@ -167,12 +286,12 @@ class LogWriter:
         """Record a rare event (fault, state change) at a cycle index."""
         if self._closed:
             return
-        self._queue.put({"type": "event", "cycle": int(cycle), "kind": str(kind),
-                         "message": str(message), "wall": time.time()})
+        self._queue.put({"cycle": int(cycle), "kind": str(kind), "message": str(message), "wall": time.time()})
 
     def close(self, summary: dict | None = None) -> dict:
-        """Write the partial block and the end record, join the thread, close the file.
-        Safe to call more than once (later calls do nothing). Returns the writer's counts."""
+        """Write the partial block and the end record, join the thread, close the file and
+        release the lock. Safe to call more than once (later calls do nothing). Returns the
+        writer's counts; ``error`` says where the log stops if writing failed (disk full)."""
         if not self._closed:
             self._closed = True
             if self._k > 0:
@@ -181,8 +300,13 @@ class LogWriter:
             self._queue.put(("end", dict(summary or {})))
             self._queue.put(None)
             self._thread.join()
-            self._file.close()
-        return {"rows": self._cycle, "blocks": self.blocks_written,
+            try:
+                self._file.close()
+            except OSError as e:  # the last flush failed (disk full): the log stops earlier
+                self._failed(e)
+            _release_lock(self.path, self._lock)
+            self._lock = None
+        return {"rows": self._cycle, "blocks": self.blocks_written, "rows_written": self.rows_written,
                 "dropped_blocks": self.dropped_blocks, "error": self.error}
 
     def __enter__(self) -> "LogWriter":
@@ -192,6 +316,25 @@ class LogWriter:
         self.close({})
 
     # -- writer thread ------------------------------------------------------------------------
+    def _failed(self, e: BaseException) -> None:
+        if self.error is None:
+            self.error = (f"{self.path}: log write failed: {e}; the log stops after "
+                          f"{self.rows_written} cycles ({self.blocks_written} blocks)")
+
+    def _record(self, item) -> dict:
+        seq = self._seq
+        if isinstance(item, int):
+            n = int(self._count[item])
+            first = int(self._first[item])
+            data = self._ring[item, :n].astype("<f8", copy=False).tobytes()
+            return {"type": "block", "run_id": self.run_id, "seq": seq, "first": first, "n": n,
+                    "data": data, "crc": _crc("block", self.run_id, seq, _block_key(first, n), data)}
+        if isinstance(item, tuple):
+            return sealed("end", self.run_id, seq, {
+                "summary": item[1], "rows": self._cycle, "rows_written": self.rows_written,
+                "blocks": self.blocks_written, "dropped_blocks": self.dropped_blocks})
+        return sealed("event", self.run_id, seq, item)
+
     def _run(self) -> None:
         try:  # lower priority than the loop's thread when the CPUs are contended (Linux: per thread)
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
@@ -202,25 +345,15 @@ class LogWriter:
             if item is None:
                 return
             try:
-                if isinstance(item, int):
-                    n = int(self._count[item])
-                    first = int(self._first[item])
-                    data = self._ring[item, :n].astype("<f8", copy=False).tobytes()
-                    rec = {"type": "block", "first": first, "n": n, "data": data,
-                           "crc": _crc(first, n, data)}
-                elif isinstance(item, tuple):
-                    rec = {"type": "end", "summary": item[1], "rows": self._cycle,
-                           "blocks": self.blocks_written, "dropped_blocks": self.dropped_blocks}
-                else:
-                    rec = item
                 if self.error is None:
-                    self._file.write(_pack(rec))
+                    self._seq += 1
+                    self._file.write(_pack(self._record(item)))
                     self._file.flush()
                     if isinstance(item, int):
                         self.blocks_written += 1
+                        self.rows_written += int(self._count[item])
             except Exception as e:  # noqa: BLE001 - disk full etc.: keep the loop running
-                if self.error is None:
-                    self.error = f"{self.path}: log write failed: {e}"
+                self._failed(e)
             finally:
                 if isinstance(item, int):
                     self._done += 1
@@ -229,9 +362,10 @@ class LogWriter:
 @dataclass
 class Log:
     """A run log read back. ``channels[name]``: (n_cycles, width) float64, 1-D when width is 1;
-    ``cycles``: the cycle index of each row (gaps where blocks were dropped or bad)."""
+    ``cycles``: the cycle index of each row (gaps where blocks were dropped or bad).
+    ``problems``: one sentence per thing that was skipped or dropped while reading."""
     path: str
-    header: dict  # the caller's header plus format, version, created, software
+    header: dict  # the caller's header plus format, version, created, software, run_id
     channels: dict[str, np.ndarray]
     units: dict[str, str]
     widths: dict[str, int]
@@ -242,6 +376,9 @@ class Log:
     bad_blocks: int = 0
     dropped_blocks: int = 0
     end: dict | None = None
+    problems: list[str] = field(default_factory=list)
+    skipped_records: int = 0  # duplicated, foreign or overlapping records not read
+    dropped_bytes: int = 0  # bytes after the end record or after undecodable data
 
     @property
     def n_cycles(self) -> int:
@@ -249,6 +386,10 @@ class Log:
 
     def get(self, name: str) -> np.ndarray | None:
         return self.channels.get(name)
+
+    def problem_text(self) -> str | None:
+        """All problems in one line, or None for a clean, complete log."""
+        return "; ".join(self.problems) if self.problems else None
 
     def row_of_cycle(self, cycle: int) -> int:
         """The first row at or after a loop cycle index (events carry the loop's index; rows
@@ -270,25 +411,152 @@ class Log:
         return []
 
 
-def _check_header(rec, path: str) -> dict:
+def _unpack_body(rec: dict):
+    """The decoded ``body`` of a sealed record, or None if it is not a msgpack map."""
+    try:
+        b = msgpack.unpackb(rec["body"], raw=False, strict_map_key=False)
+    except Exception:  # noqa: BLE001 - any decode failure
+        return None
+    return b if isinstance(b, dict) else None
+
+
+def _crc_ok(rec: dict, run_id: str) -> bool:
+    kind, seq, crc = rec.get("type"), rec.get("seq"), rec.get("crc")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(crc, int):
+        return False
+    if kind == "block":
+        first, n, data = rec.get("first"), rec.get("n"), rec.get("data")
+        if not (isinstance(first, int) and isinstance(n, int) and isinstance(data, bytes)) or n < 1:
+            return False
+        return crc == _crc(kind, run_id, seq, _block_key(first, n), data)
+    body = rec.get("body")
+    return isinstance(kind, str) and isinstance(body, bytes) and crc == _crc(kind, run_id, seq, body)
+
+
+def _check_header(rec, path: str) -> tuple[str, dict]:
+    """The header record's run id and decoded body, checked."""
     if not isinstance(rec, dict) or rec.get("type") != "header" or rec.get("format") != FORMAT:
         raise LogFileError(f"{path}: not a pkrt log (no '{FORMAT}' header)")
-    if rec.get("version") != VERSION:
-        raise LogFileError(f"{path}: pkrt log version {rec.get('version')!r} is not supported "
+    ver = rec.get("version")
+    if isinstance(ver, int) and not isinstance(ver, bool) and 1 <= ver < VERSION:
+        raise LogFileError(f"{path}: pkrt log version {ver} was written by an older pkrt and its records "
+                           f"carry no checksums; this pkrt reads version {VERSION} only (record the run again)")
+    if ver != VERSION:
+        raise LogFileError(f"{path}: pkrt log version {ver!r} is not supported "
                            f"(this pkrt reads version {VERSION})")
-    ch = rec.get("channels")
+    run_id = rec.get("run_id")
+    if not isinstance(run_id, str) or rec.get("seq") != 0 or not _crc_ok(rec, run_id):
+        raise LogFileError(f"{path}: damaged pkrt log header (checksum mismatch)")
+    body = _unpack_body(rec)
+    ch = body.get("channels") if body else None
     ok = isinstance(ch, list) and all(
         isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], int)
         and c[1] >= 1 and isinstance(c[2], str) for c in ch)
-    if not ok or not isinstance(rec.get("run"), dict) or rec.get("byte_order", "<f8") != "<f8":
+    if not ok or not isinstance(body.get("run"), dict) or body.get("byte_order", "<f8") != "<f8":
         raise LogFileError(f"{path}: damaged pkrt log header")
     if len({c[0] for c in ch}) != len(ch) or sum(c[1] for c in ch) > _MAX_WIDTH:
         raise LogFileError(f"{path}: damaged pkrt log header (duplicate channel names or an impossible width)")
-    return rec
+    return run_id, body
+
+
+def _what(rec: dict) -> str:
+    """A record named for a message: 'block of cycles 0..255', 'end record', ..."""
+    kind = rec.get("type")
+    if kind == "block" and isinstance(rec.get("first"), int) and isinstance(rec.get("n"), int):
+        return f"block of cycles {rec['first']}..{rec['first'] + rec['n'] - 1}"
+    return f"{kind} record" if isinstance(kind, str) else "record"
+
+
+class _Reader:
+    """The record-by-record checks of ``read_log``."""
+
+    def __init__(self, path: str, run_id: str, width: int, size: int):
+        self.path, self.run_id, self.width, self.size = path, run_id, width, size
+        self.blocks: list[tuple[int, np.ndarray]] = []
+        self.events: list[dict] = []
+        self.end: dict | None = None
+        self.end_body: dict | None = None
+        self.problems: list[str] = []
+        self.bad_blocks = self.bad_records = self.skipped = self.dropped_bytes = 0
+        self.next_seq = 1
+        self.bad_since = 0  # records with a bad CRC since the last good one
+        self.next_cycle = 0  # first cycle a new block may start at
+        self.truncated = False
+
+    def drop_rest(self, pos: int, why: str) -> None:
+        self.dropped_bytes = self.size - pos
+        self.problems.append(f"{why} at byte {pos}: the rest of the file ({self.dropped_bytes} bytes) dropped")
+
+    def skip(self, rec: dict, pos: int, why: str) -> None:
+        self.skipped += 1
+        self.problems.append(f"{_what(rec)} at byte {pos} skipped: {why}")
+
+    def take(self, rec: dict, pos: int) -> bool:
+        """Check and keep one record; False when reading must stop here."""
+        kind = rec.get("type")
+        if kind == "header":
+            self.drop_rest(pos, "another log follows (concatenated)")
+            return False
+        if self.end is not None:
+            self.drop_rest(pos, f"data after the end record ({_what(rec)})")
+            return False
+        if rec.get("run_id") != self.run_id:
+            self.skip(rec, pos, "it belongs to another run")
+            return True
+        if not _crc_ok(rec, self.run_id):
+            self.bad_since += 1
+            if kind == "block":
+                self.bad_blocks += 1
+            else:
+                self.bad_records += 1
+                self.problems.append(f"{_what(rec)} at byte {pos} skipped: checksum mismatch")
+            return True
+        seq = rec["seq"]
+        if seq < self.next_seq:
+            self.skip(rec, pos, f"sequence number {seq} already read (a repeated record)")
+            return True
+        missing = seq - self.next_seq - self.bad_since  # records neither read nor found damaged
+        if missing > 0:
+            self.problems.append(f"{missing} record(s) missing before byte {pos} (sequence numbers "
+                                 f"{self.next_seq}..{seq - 1} not all found)")
+        self.next_seq, self.bad_since = seq + 1, 0
+        if kind == "block":
+            first, n, data = rec["first"], rec["n"], rec["data"]
+            if len(data) != n * self.width * 8:
+                self.bad_blocks += 1
+            elif first < self.next_cycle:
+                self.skip(rec, pos, f"overlaps cycles already read (up to {self.next_cycle - 1})")
+            else:
+                self.blocks.append((first, np.frombuffer(data, dtype="<f8").reshape(n, self.width)))
+                self.next_cycle = first + n
+            return True
+        body = _unpack_body(rec)
+        if body is None:
+            self.bad_records += 1
+            self.problems.append(f"{_what(rec)} at byte {pos} skipped: undecodable body")
+        elif kind == "event":
+            self.events.append({"cycle": body.get("cycle"), "kind": body.get("kind"),
+                                "message": body.get("message"), "wall": body.get("wall")})
+        elif kind == "end":
+            self.end, self.end_body = rec, body
+            self.check_end(body)
+        else:
+            self.skip(rec, pos, "unknown record type")
+        return True
+
+    def check_end(self, body: dict) -> None:
+        """The end record's counts against what was read."""
+        blocks, rows = body.get("blocks"), body.get("rows_written")
+        read_rows = sum(len(b) for _, b in self.blocks)
+        if isinstance(blocks, int) and blocks != len(self.blocks) + self.bad_blocks:
+            self.problems.append(f"the end record counts {blocks} blocks, the file holds "
+                                 f"{len(self.blocks) + self.bad_blocks}")
+        elif isinstance(rows, int) and not self.bad_blocks and rows != read_rows:
+            self.problems.append(f"the end record counts {rows} logged cycles, the blocks hold {read_rows}")
 
 
 def read_log(path) -> Log:
-    """Read a log (see the module docstring for what is tolerated)."""
+    """Read a log (see the module docstring for what is tolerated and reported)."""
     path = str(path)
     expect(path, LOG, LogFileError)  # another kind of file: say what it is
     try:
@@ -304,48 +572,37 @@ def read_log(path) -> Log:
             head = unp.unpack()
         except Exception:  # noqa: BLE001 - any decode failure of the first record
             raise LogFileError(f"{path}: not a pkrt log (unreadable or empty)") from None
-        head = _check_header(head, path)
-        channels = [(c[0], c[1], c[2]) for c in head["channels"]]
+        run_id, body = _check_header(head, path)
+        channels = [(c[0], c[1], c[2]) for c in body["channels"]]
         width = sum(w for _, w, _ in channels)
-        blocks: list[tuple[int, np.ndarray]] = []
-        events: list[dict] = []
-        end = None
-        bad = 0
-        truncated = False
+        r = _Reader(path, run_id, width, size)
         while True:
+            pos = unp.tell()
             try:
                 rec = unp.unpack()
             except msgpack.OutOfData:
-                truncated = unp.tell() < size or end is None
+                if pos < size:
+                    r.truncated = True
+                    r.drop_rest(pos, "an incomplete record (file cut off)")
                 break
             except Exception:  # noqa: BLE001 - undecodable record: stop here
-                bad += 1
-                truncated = True
+                r.truncated = True
+                r.drop_rest(pos, "undecodable data")
                 break
             if not isinstance(rec, dict):
-                bad += 1
-                truncated = True
+                r.truncated = True
+                r.drop_rest(pos, "undecodable data")
                 break
-            kind = rec.get("type")
-            if kind == "block":
-                first, n, data, crc = rec.get("first"), rec.get("n"), rec.get("data"), rec.get("crc")
-                if (not isinstance(first, int) or not isinstance(n, int) or n < 1
-                        or not isinstance(data, bytes) or len(data) != n * width * 8
-                        or crc != _crc(first, n, data)):
-                    bad += 1
-                    continue
-                blocks.append((first, np.frombuffer(data, dtype="<f8").reshape(n, width)))
-            elif kind == "event":
-                events.append({"cycle": rec.get("cycle"), "kind": rec.get("kind"),
-                               "message": rec.get("message"), "wall": rec.get("wall")})
-            elif kind == "end":
-                end = rec
-            else:
-                bad += 1
-    blocks.sort(key=lambda b: b[0])
+            if not r.take(rec, pos):
+                break
+    if r.bad_blocks:
+        r.problems.insert(0, f"{r.bad_blocks} block(s) with a bad checksum skipped (their cycles are missing)")
+    if r.end is None and not any("cut off" in p for p in r.problems):
+        r.problems.append("no end record (run cut off): read to the last complete record")
+    blocks = r.blocks
     if blocks:
         data = np.concatenate([b for _, b in blocks]).astype(np.float64)
-        cycles = np.concatenate([np.arange(f, f + len(b)) for f, b in blocks])
+        cycles = np.concatenate([np.arange(f0, f0 + len(b)) for f0, b in blocks])
     else:
         data = np.zeros((0, width))
         cycles = np.zeros(0, dtype=np.int64)
@@ -355,13 +612,18 @@ def read_log(path) -> Log:
         a = data[:, c:c + w]
         out[name] = np.ascontiguousarray(a[:, 0] if w == 1 else a)
         c += w
-    header = dict(head["run"])
-    for k in ("format", "version", "created", "software", "block_cycles"):
-        header.setdefault(k, head.get(k))
-    events.sort(key=lambda e: (e["cycle"] if isinstance(e["cycle"], int) else -1))
-    summary = end.get("summary") if isinstance(end, dict) else None
-    dropped = end.get("dropped_blocks", 0) if isinstance(end, dict) else 0
+    header = dict(body["run"])
+    for k, v in (("format", FORMAT), ("version", VERSION), ("run_id", run_id), ("created", body.get("created")),
+                 ("software", body.get("software")), ("block_cycles", body.get("block_cycles"))):
+        header.setdefault(k, v)
+    events = sorted(r.events, key=lambda e: (e["cycle"] if isinstance(e["cycle"], int) else -1))
+    end = r.end_body
+    summary = end.get("summary") if end is not None else None
+    dropped = end.get("dropped_blocks", 0) if end is not None else 0
     dropped = dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0
+    if dropped:
+        r.problems.append(f"{dropped} block(s) dropped while writing (the writer fell behind)")
     return Log(path, header, out, {n: u for n, _, u in channels}, {n: w for n, w, _ in channels},
                cycles.astype(np.int64), events, summary if isinstance(summary, dict) else None,
-               truncated or end is None, bad, dropped, end)
+               r.truncated or end is None, r.bad_blocks, dropped, end, r.problems,
+               r.skipped + r.bad_records, r.dropped_bytes)

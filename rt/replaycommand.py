@@ -34,6 +34,7 @@ import numpy as np
 from .cli import emit
 from .errors import Fault, UserError
 from .logfile import Log, LogFileError, read_log
+from .outputs import check_outputs
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
                   "quantization", "delay_cycles", "seed")
@@ -243,6 +244,8 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     try:
         summary = run_session(config, drives, trajectory=plan, lockstep=lockstep, log_path=path,
                               controller=ctrl, tree=tree)
+        if summary.get("log_error"):  # disk full: the comparison would be on part of the run
+            raise UserError(f"the replay's log is incomplete: {summary['log_error']}")
         new = read_log(path)
     finally:
         drives.close()
@@ -460,7 +463,10 @@ def run_replay(args) -> int:
         return 0
     if args.topic:
         raise UserError("--topic applies to a ROS 2 bag replayed --offline")
+    from .logcommands import warn_problems
+
     log = read_log(args.log)
+    warn_problems(log)
     if args.offline:
         if args.mass_scale is not None or args.out_log or args.controller:
             raise UserError("--offline takes no --mass-scale, --log or --controller (nothing runs)")
@@ -469,8 +475,8 @@ def run_replay(args) -> int:
         return 0
     if args.tree or args.window:
         raise UserError("--tree and --window apply to --offline only")
-    if args.out_log and Path(args.out_log).resolve() == Path(args.log).resolve():
-        raise UserError("--log: the replay's log would overwrite the log being replayed; give another file")
+    if args.out_log:
+        check_outputs({"--log": args.out_log}, {"log being replayed": args.log})
     lockstep = True if args.lockstep else False if args.realtime else None
     r = replay(log, machine=args.machine, lockstep=lockstep, mass_scale=args.mass_scale,
                controller=args.controller, out_log=args.out_log)

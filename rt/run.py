@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from pkrt.drivers.base import DriveError, Drives
 
 from .config import MachineConfig
 from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
-from .errors import Fault, UserError
+from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
 from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
@@ -118,6 +120,51 @@ def _file_hash(path: str) -> str | None:
         return None
 
 
+def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
+    """The files a run reads (label -> path), which no output of it may overwrite."""
+    return {"machine configuration": config.path, "model": config.model_path, "tree": config.tree,
+            "trajectory": trajectory if isinstance(trajectory, (str, Path)) and trajectory != "demo" else None}
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class StopSignals:
+    """While a run is on, SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it. Until the drives are
+    enabled (``abort``) a signal raises ``Stopped`` at once: nothing moves yet, and enabling is
+    undone on the way out. Then the first signal only sets ``reason``, which the loop checks
+    once per cycle (torque off, log closed with the reason, summary); a second one while in the
+    loop (``in_loop``: stuck in a driver call) raises ``Stopped`` there, and the loop's handler
+    still takes torque off. The previous handlers are restored on exit. Outside the main thread
+    (where Python cannot install handlers) it does nothing."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.abort = True
+        self.in_loop = False
+        self._saved: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        first = self.reason is None
+        if first:
+            self.reason = ("interrupted by the user" if signum == signal.SIGINT
+                           else f"stopped by signal {signal.Signals(signum).name}")
+        if self.abort or (self.in_loop and not first):
+            self.abort = self.in_loop = False
+            raise Stopped(self.reason)
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._saved.items():
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
+        self._saved.clear()
+
+
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
@@ -125,8 +172,18 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
     summary (errors in actuator units, times in microseconds). A fault stops the run and is
-    reported in ``fault``; it does not raise.
+    reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
+    run stop it at the next cycle boundary the same way (``StopSignals``).
     """
+    with StopSignals() as stop:
+        return _session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
+                        log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
+                        tree=tree, realtime=realtime)
+
+
+def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
+             lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
+             tree: Tree | None, realtime: bool) -> dict:
     tree = tree if tree is not None else load_controller_tree(config)
     s = tree.s
     plan = plan_trajectory(config, tree, trajectory, duration)
@@ -151,7 +208,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     writer = None
     if log_path:
         from .logfile import LogWriter
+        from .outputs import check_output
 
+        check_output(log_path, "log", run_inputs(config, trajectory))
+        stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed
         header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model", {}).get("name"),
                   "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
                   "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
@@ -168,11 +228,6 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         row = np.zeros(c)
         v = {name: row[x] for name, x in sl.items()}
 
-    # warm up the kernels (compile or load from cache) before the first deadline
-    ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
-    sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
-    sup.stale = 0
-
     rt_report = {}
     fault = None
     fault_cycle = torque_off_cycle = None
@@ -181,11 +236,19 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     if not lockstep and realtime:  # before enabling: the full collection of gc_freeze holds the GIL
         r = config.realtime        # for tens of ms, which would starve the drives' heartbeat thread
         rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
+    stop.abort = True
     try:
+        if stop.reason is not None:  # asked while the log opened
+            raise Stopped(stop.reason)
+        # warm up the kernels (compile or load from cache) before the first deadline
+        ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
+        sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
+        sup.stale = 0
         drives.prepare(ref_pos[0].copy())
         drives.configure()
         drives.enable()
-    except BaseException as exc:  # the drives never came up: torque off, the log says why
+    except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
+        stop.abort = False
         drives.disable()
         if rt_report:
             restore_realtime(rt_report)
@@ -193,14 +256,23 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
             writer.event(0, "fault", f"drives not enabled: {exc}")
             writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
         raise
+    stop.abort = False  # torque may be on: from here a signal is seen by the loop (at cycle 0 at the latest)
     wall0 = time.perf_counter()
     k = 0
     fb = drives.feedback  # the last reading, even if the first read fails
     try:
+        stop.in_loop = True
         if not lockstep:
             clock.t0 = time.monotonic() + 2 * period  # start on a clean boundary
         while k < N:
             wake_s = clock.wait_until(k * period)
+            if stop.reason is not None:  # a stop signal: torque off before anything else
+                fault, fault_cycle = stop.reason, k
+                drives.disable()
+                torque_off_cycle = k if not drives.torque_on else None
+                if writer:
+                    writer.event(k, "fault", fault)
+                break
             t_start = time.perf_counter()
             t = k * period
             if on_cycle is not None:
@@ -273,7 +345,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                 break
             k = nxt
     except KeyboardInterrupt:
-        fault, fault_cycle = "interrupted by the user", k
+        fault, fault_cycle = stop.reason or "interrupted by the user", k
         drives.disable()  # torque off now, before anything else
         torque_off_cycle = k if not drives.torque_on else None
         if writer:
@@ -285,6 +357,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
             writer.close({"fault": f"internal error: {exc}", "cycles": cycles})
         raise
     finally:
+        stop.in_loop = False
         drives.disable()
         wall = time.perf_counter() - wall0
         if rt_report:
@@ -310,7 +383,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     if writer:
         counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
         summary["log_dropped_blocks"] = counts.get("dropped_blocks")
-        summary["log_error"] = counts.get("error")  # e.g. disk full: the log stops there
+        summary["log_rows_written"] = counts.get("rows_written")
+        summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
     return summary
 
 

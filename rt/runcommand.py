@@ -11,6 +11,7 @@ from pathlib import Path
 from .cli import emit, positive_number
 from .config import load_machine
 from .errors import UserError
+from .outputs import check_outputs
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 
@@ -74,7 +75,7 @@ def run_run(args) -> int:
     from pkrt.drivers import open_drives
 
     from .rosbag import is_bag
-    from .run import check_run, load_controller_tree, run_session, tree_axes
+    from .run import check_run, load_controller_tree, run_inputs, run_session, tree_axes
     from .telemetry import Fanout
 
     config = load_machine(args.machine)
@@ -87,10 +88,12 @@ def run_run(args) -> int:
             config.realtime, priority=0, cpu=-1, mlockall=False))
     overrides = {k: v for k, v in (("interface", args.interface), ("channel", args.channel),
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
+    log = None if args.no_log else args.log
+    plot = (args.plot or str(Path(log).with_suffix(".png"))) if log else None
+    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, args.traj))
     tree = load_controller_tree(config)
     drives = open_drives(config, overrides)
     telemetry = live = None
-    log = None if args.no_log else args.log
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
         hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
         if args.telemetry:
@@ -131,7 +134,6 @@ def run_run(args) -> int:
     if live is not None:
         summary["foxglove"] = live.stats()
     if log:
-        plot = args.plot or str(Path(log).with_suffix(".png"))
         try:
             from .logcommands import plot_log
             from .logfile import read_log
@@ -142,7 +144,10 @@ def run_run(args) -> int:
             summary["plot"] = None
             summary["plot_error"] = str(e)
     emit(summary, args.json, _text(summary))
-    check_run(summary)
+    check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
+    if summary.get("log_error") or summary.get("plot_error"):
+        raise UserError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
+                                              f"plot not written: {summary['plot_error']}") if x))
     return 0
 
 
@@ -169,5 +174,7 @@ def _text(r: dict) -> str:
         lines.append(f"  log {r['log']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
         if r.get("log_error"):
             lines.append(f"  log incomplete: {r['log_error']}")
+        if r.get("plot_error"):
+            lines.append(f"  plot not written: {r['plot_error']}")
     lines.append(f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults")
     return "\n".join(lines)

@@ -85,11 +85,11 @@ def tree_bytes(tree: Tree) -> bytes:
 
 def save_tree(tree: Tree, path) -> None:
     """Write a tree file (atomically: a temporary file beside it, then a rename)."""
-    path = Path(path)
+    from .outputs import atomic_write
+
     data = tree_bytes(tree)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    with atomic_write(path, "tree", "wb") as f:
+        f.write(data)
 
 
 # -- reading ----------------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_export_errors(demo, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pkrt: error:") and "this is a CSV file, expected a pkrt run log" in err and "Traceback" not in err
     assert main(["log", "export", str(p), "--csv", str(tmp_path / "no" / "dir.csv")]) == 2
-    assert "No such file or directory" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_plot_png_size(demo, tmp_path, capsys):
@@ -249,24 +249,39 @@ def _records(path, *recs):
             f.write(msgpack.packb(r, use_bin_type=True))
 
 
-_HEAD = {"type": "header", "format": "pkrt-log", "version": 1, "channels": [["t", 1, "s"], ["pos", 2, "m"]],
-         "run": {"rate_hz": 100.0, "axes": ["a", "b"]}}
+_RUN = "0" * 32
+_BODY = {"channels": [["t", 1, "s"], ["pos", 2, "m"]], "run": {"rate_hz": 100.0, "axes": ["a", "b"]}}
 
 
-def _block(first, n, width=3):
-    from pkrt.rt.logfile import _crc
+def _head(**body):
+    """A version 2 header record, correctly sealed, with ``body`` fields replacing _BODY's."""
+    from pkrt.rt.logfile import FORMAT, VERSION, sealed
+
+    return {"type": "header", "format": FORMAT, "version": VERSION, **sealed("header", _RUN, 0, {**_BODY, **body})}
+
+
+def _block(seq, first, n, width=3):
+    from pkrt.rt.logfile import _block_key, _crc
 
     data = np.zeros((n, width)).tobytes()
-    return {"type": "block", "first": first, "n": n, "data": data, "crc": _crc(first, n, data)}
+    return {"type": "block", "run_id": _RUN, "seq": seq, "first": first, "n": n, "data": data,
+            "crc": _crc("block", _RUN, seq, _block_key(first, n), data)}
+
+
+def _end(seq, **body):
+    from pkrt.rt.logfile import sealed
+
+    return sealed("end", _RUN, seq, body)
 
 
 @pytest.mark.parametrize("recs", [
-    [_HEAD, _block(0, 3), {"type": "end", "dropped_blocks": "x", "summary": {}}],
-    [_HEAD, _block(0, 3), {"type": "end", "dropped_blocks": None}],
-    [{**_HEAD, "channels": [["t", 1, "s"], ["t", 2, "m"]]}, _block(0, 3), {"type": "end"}],
-    [{**_HEAD, "channels": [["t", 10**12, "s"]]}, {"type": "end"}],
-    [{**_HEAD, "created": 5, "software": "x"}, _block(0, 3), {"type": "end"}],
-], ids=["dropped-str", "dropped-none", "duplicate-channel", "huge-width", "software-str"])
+    [_head(), _block(1, 0, 3), _end(2, dropped_blocks="x", summary={})],
+    [_head(), _block(1, 0, 3), _end(2, dropped_blocks=None)],
+    [_head(channels=[["t", 1, "s"], ["t", 2, "m"]]), _block(1, 0, 3), _end(2)],
+    [_head(channels=[["t", 10**12, "s"]]), _end(1)],
+    [_head(created=5, software="x"), _block(1, 0, 3), _end(2)],
+    [_head(), _block(1, 0, 3), _end(2, blocks="x", rows_written=[1], summary=[])],
+], ids=["dropped-str", "dropped-none", "duplicate-channel", "huge-width", "software-str", "counts-wrong-type"])
 def test_wrongly_typed_log_fields_never_crash(tmp_path, capsys, recs):
     """Well-formed msgpack with wrongly typed header or end fields gave tracebacks (ValueError,
     TypeError, MemoryError, AttributeError) in the reader and in log info/export/plot."""

@@ -98,7 +98,7 @@ def test_partial_block_and_close_twice(tmp_path):
         w.row[w.slices["pos"]] = (i, -i)
         w.commit()
     first = w.close({"a": 1})
-    assert first == {"rows": 100, "blocks": 2, "dropped_blocks": 0, "error": None}
+    assert first == {"rows": 100, "blocks": 2, "rows_written": 100, "dropped_blocks": 0, "error": None}
     assert w.close({"b": 2}) == first
     log = read_log(p)
     np.testing.assert_array_equal(log.channels["t"], np.arange(100.0))

@@ -356,7 +356,7 @@ def test_cli_build_output_is_a_folder(tmp_path, capsys):
     assert main(["build", "fourbar", "-o", str(folder), "--boxes", "2", "--jobs", "1",
                  "--verify-samples", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"pkrt: error: {folder}: ") and "folder" in err
+    assert err.startswith(f"pkrt: error: -o {folder}: ") and "directory" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trees"]
 
 
