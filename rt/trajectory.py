@@ -234,11 +234,9 @@ def orthoglide_demo(rate_hz: float, L: float = 0.31, home=(-0.1, -0.1, -0.1),
                                 "circle_peak_speed_m_s": speed, "corners": corners.tolist()})
 
 
-def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
-                        cartesian_ik=None) -> Planned:
-    """A CSV with a header: ``t`` then one column per actuator (named as the model's
-    actuators) or per Cartesian axis (``x,y,z``, needs ``cartesian_ik``). Resampled to the
-    loop rate by a cubic spline (velocities and accelerations from the spline)."""
+def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
+    """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
+    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
     from scipy.interpolate import CubicSpline
 
     try:
@@ -254,10 +252,9 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     head = [h.strip().split(" ")[0] for h in rows[0]]
     if head[0] != "t":
         raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
-    names = head[1:]
-    cart = names == ["x", "y", "z"]
-    if not cart and names != list(axes):
-        raise UserError(f"{path}: columns must be t,{','.join(axes)} or t,x,y,z; got {','.join(head)}")
+    if head[1:] not in allowed:
+        raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)}; "
+                        f"got {','.join(head)}")
     for i, r in enumerate(rows[1:]):
         if len(r) != len(head):
             raise UserError(f"{path}: row {i + 2} has {len(r)} columns, expected {len(head)}")
@@ -277,9 +274,17 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
     _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, str(path))
     tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
-    P, Pd, Pdd = sp(tt), sp(tt, 1), sp(tt, 2)
+    return head, sp(tt), sp(tt, 1), sp(tt, 2)
+
+
+def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
+                        cartesian_ik=None) -> Planned:
+    """A CSV with a header: ``t`` then one column per actuator (named as the model's
+    actuators) or per Cartesian axis (``x,y,z``, needs ``cartesian_ik``). Resampled to the
+    loop rate by a cubic spline (velocities and accelerations from the spline)."""
+    head, P, Pd, Pdd = read_csv_samples(path, rate_hz, [list(axes), ["x", "y", "z"]])
     desc = {"kind": "csv", "path": str(path), "columns": head}
-    if cart:
+    if head[1:] == ["x", "y", "z"] and head[1:] != list(axes):
         if cartesian_ik is None:
             raise UserError(f"{path}: Cartesian columns x,y,z need a machine with Cartesian kinematics")
         th, thd, thdd = cartesian_ik(P, Pd, Pdd)

@@ -55,9 +55,12 @@ CASES = {
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]",
               "inertia = [[1e-5, 1e-4, 0.0], [0.0, 0.00025, 0.0], [0.0, 0.0, 0.00025]]"),
         ["[[bodies]] 'input'", "field 'inertia'", "not symmetric"]),
-    "inertia_not_positive_definite": (
+    "inertia_not_positive_semidefinite": (
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", "inertia = [1e-5, -0.00025, 0.00025]"),
-        ["[[bodies]] 'input'", "field 'inertia'", "not positive definite", "eigenvalues"]),
+        ["[[bodies]] 'input'", "field 'inertia'", "not positive semidefinite", "eigenvalues"]),
+    "inertia_not_physical": (
+        _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", "inertia = [0.0, 0.00025, 0.0001]"),
+        ["[[bodies]] 'input'", "field 'inertia'", "triangle inequality"]),
     "inertia_wrong_type": (
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", 'inertia = "abc"'),
         ["[[bodies]] 'input'", "field 'inertia'", "3 principal moments or a 3x3 matrix"]),
