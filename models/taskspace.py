@@ -153,14 +153,18 @@ def line(start, end, duration: float, rate_hz: float) -> TaskPath:
 
 def circle(centre, radius: float, duration: float, rate_hz: float, normal=(0, 0, 1), laps: float = 1.0,
            tilt: float = 0.0, tilt_cycles: float = 2.0) -> TaskPath:
-    """Circle of ``radius`` (m) about ``centre`` (task coordinates: position, then roll, pitch,
-    yaw if 6-DOF) in the plane normal to ``normal``, starting at centre + radius e1
+    """Circle of ``radius`` (m) about ``centre`` (task coordinates: x, y, z, then roll, pitch,
+    yaw if 6-DOF; or x, y for a planar tool) in the plane normal to ``normal``, starting at centre + radius e1
     (``trajectory.circle_basis``), with a quintic phase over ``duration`` (s) (at rest at both
     ends). For 6-DOF, ``tilt`` (rad) adds roll = tilt sin(tilt_cycles phase) per lap."""
     c = np.asarray(centre, float)
     if not radius > 0:
         raise UserError(f"circle radius must be positive, got {radius}")
-    e1, e2 = circle_basis(normal)
+    if len(c) == 2:  # a planar tool (x, y): the circle in that plane
+        e1, e2 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    else:
+        e1, e2 = circle_basis(normal)
+    npos = len(e1)
     u = _samples(duration, rate_hz)
     s, ds, dds = quintic_profile(u)
     total = 2 * np.pi * laps
@@ -171,9 +175,9 @@ def circle(centre, radius: float, duration: float, rate_hz: float, normal=(0, 0,
     pos = np.repeat(c[None], len(u), 0)
     vel = np.zeros_like(pos)
     acc = np.zeros_like(pos)
-    pos[:, :3] += radius * f
-    vel[:, :3] = radius * f1 * phd[:, None]
-    acc[:, :3] = radius * (f1 * phdd[:, None] - f * (phd**2)[:, None])
+    pos[:, :npos] += radius * f
+    vel[:, :npos] = radius * f1 * phd[:, None]
+    acc[:, :npos] = radius * (f1 * phdd[:, None] - f * (phd**2)[:, None])
     if tilt:
         if len(c) != 6:
             raise UserError("a tilt needs 6 task coordinates (x, y, z, roll, pitch, yaw)")
@@ -196,21 +200,44 @@ def join(parts: list[TaskPath], description: dict) -> TaskPath:
 
 
 def adept_cycle(start, rate_hz: float, cycle_time: float = 0.5, height: float = 0.025,
-                width: float = 0.305, direction=(1, 0, 0)) -> TaskPath:
+                width: float = 0.305, direction=(1, 0, 0), blend: float | None = 0.3) -> TaskPath:
     """The pick-and-place "Adept cycle" from ``start`` (x, y, z, m): up ``height``, across
-    ``width`` along ``direction``, down, and back the same way, in ``cycle_time`` s. Six
-    quintic stop-and-go segments; each segment's time grows as the square root of its length
-    (equal peak accelerations)."""
+    ``width`` along ``direction``, down, and back the same way, in ``cycle_time`` s.
+
+    ``blend`` (default 0.3): each half cycle is one quintic move across, and the vertical
+    moves (quintic, up then down) take the first and last ``blend`` of it, overlapping the
+    horizontal move (rounded corners, as robots run the cycle). ``blend=None``: six quintic
+    stop-and-go segments, each segment's time growing as the square root of its length."""
     p0 = np.asarray(start, float)
     d = np.asarray(direction, float)
     d = d / np.linalg.norm(d)
     up = np.array([0.0, 0.0, height])
-    pts = [p0, p0 + up, p0 + up + width * d, p0 + width * d, p0 + up + width * d, p0 + up, p0]
-    w = np.sqrt([height, width, height, height, width, height])
-    times = cycle_time * w / w.sum()
-    parts = [line(a, b, T, rate_hz) for a, b, T in zip(pts[:-1], pts[1:], times)]
-    return join(parts, {"kind": "adept-cycle", "start": p0.tolist(), "cycle_time_s": cycle_time,
-                        "height_m": height, "width_m": width, "direction": d.tolist()})
+    desc = {"kind": "adept-cycle", "start": p0.tolist(), "cycle_time_s": cycle_time,
+            "height_m": height, "width_m": width, "direction": d.tolist(), "blend": blend}
+    if blend is None:
+        pts = [p0, p0 + up, p0 + up + width * d, p0 + width * d, p0 + up + width * d, p0 + up, p0]
+        w = np.sqrt([height, width, height, height, width, height])
+        counts = np.round(cycle_time * rate_hz * w / w.sum()).astype(int)
+        counts[np.argmax(counts)] += int(round(cycle_time * rate_hz)) - counts.sum()  # on the grid
+        if counts.min() < 1:
+            raise UserError(f"adept cycle: {cycle_time} s is too short at {rate_hz:g} Hz")
+        times = counts / rate_hz
+        return join([line(a, b, T, rate_hz) for a, b, T in zip(pts[:-1], pts[1:], times)], desc)
+    if not 0 < blend <= 0.5:
+        raise UserError(f"adept cycle: blend must be in (0, 0.5], got {blend}")
+    Th = 0.5 * cycle_time
+    u = _samples(Th, rate_hz)
+    s, ds, dds = quintic_profile(u)
+    su, dsu, ddsu = quintic_profile(u / blend)
+    sd, dsd, ddsd = quintic_profile((u - 1 + blend) / blend)
+    tb = blend * Th
+    z, zd, zdd = su - sd, (dsu - dsd) / tb, (ddsu - ddsd) / tb**2
+    pos = p0 + np.outer(s, width * d) + np.outer(z, up)
+    vel = np.outer(ds / Th, width * d) + np.outer(zd, up)
+    acc = np.outer(dds / Th**2, width * d) + np.outer(zdd, up)
+    there = TaskPath(rate_hz, pos, vel, acc)
+    back = TaskPath(rate_hz, pos[::-1].copy(), -vel[::-1], acc[::-1].copy())
+    return join([there, back], desc)
 
 
 def load_task_csv(path: str, rate_hz: float, coordinates: tuple[str, ...]) -> TaskPath:

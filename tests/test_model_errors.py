@@ -21,6 +21,7 @@ from pkrt.rt.cli import main
 
 FOURBAR = (MACHINES_DIR / "fourbar.toml").read_text()
 ORTHOGLIDE = (MACHINES_DIR / "orthoglide.toml").read_text()
+DELTA = (MACHINES_DIR / "delta.toml").read_text()
 
 
 def _edit(text: str, old: str, new: str, count: int = 1) -> str:
@@ -31,7 +32,8 @@ def _edit(text: str, old: str, new: str, count: int = 1) -> str:
 def _drop_last_actuator(text: str) -> str:
     i = text.index('[[actuators]]\nname = "q3"')
     j = text.index("[assembly]")
-    return _edit(text[:i] + text[j:], "theta = [0.0, 0.0, 0.0]", "theta = [0.0, 0.0]")
+    k = text.index("# the tool")  # 3 task coordinates would not fit 2 actuators: dropped too
+    return _edit(text[:i] + text[j:k], "theta = [0.0, 0.0, 0.0]", "theta = [0.0, 0.0]")
 
 
 # name -> (file text, fragments the one-line message must contain)
@@ -128,6 +130,29 @@ CASES = {
     "assembly_theta_wrong_length": (
         _edit(FOURBAR, "theta = [0.0]", "theta = [0.0, 1.0]"),
         ["[assembly]", "field 'theta'", "list of 1 numbers"]),
+    # a rod with inertia about its own axis: its spin is not idle, it cannot be locked
+    "idle_motion_with_inertia": (
+        _edit(DELTA, "inertia = [0.0, 0.005333333333333333", "inertia = [1e-6, 0.005333333333333333"),
+        ["[[actuators]]", "mobility is 9 but 3 actuator(s)", "body 'rod1a'", "has inertia",
+         "needs zero inertia about its axis"]),
+    "tool_unknown_body": (
+        _edit(DELTA, 'body = "platform"\npoint', 'body = "plate"\npoint'),
+        ["[tool]", "field 'body'", "no body named 'plate'"]),
+    "tool_too_few_coordinates": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y"]'),
+        ["[tool]", "field 'coordinates'", "2 task coordinate(s) (x, y) for 3 actuator(s)"]),
+    "tool_unknown_coordinate": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y", "w"]'),
+        ["[tool]", "field 'coordinates'", "unknown coordinate 'w'"]),
+    "tool_partial_orientation": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y", "yaw"]'),
+        ["[tool]", "field 'coordinates'", "needs all of roll, pitch, yaw"]),
+    "tool_point_wrong_type": (
+        _edit(DELTA, "point = [0.0, 0.0, 0.0]", 'point = "centre"'),
+        ["[tool]", "field 'point'", "list of 3 numbers"]),
+    "tool_not_a_table": (
+        _edit(_edit(DELTA, "[tool]", "[other]"), "[model]", "tool = 3\n\n[model]"),
+        ["[tool]", "must be a table"]),
     "zero_axis": (
         _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [0.0, 0.0, 0.0]\nref1"),
         ["[[joints]] 'O'", "field 'axis1'", "non-zero vector"]),
@@ -156,11 +181,11 @@ def test_bad_description_cli(case, tmp_path, capsys):
 
 
 def test_good_descriptions_pass(capsys):
-    for name in ("fourbar", "fivebar", "orthoglide"):
+    for name in ("fourbar", "fivebar", "orthoglide", "delta", "hexapod"):
         assert main(["model", "check", name]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert out.count("  ok") == 3
+    assert out.count("  ok") == 5
 
 
 def test_missing_file(tmp_path, capsys):
@@ -172,7 +197,7 @@ def test_unknown_builtin_name(capsys):
     assert main(["model", "check", "sixbar"]) == 2
     _, err = capsys.readouterr()
     assert err.strip() == ("pkrt: error: sixbar: no such model file or built-in model "
-                           "(built-in: fivebar, fourbar, orthoglide)")
+                           "(built-in: delta, fivebar, fourbar, hexapod, orthoglide)")
 
 
 def test_not_utf8(tmp_path, capsys):
