@@ -330,8 +330,8 @@ def _file_axis(R_b: np.ndarray, axis_world: np.ndarray) -> np.ndarray:
     """A world axis at the body rotation R_b, in the body frame (sign: the largest component
     positive)."""
     a = R_b.T @ axis_world
-    a = np.where(np.abs(a) < 1e-12, 0.0, a)
-    return a if a[np.argmax(np.abs(a))] > 0 else -a
+    a = a if a[np.argmax(np.abs(a))] > 0 else -a
+    return np.where(np.abs(a) < 1e-12, 0.0, a)
 
 
 def _any_perpendicular(a: np.ndarray) -> np.ndarray:

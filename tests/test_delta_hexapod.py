@@ -240,3 +240,49 @@ def test_hexapod_H_spd_over_the_box(hexapod):
         np.testing.assert_array_equal(H, H.T)
         smallest = min(smallest, np.linalg.eigvalsh(H).min())
     assert smallest > 0.5  # kg: the pistons at least
+
+
+# -- command line ---------------------------------------------------------------------------
+
+def test_model_check_reports_idle_freedoms_and_tool(capsys):
+    import json
+
+    from pkrt.rt.cli import main
+
+    assert main(["model", "check", "delta", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["idle_freedoms"] == 6 and r["mobility"] == 3 and r["coordinates"] == 60
+    assert r["constraints"] == 51 and r["redundant_constraints"] == 0
+    assert sorted(x["body"] for x in r["idle"]) == ["rod1a", "rod1b", "rod2a", "rod2b", "rod3a", "rod3b"]
+    assert r["tool"]["body"] == "platform" and r["tool"]["coordinates"] == ["x", "y", "z"]
+    assert r["tool"]["reference_pose"] == pytest.approx([0, 0, -0.661437828], abs=1e-9)
+    assert main(["model", "check", "hexapod", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["idle_freedoms"] == 0 and r["idle"] == [] and r["mobility"] == 6 and r["constraints"] == 72
+    assert r["tool"]["coordinates"] == ["x", "y", "z", "roll", "pitch", "yaw"]
+    assert main(["model", "check", "delta"]) == 0
+    out = capsys.readouterr().out
+    assert "idle freedoms 6 (zero inertia about the axis; locked by one row each): rod1a about [1. 0. 0.]" in out
+    assert "tool: point [0. 0. 0.] on platform; at the reference x 0, y 0, z -0.661438" in out
+    assert main(["model", "check", "fourbar"]) == 0
+    out = capsys.readouterr().out
+    assert "idle freedoms 0" in out and "tool: none" in out
+
+
+def test_model_eval_delta_and_hexapod(capsys):
+    import json
+
+    from pkrt.rt.cli import main
+
+    assert main(["model", "eval", "delta", "--theta", "-0.1,0.2,0.5", "--theta-dot", "1,-1,0.5",
+                 "--theta-ddot=-3,2,1", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    red = ExactModel(load_mechanism("delta"))(np.array([-0.1, 0.2, 0.5]))
+    np.testing.assert_allclose(r["tau"], red.tau([1, -1, 0.5], [-3, 2, 1]), rtol=1e-12)
+    assert main(["model", "eval", "hexapod", "--theta", "0,0,0,0,0,0", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert np.array(r["H"]).shape == (6, 6) and np.array(r["D"]).shape == (6, 21)
+    # at home the legs are symmetric in pairs: gravity loads every leg, all push up (p_ext < 0)
+    assert np.all(np.array(r["p_ext"]) < 0)
+    assert main(["model", "eval", "hexapod", "--theta", "0,0,0"]) == 2
+    assert "expected 6 comma-separated value(s)" in capsys.readouterr().err

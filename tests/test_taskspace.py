@@ -168,3 +168,22 @@ def test_tool_pose_at_reference(machines):
     np.testing.assert_allclose(tool_pose(machines["delta"], machines["delta"].ref_config),
                                [0, 0, -0.661437828], atol=1e-9)
     np.testing.assert_allclose(tool_pose(machines["orthoglide"], machines["orthoglide"].ref_config), 0, atol=1e-12)
+
+
+def test_tool_does_not_change_the_content_hash(tmp_path):
+    """Trees stay valid when a tool is added or moved; any other edit changes the hash."""
+    from pkrt.models.description import MACHINES_DIR, load_description
+
+    text = (MACHINES_DIR / "delta.toml").read_text()
+    i = text.index("\n# the tool")
+    variants = {"no_tool": text[:i], "moved": text.replace("point = [0.0, 0.0, 0.0]", "point = [0.0, 0.0, -0.05]"),
+                "heavier": text.replace("mass = 0.50", "mass = 0.51")}
+    hashes = {}
+    for k, t in variants.items():
+        (tmp_path / f"{k}.toml").write_text(t)
+        hashes[k] = load_description(str(tmp_path / f"{k}.toml")).content_hash
+    base = load_description("delta").content_hash
+    assert hashes["no_tool"] == base == hashes["moved"]
+    assert hashes["heavier"] != base
+    import hashlib
+    assert hashes["no_tool"] == hashlib.sha256(text[:i].encode()).hexdigest()
