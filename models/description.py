@@ -87,7 +87,7 @@ class ToolSpec:
 class Description:
     name: str
     path: str
-    content_hash: str  # sha256 of the file bytes without the [tool] table (``model_bytes``)
+    content_hash: str  # sha256 of the file bytes
     gravity: np.ndarray
     bodies: tuple[Body, ...]
     joints: tuple[JointSpec, ...]
@@ -266,24 +266,8 @@ def load_description(name_or_path: str) -> Description:
     mid = [0.5 * (a.range[0] + a.range[1]) for a in actuators]
     theta = r.vector(asm, "[assembly]", "theta", n=len(actuators), default=mid)
     tool = _tool(r, doc, by_name, len(actuators)) if "tool" in doc else None
-    return Description(name, str(path), hashlib.sha256(model_bytes(raw)).hexdigest(), gravity,
-                       tuple(bodies), tuple(joints), tuple(actuators), theta, sing, tool)
-
-
-def model_bytes(raw: bytes) -> bytes:
-    """The bytes the content hash covers: the file without its ``[tool]`` table (from the
-    blank and comment lines just above its header to the next table header or the end). The
-    tool does not change the dynamics, so trees built before a tool was added stay valid."""
-    lines = raw.splitlines(keepends=True)
-    heads = [i for i, ln in enumerate(lines) if ln.strip().split(b"#")[0].strip() == b"[tool]"]
-    if not heads:
-        return raw
-    i = heads[0]
-    end = next((k for k in range(i + 1, len(lines)) if lines[k].lstrip().startswith(b"[")), len(lines))
-    start = i
-    while start > 0 and (not lines[start - 1].strip() or lines[start - 1].lstrip().startswith(b"#")):
-        start -= 1
-    return b"".join(lines[:start] + lines[end:])
+    return Description(name, str(path), hashlib.sha256(raw).hexdigest(), gravity, tuple(bodies),
+                       tuple(joints), tuple(actuators), theta, sing, tool)
 
 
 def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:

@@ -199,6 +199,16 @@ def join(parts: list[TaskPath], description: dict) -> TaskPath:
     return TaskPath(parts[0].rate_hz, pick("pos"), pick("vel"), pick("acc"), description)
 
 
+def round_trip(home, piece: TaskPath, approach: float) -> TaskPath:
+    """From ``home`` to the start of ``piece`` (a line of ``approach`` s), the piece, and from
+    its end back home; the piece must start and end at rest (lines, circles, cycles do)."""
+    home = np.asarray(home, float)
+    there = line(home, piece.pos[0], approach, piece.rate_hz)
+    back = line(piece.pos[-1], home, approach, piece.rate_hz)
+    return join([there, piece, back], {"kind": "round-trip", "home": home.tolist(),
+                                       "approach_s": approach, "piece": piece.description})
+
+
 def adept_cycle(start, rate_hz: float, cycle_time: float = 0.5, height: float = 0.025,
                 width: float = 0.305, direction=(1, 0, 0), blend: float | None = 0.3) -> TaskPath:
     """The pick-and-place "Adept cycle" from ``start`` (x, y, z, m): up ``height``, across
