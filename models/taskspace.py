@@ -13,13 +13,13 @@ differences of positions. The result is the runtime's ``Planned`` at the loop ra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.trajectory import Planned, circle_basis, quintic_profile, read_csv_samples
+from pkrt.rt.trajectory import Planned, circle_basis, concatenate, quintic_profile, read_csv_samples
 
 from .mechanism import Config, Mechanism
 from .reduction import Assembler
@@ -120,18 +120,9 @@ def _tool_jacobian(mech: Mechanism, cfg: Config, tool: Tool) -> tuple[np.ndarray
 
 # -- paths in task coordinates ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class TaskPath:
-    """Task coordinates sampled at ``rate_hz`` (rows at t = k / rate_hz): pos, vel, acc (n, m)."""
-    rate_hz: float
-    pos: np.ndarray
-    vel: np.ndarray
-    acc: np.ndarray
-    description: dict = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.pos)
+# A path in task coordinates: the runtime's reference type, its columns the tool's coordinates
+# (m, rad) instead of actuator values.
+TaskPath = Planned
 
 
 def _samples(duration: float, rate_hz: float) -> np.ndarray:
@@ -195,8 +186,7 @@ def join(parts: list[TaskPath], description: dict) -> TaskPath:
     for a, b in zip(parts[:-1], parts[1:]):
         if np.abs(a.pos[-1] - b.pos[0]).max() > 1e-12 or np.abs(a.vel[-1] - b.vel[0]).max() > 1e-12:
             raise UserError("path pieces do not join (position or velocity jumps)")
-    pick = lambda name: np.vstack([getattr(parts[0], name)] + [getattr(p, name)[1:] for p in parts[1:]])
-    return TaskPath(parts[0].rate_hz, pick("pos"), pick("vel"), pick("acc"), description)
+    return concatenate(parts, description)
 
 
 def round_trip(home, piece: TaskPath, approach: float) -> TaskPath:

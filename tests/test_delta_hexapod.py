@@ -11,7 +11,7 @@ from pkrt.models import mechanism as mm
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import Assembler, ExactModel
 from pkrt.models.taskspace import TaskKinematics, rpy_matrix, tool_pose
-from tests.dae_reference import dae_inverse_dynamics, power_balance
+from tests.dae_reference import assert_power_balance, dae_inverse_dynamics, sine_motion
 
 # -- Delta (section 3) ----------------------------------------------------------------------
 RD, LA, LB, RP = 0.20, 0.30, 0.80, 0.05
@@ -130,17 +130,8 @@ def test_tau_equals_dae_inverse_dynamics(name, vel, accel):
 def test_power_balance_along_a_smooth_motion(name, c, a):
     mech = load_mechanism(name)
     s = mech.n_act
-    w = 2 * np.pi * np.linspace(0.7, 1.3, s)
-    ph = np.linspace(0.0, 2.0, s)
-
-    def theta_of_t(t):
-        return (c + a * np.sin(w * t + ph), a * w * np.cos(w * t + ph), -a * w**2 * np.sin(w * t + ph))
-
-    power, rate = power_balance(mech, ExactModel(mech), Assembler(mech), theta_of_t,
-                                np.linspace(0, 1.0, 11), 2e-3)
-    scale = np.abs(power).max()
-    assert scale > 1.0  # watts
-    np.testing.assert_allclose(power, rate, rtol=0, atol=1e-7 * scale)
+    motion = sine_motion(c, a, 2 * np.pi * np.linspace(0.7, 1.3, s), np.linspace(0.0, 2.0, s))
+    assert_power_balance(mech, ExactModel(mech), motion, np.linspace(0, 1.0, 11), min_watts=1.0)
 
 
 def test_delta_H_spd_over_the_box_and_circulant_at_zero(delta):

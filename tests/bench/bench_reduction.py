@@ -32,15 +32,11 @@ def _median_ms(samples: list[float]) -> float:
 SHIPPED = ("fourbar", "fivebar", "orthoglide", "delta", "hexapod")
 
 
-def machine_reduction_times(name: str, n: int = 300, seed: int = 0, step: float = 0.005) -> dict:
-    """Exact reduction per call, warm from a nearby configuration (``step`` of each range
-    width away): p50 and p99 (ms), and the p50 of its assembly and reduction parts."""
-    mech = load_mechanism(name)
-    rng = np.random.default_rng(seed)
+def _nearby_times(mech, asm: Assembler, rng, n: int, d: np.ndarray):
+    """n reductions each from the solution at a random theta d away (random signs): wall times
+    (s) of (assembly + reduction, assembly, reduction)."""
     lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
-    d = step * (hi - lo)
-    asm = Assembler(mech)
-    for _ in range(3):
+    for _ in range(3):  # warm up the numba kernels and caches
         reduce_at(mech, asm.solve(mech.theta_ref), mech.theta_ref)
     total, assemble, reduce = [], [], []
     for _ in range(n):
@@ -55,6 +51,15 @@ def machine_reduction_times(name: str, n: int = 300, seed: int = 0, step: float 
         total.append(t2 - t0)
         assemble.append(t1 - t0)
         reduce.append(t2 - t1)
+    return total, assemble, reduce
+
+
+def machine_reduction_times(name: str, n: int = 300, seed: int = 0, step: float = 0.005) -> dict:
+    """Exact reduction per call, warm from a nearby configuration (``step`` of each range
+    width away): p50 and p99 (ms), and the p50 of its assembly and reduction parts."""
+    mech = load_mechanism(name)
+    d = step * (mech.ranges[:, 1] - mech.ranges[:, 0])
+    total, assemble, reduce = _nearby_times(mech, Assembler(mech), np.random.default_rng(seed), n, d)
     ms = np.array(total) * 1e3
     return {"actuators": mech.n_act, "coordinates": mech.n_coords, "constraint_rows": mech.n_rows,
             "samples": n, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
@@ -67,23 +72,7 @@ def run_reduction_bench(n: int = 300, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
     asm = Assembler(mech)
-    # warm up the numba kernels and caches
-    for _ in range(3):
-        reduce_at(mech, asm.solve(np.zeros(3)), np.zeros(3))
-
-    nearby, assemble_only, reduce_only = [], [], []
-    for _ in range(n):
-        base = rng.uniform(lo + 0.002, hi - 0.002)
-        asm.solve(base)
-        theta = base + rng.choice([-0.002, 0.002], size=3)
-        t0 = time.perf_counter()
-        cfg = asm.solve(theta)
-        t1 = time.perf_counter()
-        reduce_at(mech, cfg, theta)
-        t2 = time.perf_counter()
-        nearby.append(t2 - t0)
-        assemble_only.append(t1 - t0)
-        reduce_only.append(t2 - t1)
+    nearby, assemble_only, reduce_only = _nearby_times(mech, asm, rng, n, np.full(3, 0.002))
 
     from_ref = []
     for _ in range(max(n // 3, 10)):
