@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -276,3 +277,33 @@ def test_assembly_guess_on_the_antipodal_solution_of_an_actuated_angle(guess, tm
     path = tmp_path / "flipped.toml"
     path.write_text(_edit(FOURBAR, "theta = [0.0]", f"theta = [{guess}]"))
     _check_one_line_error(capsys, main(["model", "check", str(path)]), ["[assembly]", "half a turn"], path)
+
+
+FIVEBAR = (MACHINES_DIR / "fivebar.toml").read_text()
+_TOOL_LINES = [i for i, line in enumerate(FIVEBAR.splitlines())
+               if "=" in line and i > FIVEBAR.splitlines().index("[tool]")]
+_tool_scalars = st.one_of(_toml_scalars, st.sampled_from(['"x"', '"y"', '"z"', '"roll"', '"pitch"', '"yaw"',
+                                                          '"distal1"', '"proximal2"', '"w"']))
+_tool_values = st.recursive(
+    _tool_scalars, lambda inner: st.lists(inner, max_size=7).map(lambda v: "[" + ", ".join(v) + "]"),
+    max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(_TOOL_LINES), value=_tool_values)
+def test_any_tool_edit_loads_or_fails_cleanly(tmp_path, line, value):
+    """[tool] fields: a valid tool or one ModelError naming [tool] and the field."""
+    from pkrt.models.description import load_description
+
+    lines = FIVEBAR.splitlines()
+    key = lines[line].split("=", 1)[0]
+    lines[line] = f"{key}= {value}"
+    path = tmp_path / "fuzz.toml"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        tool = load_description(str(path)).tool
+    except ModelError as e:
+        msg = str(e)
+        assert msg.startswith(f"{path}: [tool], field '{key.strip()}'") and "\n" not in msg, msg
+    else:
+        assert len(tool.coordinates) == 2 and tool.point.shape == (3,) and np.all(np.isfinite(tool.point))
