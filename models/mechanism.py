@@ -16,7 +16,7 @@ import scipy.linalg
 
 from . import constraints as C
 from .description import GROUND, Description, ModelError, load_description
-from .joints import JOINT_TYPES
+from .joints import JOINT_TYPES, perpendicular_pair
 
 
 class AssemblyError(ModelError):
@@ -319,7 +319,7 @@ def _idle_locks(desc: Description, mech: "Mechanism", cfg: Config, local, N, mob
             raise ModelError(
                 f"{head}; the remaining motion of body '{body.name}' ({what}) has inertia, so it is "
                 f"not an idle freedom that can be locked (needs zero inertia about its axis)")
-        u = _any_perpendicular(axis)
+        u, _ = perpendicular_pair(axis)
         # the spin held fixed in the world: (a x u) . (R_b u_b) = 0, derivative 1 along the spin
         locks.append(C.primitive(C.PERP, -1, b, a1=np.cross(axis, u), b2v=cfg.R[b].T @ u))
         idle.append(IdleFreedom(body.name, _file_axis(cfg.R[b], axis)))
@@ -332,12 +332,6 @@ def _file_axis(R_b: np.ndarray, axis_world: np.ndarray) -> np.ndarray:
     a = R_b.T @ axis_world
     a = a if a[np.argmax(np.abs(a))] > 0 else -a
     return np.where(np.abs(a) < 1e-12, 0.0, a)
-
-
-def _any_perpendicular(a: np.ndarray) -> np.ndarray:
-    h = np.array([1.0, 0.0, 0.0]) if abs(a[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
-    u = np.cross(a, h)
-    return u / np.linalg.norm(u)
 
 
 def _build(desc: Description, prims, n_passive_prims: int, cfg: Config, independent=None,
