@@ -250,14 +250,20 @@ _toml_values = st.recursive(
     max_leaves=10)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(line=st.sampled_from(_VALUE_LINES), value=_toml_values)
-def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
-    lines = FOURBAR.splitlines()
+def _write_edited(tmp_path, text: str, line: int, value: str):
+    """The description with line ``line``'s value replaced by ``value``: (path, key)."""
+    lines = text.splitlines()
     key = lines[line].split("=", 1)[0]
     lines[line] = f"{key}= {value}"
     path = tmp_path / "fuzz.toml"
     path.write_text("\n".join(lines) + "\n")
+    return path, key
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(_VALUE_LINES), value=_toml_values)
+def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
+    path, _ = _write_edited(tmp_path, FOURBAR, line, value)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a warning would be a second line on stderr
@@ -295,11 +301,7 @@ def test_any_tool_edit_loads_or_fails_cleanly(tmp_path, line, value):
     """[tool] fields: a valid tool or one ModelError naming [tool] and the field."""
     from pkrt.models.description import load_description
 
-    lines = FIVEBAR.splitlines()
-    key = lines[line].split("=", 1)[0]
-    lines[line] = f"{key}= {value}"
-    path = tmp_path / "fuzz.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path, key = _write_edited(tmp_path, FIVEBAR, line, value)
     try:
         tool = load_description(str(path)).tool
     except ModelError as e:
