@@ -178,3 +178,20 @@ def test_tool_pose_at_reference(machines):
                                [0, 0, -0.661437828], atol=1e-9)
     np.testing.assert_allclose(tool_pose(machines["orthoglide"], machines["orthoglide"].ref_config), 0, atol=1e-12)
 
+
+
+def test_runtime_consumes_a_task_space_plan_unchanged(machines):
+    """An Orthoglide circle planned here runs through the runtime in lockstep (simulated
+    plant, computed torque) as any planned reference: no fault, tracking under 0.1 mm (10 um
+    measured)."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import load_controller_tree, run_session
+
+    config = load_machine("orthoglide")
+    home = orthoglide_fk(np.full(3, -0.1), 0.31)
+    path = round_trip(home, circle(home, 0.04, 1.0, config.rate_hz, normal=(1, 1, 1)), 0.3)
+    plan = plan_task_path(machines["orthoglide"], path)
+    r = run_session(config, open_drives(config), lockstep=True, tree=load_controller_tree(config), trajectory=plan)
+    assert r["fault"] is None and r["cycles"] == plan.n
+    assert r["max_error"] < 1e-4
