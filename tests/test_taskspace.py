@@ -195,3 +195,17 @@ def test_runtime_consumes_a_task_space_plan_unchanged(machines):
     r = run_session(config, open_drives(config), lockstep=True, tree=load_controller_tree(config), trajectory=plan)
     assert r["fault"] is None and r["cycles"] == plan.n
     assert r["max_error"] < 1e-4
+
+
+def test_adept_cycle_at_half_a_second_fits_the_torque_limit(machines):
+    """The planned 0.5 s Adept cycle's inverse dynamics (exact model) plus the reference's
+    friction (0.05 N m s/rad viscous, 0.1 N m Coulomb) stay under its 20 N m limit (peak
+    about 10.5 N m): the cycle can run without saturation."""
+    from pkrt.models.reduction import ExactModel
+
+    mech = machines["delta"]
+    plan = plan_task_path(mech, adept_cycle([-0.1525, 0.0, -0.8], RATE, cycle_time=0.5))
+    model = ExactModel(mech)
+    tau = np.array([model(p).tau(v, a) for p, v, a in zip(plan.pos[::2], plan.vel[::2], plan.acc[::2])])
+    tau += 0.05 * plan.vel[::2] + 0.1 * np.sign(plan.vel[::2])
+    assert 5.0 < np.abs(tau).max() < 20.0
