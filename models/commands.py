@@ -11,7 +11,8 @@ from pkrt.rt.errors import Fault, UserError
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="model file (TOML) or built-in name (fourbar, fivebar, orthoglide)")
+    p.add_argument("model", help="model file (TOML) or built-in name (fourbar, fivebar, orthoglide, "
+                                 "delta, hexapod)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -28,15 +29,18 @@ def run_model_check(args) -> int:
         "bodies": mech.n_bodies,
         "joints": len(mech.description.joints),
         "coordinates": mech.n_coords,
-        "constraints": mech.n_passive,
+        "constraints": mech.n_joint_rows,
         "redundant_constraints": mech.n_redundant,
-        "independent_constraints": len(mech.independent),
+        "independent_constraints": len(mech.independent) - len(mech.idle),
+        "idle_freedoms": len(mech.idle),
+        "idle": [{"body": f.body, "axis": f.axis} for f in mech.idle],
         "mobility": mech.n_coords - len(mech.independent),
         "actuators": [{"name": a.name, "joint": a.joint, "unit": a.unit, "range": list(a.range)}
                       for a in mech.description.actuators],
         "reference_theta": mech.theta_ref,
         "singularity_measure": sigma,
         "singular_threshold": mech.description.singular_threshold,
+        "tool": _tool_report(mech),
     }
     acts = ", ".join(f"{a['name']} ({a['joint']}, [{a['range'][0]:g}, {a['range'][1]:g}] {a['unit']})"
                      for a in r["actuators"])
@@ -44,12 +48,41 @@ def run_model_check(args) -> int:
             f"  bodies {r['bodies']}, joints {r['joints']}, coordinates {r['coordinates']} (6 per moving body)\n"
             f"  constraints {r['constraints']}: {r['independent_constraints']} independent, "
             f"{r['redundant_constraints']} redundant (eliminated)\n"
+            f"{_idle_text(mech)}"
             f"  mobility {r['mobility']} = actuators {len(r['actuators'])}: {acts}\n"
+            f"{_tool_text(r['tool'])}"
             f"  assembled at theta = {np.array2string(mech.theta_ref, precision=6)}, "
             f"singularity measure {sigma:.4g} (threshold {r['singular_threshold']:g})\n"
             f"  ok")
     emit(r, args.json, text)
     return 0
+
+
+def _tool_report(mech) -> dict | None:
+    """The tool and its pose at the reference assembly (task coordinates, m and rad)."""
+    tool = mech.description.tool
+    if tool is None:
+        return None
+    from .taskspace import tool_pose
+
+    return {"body": tool.body, "point": tool.point, "coordinates": list(tool.coordinates),
+            "reference_pose": tool_pose(mech, mech.ref_config)}
+
+
+def _idle_text(mech) -> str:
+    if not mech.idle:
+        return "  idle freedoms 0\n"
+    spins = ", ".join(f"{f.body} about {np.array2string(f.axis, precision=4)}" for f in mech.idle)
+    return (f"  idle freedoms {len(mech.idle)} (zero inertia about the axis; locked by one row "
+            f"each): {spins}\n")
+
+
+def _tool_text(tool: dict | None) -> str:
+    if tool is None:
+        return "  tool: none (no [tool] table: no task-space motion)\n"
+    pose = ", ".join(f"{c} {v:.6g}" for c, v in zip(tool["coordinates"], tool["reference_pose"]))
+    return (f"  tool: point {np.array2string(tool['point'], precision=6)} on {tool['body']}; "
+            f"at the reference {pose}\n")
 
 
 def add_arguments_model_eval(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,9 @@
 """Machine description files (TOML): parsing and validation.
 
 A description holds ``[model]`` (name, gravity), ``[[bodies]]``, ``[[joints]]``,
-``[[actuators]]`` and an optional ``[assembly]`` (actuator values of the guess). Body poses
+``[[actuators]]``, an optional ``[assembly]`` (actuator values of the guess) and an optional
+``[tool]`` (a point on a body, and for 6-DOF machines the body's orientation: the task
+coordinates of task-space motion). Body poses
 are the assembly guess: they select the branch. Every error names the file, the table and the
 field. Units are SI: m, kg, kg m^2, rad.
 """
@@ -62,6 +64,26 @@ class ActuatorSpec:
     unit: str
 
 
+TASK_AXES = ("x", "y", "z", "roll", "pitch", "yaw")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """The tool: a point on a body and the task coordinates it defines.
+
+    ``coordinates`` is a subset of x, y, z (world position of the point, m) followed, for a
+    6-DOF machine, by roll, pitch, yaw (rad) of the tool frame R_body R_tool, with
+    R = Rz(yaw) Ry(pitch) Rx(roll)."""
+    body: str
+    point: np.ndarray  # in the body's frame as given in the file (m)
+    rotation: np.ndarray  # tool frame in the body frame (rotation matrix)
+    coordinates: tuple[str, ...]
+
+    @property
+    def orientation(self) -> bool:
+        return "roll" in self.coordinates
+
+
 @dataclass(frozen=True)
 class Description:
     name: str
@@ -73,6 +95,7 @@ class Description:
     actuators: tuple[ActuatorSpec, ...]
     theta_guess: np.ndarray
     singular_threshold: float  # trees: boxes with a smaller singularity measure are out of domain
+    tool: ToolSpec | None = None
 
 
 def resolve_model_path(name_or_path: str) -> Path:
@@ -244,8 +267,40 @@ def load_description(name_or_path: str) -> Description:
         r.fail("[assembly]", None, "must be a table")
     mid = [0.5 * (a.range[0] + a.range[1]) for a in actuators]
     theta = r.vector(asm, "[assembly]", "theta", n=len(actuators), default=mid)
+    tool = _tool(r, doc, by_name, len(actuators)) if "tool" in doc else None
     return Description(name, str(path), hashlib.sha256(raw).hexdigest(), gravity, tuple(bodies),
-                       tuple(joints), tuple(actuators), theta, sing)
+                       tuple(joints), tuple(actuators), theta, sing, tool)
+
+
+def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:
+    """``[tool]``: body, point (body frame, m), optional rotation (rotation vector of the
+    tool frame in the body frame) and coordinates (default x, y, z)."""
+    t = doc["tool"]
+    where = "[tool]"
+    if not isinstance(t, dict):
+        r.fail(where, None, "must be a table")
+    body = r.string(t, where, "body")
+    if body not in by_name:
+        r.fail(where, "body", f"no body named '{body}' (bodies: {', '.join(by_name)})")
+    point = r.vector(t, where, "point", default=(0, 0, 0))
+    rot = rotation_from_vector(r.vector(t, where, "rotation", default=(0, 0, 0)))
+    coords = t.get("coordinates", ["x", "y", "z"])
+    if not isinstance(coords, list) or not all(isinstance(c, str) for c in coords):
+        r.fail(where, "coordinates", f"must be a list of names, got {coords!r}")
+    bad = [c for c in coords if c not in TASK_AXES]
+    if bad:
+        r.fail(where, "coordinates", f"unknown coordinate '{bad[0]}' (known: {', '.join(TASK_AXES)})")
+    if len(set(coords)) != len(coords) or list(coords) != [c for c in TASK_AXES if c in coords]:
+        r.fail(where, "coordinates", f"must be distinct and in the order {', '.join(TASK_AXES)}, got {coords!r}")
+    ang = [c for c in coords if c in TASK_AXES[3:]]
+    if ang and len(ang) != 3:
+        r.fail(where, "coordinates", "orientation needs all of roll, pitch, yaw")
+    if len(ang) == len(coords):
+        r.fail(where, "coordinates", "needs at least one of x, y, z")
+    if len(coords) != n_act:
+        r.fail(where, "coordinates", f"{len(coords)} task coordinate(s) ({', '.join(coords)}) for "
+                                      f"{n_act} actuator(s): they must be as many")
+    return ToolSpec(body, point, rot, tuple(coords))
 
 
 def _inertia(r: _Reader, b, where) -> np.ndarray:
@@ -262,8 +317,14 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
         a = np.diag(a)
     if not np.allclose(a, a.T, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max())):
         r.fail(where, "inertia", "not symmetric")
-    if np.linalg.eigvalsh(a).min() <= 0:
-        r.fail(where, "inertia", f"not positive definite (eigenvalues {np.linalg.eigvalsh(a).round(12).tolist()})")
+    ev = np.linalg.eigvalsh(a)
+    tol = 1e-12 * max(1.0, ev.max())
+    if ev.min() < -tol:
+        r.fail(where, "inertia", f"not positive semidefinite (eigenvalues {ev.round(12).tolist()})")
+    if ev[0] + ev[1] < ev[2] - tol:
+        # a zero moment is allowed (a slender rod's own axis), but only as a physical body has it
+        r.fail(where, "inertia", f"principal moments {ev.round(12).tolist()} violate the triangle "
+                                 f"inequality (no rigid body has them)")
     return a
 
 

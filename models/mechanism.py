@@ -2,7 +2,9 @@
 
 ``load_mechanism(path_or_name)`` reads a description, stacks the joints' constraint
 primitives, assembles the guess (Gauss-Newton on all rows), finds the redundant constraints
-by a rank-revealing QR of the constraint Jacobian, and checks the mobility.
+by a rank-revealing QR of the constraint Jacobian, detects idle freedoms (motions with the
+actuators locked, e.g. a rod spinning about its own axis between two ball joints), locks
+those that carry no kinetic energy, and checks the mobility.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import scipy.linalg
 
 from . import constraints as C
 from .description import GROUND, Description, ModelError, load_description
-from .joints import JOINT_TYPES
+from .joints import JOINT_TYPES, perpendicular_pair
 
 
 class AssemblyError(ModelError):
@@ -48,6 +50,16 @@ class Config:
 
 
 @dataclass(frozen=True)
+class IdleFreedom:
+    """A motion with the actuators locked: body ``body`` turning about ``axis`` (unit, body
+    frame as in the file) through its centre of mass. Its inertia about that axis is zero, so
+    the motion carries no kinetic energy; it is locked by one constraint row (the body's
+    spin held fixed in the world frame), which leaves the dynamics unchanged."""
+    body: str
+    axis: np.ndarray
+
+
+@dataclass(frozen=True)
 class Mechanism:
     """Immutable compiled model (Pinocchio-style): arrays only, no per-call state."""
     description: Description
@@ -64,6 +76,7 @@ class Mechanism:
     ref_config: Config  # assembled at theta_ref
     theta_ref: np.ndarray
     mass_diag: np.ndarray = field(repr=False)  # (nb, 3) diag of the translational mass blocks
+    idle: tuple[IdleFreedom, ...] = ()  # locked idle freedoms (one passive row each, after the joints')
 
     @property
     def name(self) -> str:
@@ -84,6 +97,11 @@ class Mechanism:
     @property
     def n_redundant(self) -> int:
         return self.n_passive - len(self.independent)
+
+    @property
+    def n_joint_rows(self) -> int:
+        """Passive rows from the joints (without the idle-freedom locks)."""
+        return self.n_passive - len(self.idle)
 
     @property
     def ranges(self) -> np.ndarray:
@@ -221,12 +239,10 @@ def _check_actuated_angles(desc: Description, prim_i, prim_f, cfg: Config, theta
                 f"bodies near the guess")
 
 
-def compile_mechanism(desc: Description) -> Mechanism:
-    """Stack primitives, assemble the guess, eliminate redundant rows, check mobility."""
-    bodies = desc.bodies
-    nb = len(bodies)
-    # body frames are re-centred on the centre of mass
-    com = {b.name: b.com for b in bodies}
+def _stack_primitives(desc: Description):
+    """(passive, active) primitive lists of the joints, body frames centred on the centres of
+    mass."""
+    com = {b.name: b.com for b in desc.bodies}
     com[GROUND] = np.zeros(3)
     act_of = {a.joint: k for k, a in enumerate(desc.actuators)}
     passive, active = [], []
@@ -241,19 +257,107 @@ def compile_mechanism(desc: Description) -> Mechanism:
         passive += rows
         if a >= 0:
             active += joint.primitives(a)[len(rows):]
-    prims = passive + active
+    return passive, active
+
+
+def _independent_rows(Jp: np.ndarray) -> np.ndarray:
+    """Indices of independent rows of Jp (rank-revealing QR of Jp^T), sorted."""
+    _, Rq, piv = scipy.linalg.qr(Jp.T, mode="economic", pivoting=True)
+    d = np.abs(np.diag(Rq))
+    tol = max(Jp.shape) * np.finfo(float).eps * 1e4 * (d[0] if len(d) else 1.0)
+    return np.sort(piv[:int(np.sum(d > tol))])
+
+
+def _null_space(A: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
+    """Orthonormal basis (columns) of the null space of A."""
+    _, sv, Vt = np.linalg.svd(A)
+    big = sv[0] if len(sv) else 1.0
+    rank = int(np.sum(sv > rtol * max(big, 1e-300)))
+    return Vt[rank:].T
+
+
+def find_idle_motions(mech: "Mechanism", cfg: Config, jac: np.ndarray, independent: np.ndarray
+                      ) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """Motions with the actuators locked: the null space N of the independent passive rows
+    and the actuator rows, and its part made of single-body motions, as (body index, 6-vector
+    (dx, dpsi) of that body, world frame). Motions that move several bodies together are in
+    N but not in the list."""
+    n = mech.n_coords
+    square = np.concatenate([independent, np.arange(mech.n_passive, mech.n_rows)])
+    N = _null_space(jac[square])
+    local = []
+    for b in range(mech.n_bodies):
+        cols = np.arange(6 * b, 6 * b + 6)
+        others = np.setdiff1d(np.arange(n), cols)
+        Z = _null_space(N[others]) if N.shape[1] else np.zeros((0, 0))
+        for z in Z.T:
+            m = N @ z
+            local.append((b, m[cols] / np.linalg.norm(m[cols])))
+    return local, N
+
+
+def _idle_locks(desc: Description, mech: "Mechanism", cfg: Config, local, N, mobility: int, s: int,
+                rank_text: str):
+    """One lock row per idle motion, or the mobility error saying why they cannot be locked."""
+    names = [b.name for b in desc.bodies]
+    head = (f"{desc.path}: [[actuators]]: mobility is {mobility} but {s} actuator(s) are declared "
+            f"({rank_text})")
+    if len(local) != N.shape[1]:
+        moving = sorted({names[i // 6] for i in np.nonzero(np.abs(N).max(axis=1) > 1e-9)[0]})
+        raise ModelError(f"{head}; with the actuators locked {N.shape[1]} motion(s) remain, moving "
+                         f"{', '.join(moving)}")
+    Iw = mech.world_inertias(cfg)
+    locks, idle = [], []
+    for b, m in local:
+        v, w = m[:3], m[3:]
+        body = desc.bodies[b]
+        axis = w / np.linalg.norm(w) if np.linalg.norm(w) > 1e-12 else np.zeros(3)
+        energy = body.mass * (v @ v) + w @ Iw[b] @ w
+        if np.linalg.norm(v) > 1e-9 or energy > 1e-9 * max(np.trace(body.inertia), 1e-300):
+            what = (f"a rotation about {np.round(axis, 6).tolist()}" if np.linalg.norm(v) <= 1e-9
+                    else "a motion of its centre of mass")
+            raise ModelError(
+                f"{head}; the remaining motion of body '{body.name}' ({what}) has inertia, so it is "
+                f"not an idle freedom that can be locked (needs zero inertia about its axis)")
+        u, _ = perpendicular_pair(axis)
+        # the spin held fixed in the world: (a x u) . (R_b u_b) = 0, derivative 1 along the spin
+        locks.append(C.primitive(C.PERP, -1, b, a1=np.cross(axis, u), b2v=cfg.R[b].T @ u))
+        idle.append(IdleFreedom(body.name, _file_axis(cfg.R[b], axis)))
+    return locks, tuple(idle)
+
+
+def _file_axis(R_b: np.ndarray, axis_world: np.ndarray) -> np.ndarray:
+    """A world axis at the body rotation R_b, in the body frame (sign: the largest component
+    positive)."""
+    a = R_b.T @ axis_world
+    a = a if a[np.argmax(np.abs(a))] > 0 else -a
+    return np.where(np.abs(a) < 1e-12, 0.0, a)
+
+
+def _build(desc: Description, prims, n_passive_prims: int, cfg: Config, independent=None,
+           square=None, idle=()) -> Mechanism:
     prim_i = np.array([p[0] for p in prims], dtype=np.int64)
     prim_f = np.array([p[1] for p in prims], dtype=np.float64)
-    n_passive = C.count_rows(prim_i[: len(passive)])
+    n_passive = C.count_rows(prim_i[:n_passive_prims])
     n_rows = C.count_rows(prim_i)
+    masses = np.array([b.mass for b in desc.bodies])
+    return Mechanism(desc, tuple(b.name for b in desc.bodies), masses,
+                     np.array([b.inertia for b in desc.bodies]), desc.gravity, prim_i, prim_f,
+                     n_rows, n_passive,
+                     np.arange(n_passive) if independent is None else independent,
+                     np.arange(n_rows) if square is None else square,
+                     cfg, desc.theta_guess.copy(), np.repeat(masses[:, None], 3, 1), idle)
 
+
+def compile_mechanism(desc: Description) -> Mechanism:
+    """Stack primitives, assemble the guess, eliminate redundant rows, lock idle freedoms,
+    check mobility."""
+    bodies = desc.bodies
+    passive, active = _stack_primitives(desc)
     X = np.array([b.position + b.rotation @ b.com for b in bodies])
     R = np.array([b.rotation for b in bodies])
-    masses = np.array([b.mass for b in bodies])
-    mech = Mechanism(desc, tuple(b.name for b in bodies), masses,
-                     np.array([b.inertia for b in bodies]), desc.gravity, prim_i, prim_f,
-                     n_rows, n_passive, np.arange(n_passive), np.arange(n_rows),
-                     Config(X, R), desc.theta_guess.copy(), np.repeat(masses[:, None], 3, 1))
+    mech = _build(desc, passive + active, len(passive), Config(X, R))
+    n_rows = mech.n_rows
 
     all_rows = np.arange(n_rows)
     with np.errstate(all="ignore"):  # absurd poses overflow: reported below, not warned
@@ -266,31 +370,41 @@ def compile_mechanism(desc: Description) -> Mechanism:
             f"{desc.path}: [assembly]: the guess cannot be assembled at theta = "
             f"{desc.theta_guess.tolist()} (residual {res:.3g}, smallest singular value "
             f"{sv[min(len(sv), jac.shape[1]) - 1]:.3g}); check body poses and joint frames")
-    _check_actuated_angles(desc, prim_i, prim_f, cfg, desc.theta_guess)
+    _check_actuated_angles(desc, mech.prim_i, mech.prim_f, cfg, desc.theta_guess)
 
-    # rank-revealing QR of Phi_q^T picks independent passive rows
-    Jp = jac[:n_passive]
-    _, Rq, piv = scipy.linalg.qr(Jp.T, mode="economic", pivoting=True)
-    d = np.abs(np.diag(Rq))
-    tol = max(Jp.shape) * np.finfo(float).eps * 1e4 * (d[0] if len(d) else 1.0)
-    rank = int(np.sum(d > tol))
-    independent = np.sort(piv[:rank])
-    n = 6 * nb
+    n_passive = mech.n_passive
+    independent = _independent_rows(jac[:n_passive])
+    rank = len(independent)
+    n = mech.n_coords
     mobility = n - rank
     s = len(desc.actuators)
+    rank_text = (f"rank analysis: {n} coordinates, {n_passive} constraint rows of rank {rank}, "
+                 f"{n_passive - rank} redundant")
+    idle: tuple[IdleFreedom, ...] = ()
+    if mobility > s:
+        local, N = find_idle_motions(mech, cfg, jac, independent)
+        if N.shape[1] == mobility - s:  # else the actuators are not independent: error below
+            locks, idle = _idle_locks(desc, mech, cfg, local, N, mobility, s, rank_text)
+            mech = _build(desc, passive + locks + active, len(passive) + len(locks), cfg)
+            _, jac, _ = mech.evaluate(cfg, desc.theta_guess)
+            n_passive = mech.n_passive
+            independent = _independent_rows(jac[:n_passive])
+            if len(independent) - rank != len(locks):
+                raise ModelError(f"{desc.path}: [[actuators]]: mobility is {mobility} but {s} "
+                                 f"actuator(s) are declared ({rank_text}); locking the "
+                                 f"{len(locks)} idle freedom(s) did not remove them")
+            mobility = n - len(independent)
     if mobility != s:
         raise ModelError(
             f"{desc.path}: [[actuators]]: mobility is {mobility} but {s} actuator(s) are declared "
-            f"(rank analysis: {n} coordinates, {n_passive} constraint rows of rank {rank}, "
-            f"{n_passive - rank} redundant)")
-    square = np.concatenate([independent, np.arange(n_passive, n_rows)])
+            f"({rank_text})")
+    square = np.concatenate([independent, np.arange(n_passive, mech.n_rows)])
     if np.linalg.matrix_rank(jac[square]) < n:
         raise ModelError(
             f"{desc.path}: [[actuators]]: the actuators do not determine the configuration at "
             f"the guess (singular with the actuators locked)")
-    return Mechanism(desc, mech.body_names, masses, mech.inertias, desc.gravity, prim_i, prim_f,
-                     n_rows, n_passive, independent, square, cfg, desc.theta_guess.copy(),
-                     mech.mass_diag)
+    return _build(desc, [(a, b) for a, b in zip(mech.prim_i, mech.prim_f)],
+                  len(passive) + len(idle), cfg, independent, square, idle)
 
 
 def load_mechanism(name_or_path: str) -> Mechanism:

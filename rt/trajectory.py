@@ -247,11 +247,9 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
     return sp(tt), sp(tt, 1), sp(tt, 2)
 
 
-def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
-                        cartesian_ik=None) -> Planned:
-    """A CSV with a header: ``t`` then one column per actuator (named as the model's
-    actuators) or per Cartesian axis (``x,y,z``, needs ``cartesian_ik``). Resampled to the
-    loop rate by a cubic spline (velocities and accelerations from the spline)."""
+def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
+    """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
+    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
     expect(path, CSV)  # another kind of file: say what it is
     try:
         with open(path, newline="") as f:
@@ -266,10 +264,9 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     head = [h.strip().split(" ")[0] for h in rows[0]]
     if head[0] != "t":
         raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
-    names = head[1:]
-    cart = names == ["x", "y", "z"]
-    if not cart and names != list(axes):
-        raise UserError(f"{path}: columns must be t,{','.join(axes)} or t,x,y,z; got {','.join(head)}")
+    if head[1:] not in allowed:
+        raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)}; "
+                        f"got {','.join(head)}")
     for i, r in enumerate(rows[1:]):
         if len(r) != len(head):
             raise UserError(f"{path}: row {i + 2} has {len(r)} columns, expected {len(head)}")
@@ -285,9 +282,17 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
     if np.any(np.diff(t) <= 0):
         k = int(np.argmax(np.diff(t) <= 0))
         raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
-    P, Pd, Pdd = resample(t, data[:, 1:], rate_hz, str(path))
+    return (head, *resample(t, data[:, 1:], rate_hz, str(path)))
+
+
+def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],
+                        cartesian_ik=None) -> Planned:
+    """A CSV with a header: ``t`` then one column per actuator (named as the model's
+    actuators) or per Cartesian axis (``x,y,z``, needs ``cartesian_ik``). Resampled to the
+    loop rate by a cubic spline (velocities and accelerations from the spline)."""
+    head, P, Pd, Pdd = read_csv_samples(path, rate_hz, [list(axes), ["x", "y", "z"]])
     desc = {"kind": "csv", "path": str(path), "columns": head}
-    if cart:
+    if head[1:] == ["x", "y", "z"] and head[1:] != list(axes):
         if cartesian_ik is None:
             raise UserError(f"{path}: Cartesian columns x,y,z need a machine with Cartesian kinematics")
         th, thd, thdd = cartesian_ik(P, Pd, Pdd)

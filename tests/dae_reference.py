@@ -59,3 +59,21 @@ def power_balance(mech, model, assembler, theta_of_t, times, h):
             E.append(mech.energy(cfg, velocities(mech, cfg, thk, tdk)))
         rate.append(FD8 @ np.array(E) / h)
     return np.array(power), np.array(rate)
+
+
+def sine_motion(c, a, w, ph):
+    """theta(t) = c + a sin(w t + ph) per actuator, with its exact derivatives."""
+    def theta_of_t(t):
+        return (c + a * np.sin(w * t + ph), a * w * np.cos(w * t + ph), -a * w**2 * np.sin(w * t + ph))
+    return theta_of_t
+
+
+def assert_power_balance(mech, model, theta_of_t, times, min_watts, h=2e-3, rel=1e-7):
+    """theta_dot . tau = dE/dt along the motion to ``rel`` of the peak power, which must be
+    above ``min_watts`` (a real exchange of energy)."""
+    from pkrt.models.reduction import Assembler
+
+    power, rate = power_balance(mech, model, Assembler(mech), theta_of_t, times, h)
+    scale = np.abs(power).max()
+    assert scale > min_watts, scale
+    np.testing.assert_allclose(power, rate, rtol=0, atol=rel * scale)

@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from pkrt.rt.cli import main
 
 FOURBAR = (MACHINES_DIR / "fourbar.toml").read_text()
 ORTHOGLIDE = (MACHINES_DIR / "orthoglide.toml").read_text()
+DELTA = (MACHINES_DIR / "delta.toml").read_text()
 
 
 def _edit(text: str, old: str, new: str, count: int = 1) -> str:
@@ -31,7 +33,8 @@ def _edit(text: str, old: str, new: str, count: int = 1) -> str:
 def _drop_last_actuator(text: str) -> str:
     i = text.index('[[actuators]]\nname = "q3"')
     j = text.index("[assembly]")
-    return _edit(text[:i] + text[j:], "theta = [0.0, 0.0, 0.0]", "theta = [0.0, 0.0]")
+    k = text.index("# the tool")  # 3 task coordinates would not fit 2 actuators: dropped too
+    return _edit(text[:i] + text[j:k], "theta = [0.0, 0.0, 0.0]", "theta = [0.0, 0.0]")
 
 
 # name -> (file text, fragments the one-line message must contain)
@@ -55,9 +58,12 @@ CASES = {
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]",
               "inertia = [[1e-5, 1e-4, 0.0], [0.0, 0.00025, 0.0], [0.0, 0.0, 0.00025]]"),
         ["[[bodies]] 'input'", "field 'inertia'", "not symmetric"]),
-    "inertia_not_positive_definite": (
+    "inertia_not_positive_semidefinite": (
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", "inertia = [1e-5, -0.00025, 0.00025]"),
-        ["[[bodies]] 'input'", "field 'inertia'", "not positive definite", "eigenvalues"]),
+        ["[[bodies]] 'input'", "field 'inertia'", "not positive semidefinite", "eigenvalues"]),
+    "inertia_not_physical": (
+        _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", "inertia = [0.0, 0.00025, 0.0001]"),
+        ["[[bodies]] 'input'", "field 'inertia'", "triangle inequality"]),
     "inertia_wrong_type": (
         _edit(FOURBAR, "inertia = [1e-5, 0.00025, 0.00025]", 'inertia = "abc"'),
         ["[[bodies]] 'input'", "field 'inertia'", "3 principal moments or a 3x3 matrix"]),
@@ -125,6 +131,29 @@ CASES = {
     "assembly_theta_wrong_length": (
         _edit(FOURBAR, "theta = [0.0]", "theta = [0.0, 1.0]"),
         ["[assembly]", "field 'theta'", "list of 1 numbers"]),
+    # a rod with inertia about its own axis: its spin is not idle, it cannot be locked
+    "idle_motion_with_inertia": (
+        _edit(DELTA, "inertia = [0.0, 0.005333333333333333", "inertia = [1e-6, 0.005333333333333333"),
+        ["[[actuators]]", "mobility is 9 but 3 actuator(s)", "body 'rod1a'", "has inertia",
+         "needs zero inertia about its axis"]),
+    "tool_unknown_body": (
+        _edit(DELTA, 'body = "platform"\npoint', 'body = "plate"\npoint'),
+        ["[tool]", "field 'body'", "no body named 'plate'"]),
+    "tool_too_few_coordinates": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y"]'),
+        ["[tool]", "field 'coordinates'", "2 task coordinate(s) (x, y) for 3 actuator(s)"]),
+    "tool_unknown_coordinate": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y", "w"]'),
+        ["[tool]", "field 'coordinates'", "unknown coordinate 'w'"]),
+    "tool_partial_orientation": (
+        _edit(DELTA, 'coordinates = ["x", "y", "z"]', 'coordinates = ["x", "y", "yaw"]'),
+        ["[tool]", "field 'coordinates'", "needs all of roll, pitch, yaw"]),
+    "tool_point_wrong_type": (
+        _edit(DELTA, "point = [0.0, 0.0, 0.0]", 'point = "centre"'),
+        ["[tool]", "field 'point'", "list of 3 numbers"]),
+    "tool_not_a_table": (
+        _edit(_edit(DELTA, "[tool]", "[other]"), "[model]", "tool = 3\n\n[model]"),
+        ["[tool]", "must be a table"]),
     "zero_axis": (
         _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [0.0, 0.0, 0.0]\nref1"),
         ["[[joints]] 'O'", "field 'axis1'", "non-zero vector"]),
@@ -153,11 +182,11 @@ def test_bad_description_cli(case, tmp_path, capsys):
 
 
 def test_good_descriptions_pass(capsys):
-    for name in ("fourbar", "fivebar", "orthoglide"):
+    for name in ("fourbar", "fivebar", "orthoglide", "delta", "hexapod"):
         assert main(["model", "check", name]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert out.count("  ok") == 3
+    assert out.count("  ok") == 5
 
 
 def test_missing_file(tmp_path, capsys):
@@ -169,7 +198,7 @@ def test_unknown_builtin_name(capsys):
     assert main(["model", "check", "sixbar"]) == 2
     _, err = capsys.readouterr()
     assert err.strip() == ("pkrt: error: sixbar: no such model file or built-in model "
-                           "(built-in: fivebar, fourbar, orthoglide)")
+                           "(built-in: delta, fivebar, fourbar, hexapod, orthoglide)")
 
 
 def test_not_utf8(tmp_path, capsys):
@@ -221,14 +250,20 @@ _toml_values = st.recursive(
     max_leaves=10)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(line=st.sampled_from(_VALUE_LINES), value=_toml_values)
-def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
-    lines = FOURBAR.splitlines()
+def _write_edited(tmp_path, text: str, line: int, value: str):
+    """The description with line ``line``'s value replaced by ``value``: (path, key)."""
+    lines = text.splitlines()
     key = lines[line].split("=", 1)[0]
     lines[line] = f"{key}= {value}"
     path = tmp_path / "fuzz.toml"
     path.write_text("\n".join(lines) + "\n")
+    return path, key
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(_VALUE_LINES), value=_toml_values)
+def test_any_field_edit_loads_or_fails_cleanly(tmp_path, line, value):
+    path, _ = _write_edited(tmp_path, FOURBAR, line, value)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a warning would be a second line on stderr
@@ -248,3 +283,29 @@ def test_assembly_guess_on_the_antipodal_solution_of_an_actuated_angle(guess, tm
     path = tmp_path / "flipped.toml"
     path.write_text(_edit(FOURBAR, "theta = [0.0]", f"theta = [{guess}]"))
     _check_one_line_error(capsys, main(["model", "check", str(path)]), ["[assembly]", "half a turn"], path)
+
+
+FIVEBAR = (MACHINES_DIR / "fivebar.toml").read_text()
+_TOOL_LINES = [i for i, line in enumerate(FIVEBAR.splitlines())
+               if "=" in line and i > FIVEBAR.splitlines().index("[tool]")]
+_tool_scalars = st.one_of(_toml_scalars, st.sampled_from(['"x"', '"y"', '"z"', '"roll"', '"pitch"', '"yaw"',
+                                                          '"distal1"', '"proximal2"', '"w"']))
+_tool_values = st.recursive(
+    _tool_scalars, lambda inner: st.lists(inner, max_size=7).map(lambda v: "[" + ", ".join(v) + "]"),
+    max_leaves=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(_TOOL_LINES), value=_tool_values)
+def test_any_tool_edit_loads_or_fails_cleanly(tmp_path, line, value):
+    """[tool] fields: a valid tool or one ModelError naming [tool] and the field."""
+    from pkrt.models.description import load_description
+
+    path, key = _write_edited(tmp_path, FIVEBAR, line, value)
+    try:
+        tool = load_description(str(path)).tool
+    except ModelError as e:
+        msg = str(e)
+        assert msg.startswith(f"{path}: [tool], field '{key.strip()}'") and "\n" not in msg, msg
+    else:
+        assert len(tool.coordinates) == 2 and tool.point.shape == (3,) and np.all(np.isfinite(tool.point))

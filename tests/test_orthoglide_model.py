@@ -8,7 +8,7 @@ import pytest
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import Assembler, ExactModel, reduce_at
-from tests.dae_reference import dae_inverse_dynamics, power_balance, velocities
+from tests.dae_reference import assert_power_balance, dae_inverse_dynamics, sine_motion, velocities
 
 L, r = 0.31, 0.05
 
@@ -132,17 +132,10 @@ def test_tau_equals_dae_inverse_dynamics(mech):
 
 
 def test_power_balance_along_a_smooth_trajectory(mech):
-    c, a = np.array([-0.1, -0.12, -0.08]), np.array([0.12, 0.1, 0.11])
-    w, ph = 2 * np.pi * np.array([1.0, 1.3, 0.7]), np.array([0.0, 1.0, 2.0])
-
-    def theta_of_t(t):
-        return (c + a * np.sin(w * t + ph), a * w * np.cos(w * t + ph), -a * w**2 * np.sin(w * t + ph))
-
-    model = ExactModel(mech)
-    power, rate = power_balance(mech, model, Assembler(mech), theta_of_t, np.linspace(0, 1.0, 21), 2e-3)
-    scale = np.abs(power).max()
-    assert scale > 10.0  # watts: a real exchange of energy, gravity and inertia both
-    np.testing.assert_allclose(power, rate, rtol=0, atol=1e-7 * scale)
+    motion = sine_motion(np.array([-0.1, -0.12, -0.08]), np.array([0.12, 0.1, 0.11]),
+                         2 * np.pi * np.array([1.0, 1.3, 0.7]), np.array([0.0, 1.0, 2.0]))
+    # 10 W: a real exchange of energy, gravity and inertia both
+    assert_power_balance(mech, ExactModel(mech), motion, np.linspace(0, 1.0, 21), min_watts=10.0)
 
 
 def test_velocities_are_consistent(mech):

@@ -1,4 +1,5 @@
-"""Benchmark: one exact reduction of the Orthoglide (assembly + reduce_at), medians.
+"""Benchmark: one exact reduction (assembly + reduce_at) of the Orthoglide, medians; and of
+every shipped machine, p50 and p99.
 
 Run: ``.venv/bin/python tests/bench/bench_reduction.py``. Prints figures; asserts nothing.
 
@@ -8,6 +9,10 @@ Run: ``.venv/bin/python tests/bench/bench_reduction.py``. Prints figures; assert
   configuration (theta = 0), with sub-stepping, and reduce.
 - ``reduce_only_ms``: ``reduce_at`` on an already assembled configuration.
 - ``assemble_nearby_ms``: the assembly part of ``warm_nearby_ms``.
+- ``machines``: for each shipped machine (fourbar, fivebar, orthoglide, delta, hexapod), the
+  exact reduction per call warm from a nearby configuration (each actuator 0.5 % of its range
+  width away, random signs: about one loop period of fast motion), p50 and p99 in ms, with
+  its assembly and reduction parts (p50).
 """
 
 from __future__ import annotations
@@ -24,29 +29,50 @@ def _median_ms(samples: list[float]) -> float:
     return float(np.median(samples) * 1e3)
 
 
+SHIPPED = ("fourbar", "fivebar", "orthoglide", "delta", "hexapod")
+
+
+def _nearby_times(mech, asm: Assembler, rng, n: int, d: np.ndarray):
+    """n reductions each from the solution at a random theta d away (random signs): wall times
+    (s) of (assembly + reduction, assembly, reduction)."""
+    lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
+    for _ in range(3):  # warm up the numba kernels and caches
+        reduce_at(mech, asm.solve(mech.theta_ref), mech.theta_ref)
+    total, assemble, reduce = [], [], []
+    for _ in range(n):
+        base = rng.uniform(lo + d, hi - d)
+        asm.solve(base)
+        theta = base + rng.choice([-1.0, 1.0], size=mech.n_act) * d
+        t0 = time.perf_counter()
+        cfg = asm.solve(theta)
+        t1 = time.perf_counter()
+        reduce_at(mech, cfg, theta)
+        t2 = time.perf_counter()
+        total.append(t2 - t0)
+        assemble.append(t1 - t0)
+        reduce.append(t2 - t1)
+    return total, assemble, reduce
+
+
+def machine_reduction_times(name: str, n: int = 300, seed: int = 0, step: float = 0.005) -> dict:
+    """Exact reduction per call, warm from a nearby configuration (``step`` of each range
+    width away): p50 and p99 (ms), and the p50 of its assembly and reduction parts."""
+    mech = load_mechanism(name)
+    d = step * (mech.ranges[:, 1] - mech.ranges[:, 0])
+    total, assemble, reduce = _nearby_times(mech, Assembler(mech), np.random.default_rng(seed), n, d)
+    ms = np.array(total) * 1e3
+    return {"actuators": mech.n_act, "coordinates": mech.n_coords, "constraint_rows": mech.n_rows,
+            "samples": n, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "assemble_p50_ms": _median_ms(assemble), "reduce_p50_ms": _median_ms(reduce)}
+
+
 def run_reduction_bench(n: int = 300, seed: int = 0) -> dict:
     """Median wall times (ms) of exact reductions of the Orthoglide; see the module docstring."""
     mech = load_mechanism("orthoglide")
     rng = np.random.default_rng(seed)
     lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
     asm = Assembler(mech)
-    # warm up the numba kernels and caches
-    for _ in range(3):
-        reduce_at(mech, asm.solve(np.zeros(3)), np.zeros(3))
-
-    nearby, assemble_only, reduce_only = [], [], []
-    for _ in range(n):
-        base = rng.uniform(lo + 0.002, hi - 0.002)
-        asm.solve(base)
-        theta = base + rng.choice([-0.002, 0.002], size=3)
-        t0 = time.perf_counter()
-        cfg = asm.solve(theta)
-        t1 = time.perf_counter()
-        reduce_at(mech, cfg, theta)
-        t2 = time.perf_counter()
-        nearby.append(t2 - t0)
-        assemble_only.append(t1 - t0)
-        reduce_only.append(t2 - t1)
+    nearby, assemble_only, reduce_only = _nearby_times(mech, asm, rng, n, np.full(3, 0.002))
 
     from_ref = []
     for _ in range(max(n // 3, 10)):
@@ -57,6 +83,7 @@ def run_reduction_bench(n: int = 300, seed: int = 0) -> dict:
         from_ref.append(time.perf_counter() - t0)
 
     return {
+        "machines": {name: machine_reduction_times(name, n, seed) for name in SHIPPED},
         "model": mech.name,
         "coordinates": mech.n_coords,
         "constraint_rows": mech.n_rows,
@@ -74,6 +101,12 @@ def main() -> None:
           f"{r['constraint_rows']} constraint rows), medians over {r['samples']} samples:")
     for key in ("warm_nearby_ms", "warm_reference_ms", "assemble_nearby_ms", "reduce_only_ms"):
         print(f"  {key:<20s} {r[key]:8.3f} ms")
+    print("exact reduction per call, warm from a nearby configuration (ms):")
+    print(f"  {'machine':<11s} {'s':>2s} {'coords':>6s} {'rows':>5s} {'p50':>8s} {'p99':>8s} "
+          f"{'assemble':>9s} {'reduce':>8s}")
+    for name, m in r["machines"].items():
+        print(f"  {name:<11s} {m['actuators']:2d} {m['coordinates']:6d} {m['constraint_rows']:5d} "
+              f"{m['p50_ms']:8.3f} {m['p99_ms']:8.3f} {m['assemble_p50_ms']:9.3f} {m['reduce_p50_ms']:8.3f}")
 
 
 if __name__ == "__main__":
