@@ -17,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, basis, eval_outputs, eval_tau, find_leaf, n_basis
+from pkrt.rt.tree import (OUT_OF_DOMAIN, SPLINE, Tree, basis, eval_outputs, eval_tau, find_leaf, n_basis,
+                          spline_face_jumps)
 
 from .mechanism import AssemblyError, Mechanism
 from .reduction import ExactModel, flatten_outputs, output_layout
@@ -170,13 +171,17 @@ def leaf_value(tree: Tree, leaf: int, theta: np.ndarray) -> np.ndarray:
 
 
 def face_jumps(tree: Tree, scale: np.ndarray, per_face: int = 3) -> tuple[float, int, list]:
-    """Largest relative jump of any output across internal leaf faces.
+    """Largest relative jump of any output across internal leaf faces (spline trees: across
+    the interior knot planes, ``pkrt.rt.tree.spline_face_jumps``).
 
     For each leaf's upper face on each axis that is not on the root boundary, points on a
     per_face^(s-1) grid inside the face are evaluated with this leaf's polynomial and with the
     leaf on the other side (found by the tree search at the face). Jumps are |f1 - f2| / scale.
     Returns (max jump, faces checked, theta of the max)."""
     s, T = tree.s, tree.arrays
+    if tree.kind == SPLINE:  # the pieces on both sides of every interior knot plane
+        worst, faces, at = spline_face_jumps(T, np.asarray(scale, float), per_face)
+        return float(worst), int(faces), at.tolist() if worst > 0 else []
     fr = (np.arange(per_face) + 0.5) / per_face
     grid = np.array(np.meshgrid(*([fr] * (s - 1)), indexing="ij")).reshape(s - 1, -1).T \
         if s > 1 else np.zeros((1, 0))

@@ -2,7 +2,8 @@
 by side, and reports medians; ratios are taken within the same run.
 
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
-jitted loop and Python call, against the exact reduction; 512-box build time), ``loop``
+jitted loop along the demo and at random states, one Python call, beside the 8^3 boxes,
+against the exact reduction; the shipped tree's build time), ``loop``
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
 lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives).
 """
