@@ -3,7 +3,9 @@ by side, and reports medians; ratios are taken within the same run.
 
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
 jitted loop along the demo and at random states, one Python call, beside the 8^3 boxes,
-against the exact reduction; the shipped tree's build time), ``loop``
+against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
+computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal and
+10 % heavier), ``loop``
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
 lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives).
 """
@@ -21,6 +23,7 @@ from .errors import UserError
 SECTIONS = {
     "reduction": ("tests.bench.bench_reduction", "run_reduction_bench"),
     "tree": ("tests.bench.bench_tree", "run_tree_bench"),
+    "tracking": ("tests.bench.bench_tracking", "run_tracking_bench"),
     "loop": ("pkrt.rt.bench", "run_loop_bench"),
     "logs": ("tests.bench.bench_logs", "run_logs_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
