@@ -232,7 +232,8 @@ def spline_outputs(T, th, f, work, s, fix_axis, fix_span):
     N = work[:ORDER * s]
     tmp = work[ORDER * s:ORDER * s + 8]
     C = T[SPL_COEF]
-    n_out = f.shape[0]
+    m = s * (s + 1) // 2
+    n_out = m + s * m + s  # a constant when s is (f holds n_outputs(s))
     base = 0
     for a in range(s):
         i = knot_span(T, a, th[a])
