@@ -71,12 +71,11 @@ def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work, L, y):
     return status
 
 
-def plant_workspace(s: int) -> tuple:
-    """Scratch arrays of ``plant_step`` for s axes (allocated once per plant)."""
+def plant_workspace(s: int) -> np.ndarray:
+    """Scratch of ``plant_step`` for s axes (allocated once per plant): one flat array, so a
+    call types one argument for it rather than a tuple of twelve."""
     m = s * (s + 1) // 2
-    return (np.empty((s, s)), np.empty((s, m)), np.empty(s), np.empty(m), np.empty(s),
-            np.empty(s), np.empty(work_size(s)), np.empty((4, 2 * s)), np.empty(2 * s),
-            np.empty(s), np.zeros((s, s)), np.empty(s))
+    return np.zeros(2 * s * s + s * m + 3 * s + m + 2 * s + work_size(s) + 8 * s + 2 * s + s)
 
 
 @njit(cache=True)
@@ -87,7 +86,21 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
     params = (mass_scale, viscous, coulomb, force_limit, v_eps); ws = plant_workspace(s).
     """
     s = tau_cmd.shape[0]
-    H, D, p, w, rhs, tau, work, k, xs, a, L, y = ws
+    m = s * (s + 1) // 2
+    H = ws[:s * s].reshape((s, s))
+    L = ws[s * s:2 * s * s].reshape((s, s))  # Cholesky factor: its upper triangle stays 0
+    o = 2 * s * s
+    D = ws[o:o + s * m].reshape((s, m))
+    o += s * m
+    p, rhs, tau, w = ws[o:o + s], ws[o + s:o + 2 * s], ws[o + 2 * s:o + 3 * s], ws[o + 3 * s:o + 3 * s + m]
+    o += 3 * s + m
+    y, a = ws[o:o + s], ws[o + s:o + 2 * s]
+    o += 2 * s
+    nw = work_size(s)
+    work = ws[o:o + nw]
+    o += nw
+    k = ws[o:o + 8 * s].reshape((4, 2 * s))
+    xs = ws[o + 8 * s:o + 10 * s]
     for i in range(s):
         tau[i] = min(max(tau_cmd[i], -params[3]), params[3])
     h = dt / n_sub

@@ -206,31 +206,43 @@ def knot_span(T, a, x):
 
 
 @njit(cache=True, inline="always")
-def bspline_values(T, a, i, x, N, k, tmp):
+def bspline_values(T, a, i, x, N, k):
     """The 4 non-zero cubic B-spline values at x on span i of axis a into N[k..k+3] (those
-    of the basis functions i-3..i); ``tmp`` holds 8 scratch floats (Cox-de Boor, 'The NURBS
-    Book' A2.2)."""
-    t0 = T[KNOT_START][a]
+    of the basis functions i-3..i): Cox-de Boor ('The NURBS Book' A2.2) unrolled for degree
+    3, in scalars."""
     t = T[KNOTS]
-    N[k] = 1.0
-    for j in range(1, ORDER):
-        tmp[j] = x - t[t0 + i + 1 - j]  # left[j]
-        tmp[4 + j] = t[t0 + i + j] - x  # right[j]
-        saved = 0.0
-        for r in range(j):
-            temp = N[k + r] / (tmp[4 + r + 1] + tmp[j - r])
-            N[k + r] = saved + tmp[4 + r + 1] * temp
-            saved = tmp[j - r] * temp
-        N[k + j] = saved
+    j = T[KNOT_START][a] + i
+    left1, left2, left3 = x - t[j], x - t[j - 1], x - t[j - 2]
+    right1, right2, right3 = t[j + 1] - x, t[j + 2] - x, t[j + 3] - x
+    # degree 1
+    temp = 1.0 / (right1 + left1)
+    n0 = right1 * temp
+    n1 = left1 * temp
+    # degree 2
+    temp = n0 / (right1 + left2)
+    m0 = right1 * temp
+    saved = left2 * temp
+    temp = n1 / (right2 + left1)
+    m1 = saved + right2 * temp
+    m2 = left1 * temp
+    # degree 3
+    temp = m0 / (right1 + left3)
+    N[k] = right1 * temp
+    saved = left3 * temp
+    temp = m1 / (right2 + left2)
+    N[k + 1] = saved + right2 * temp
+    saved = left2 * temp
+    temp = m2 / (right3 + left1)
+    N[k + 2] = saved + right3 * temp
+    N[k + 3] = left1 * temp
 
 
 @njit(cache=True, inline="always")
 def spline_outputs(T, th, f, work, s, fix_axis, fix_span):
-    """Flat outputs f at th (inside the root box) of a spline tree; work holds 4 s + 8 floats.
+    """Flat outputs f at th (inside the root box) of a spline tree; work holds 4 s floats.
     ``fix_axis >= 0`` forces that axis's knot span to ``fix_span`` (face-jump checks; the
     online path passes -1)."""
     N = work[:ORDER * s]
-    tmp = work[ORDER * s:ORDER * s + 8]
     C = T[SPL_COEF]
     m = s * (s + 1) // 2
     n_out = m + s * m + s  # a constant when s is (f holds n_outputs(s))
@@ -239,7 +251,7 @@ def spline_outputs(T, th, f, work, s, fix_axis, fix_span):
         i = knot_span(T, a, th[a])
         if a == fix_axis:
             i = fix_span
-        bspline_values(T, a, i, th[a], N, ORDER * a, tmp)
+        bspline_values(T, a, i, th[a], N, ORDER * a)
         base = base * (T[KNOT_COUNT][a] - ORDER) + i - (ORDER - 1)
     for o in range(n_out):
         f[o] = 0.0
@@ -279,10 +291,10 @@ def spline_outputs(T, th, f, work, s, fix_axis, fix_span):
 @njit(cache=True)
 def work_size(s: int) -> int:
     """Length of the scratch array the ``*_w`` kernels take: th (s), [td td] (s(s+1)/2), the
-    quadratic basis or the spline basis values and their scratch, the flat outputs. (Jitted:
+    quadratic basis or the spline basis values (4 per axis), the flat outputs. (Jitted:
     callable from Python and from other kernels.)"""
     m = s * (s + 1) // 2
-    return s + m + max(1 + s + m, ORDER * s + 8) + m + s * m + s
+    return s + m + max(1 + s + m, ORDER * s) + m + s * m + s
 
 
 @njit(cache=True, _nrt=False)  # see "Reference counting" above
