@@ -9,17 +9,17 @@ Held-out points, not interpolated: for each axis a, the midpoints of axis a's in
 every other coordinate on its grid. There the tensor interpolant reduces to the 1-d spline
 through the exact values along that grid line, so the error seen is the error of axis a's
 grid alone, attributed to one slab (axis interval) exactly. For s >= 2 also the centres of
-the box's 2^s corner cells, their error counted for the cell's slab on every axis: near a
-corner singularity (the Orthoglide's fold 1 cm beyond its upper corner) the axes' errors
-combine there and the grid lines alone under-refine (0.13 % at the corner for 0.07 % on the
-lines). (Cell centres everywhere as well, their error
-counted for the cell's slab on every axis, were tried: for the Orthoglide at tol 0.005 they
-refined to 43 points an axis, 16.7 MB and 337 s against 23, 2.6 MB and 8 s, both well
-inside the target (0.043 % and 0.038 % on 1000 random states): not worth it here.) The error of a held-out point is
-the larger of the relative coefficient error max_o |f_hat_o - f_o| / scale_o and a torque
-error bound max_i sum |df| |weight| / tscale_i, with the weights the bounds on theta_ddot and
-[td td] of ``pkrt tree verify`` (``treeverify.VELOCITY_RANGES_PER_S`` ...) and tscale_i the
-largest |tau_i| over the grid at seeded random velocities and accelerations within them.
+the box's 2^s corner cells, their error counted for the cell's slab on every axis (near a
+corner singularity, the Orthoglide's fold 1 cm beyond its upper corner, the axes' errors
+combine there). Cell centres everywhere, attributed the same way, were tried and not kept: for
+the Orthoglide at tol 0.005 they refined to 43 points an axis, 16.7 MB and 337 s against 23,
+2.6 MB and 8 s, both well inside the target (0.043 % and 0.038 % on 1000 random states).
+
+The error of a held-out point is the larger of the relative coefficient error
+max_o |f_hat_o - f_o| / scale_o and a torque error bound max_i sum_o |df_o| W[o, i] / tscale_i,
+with W from the bounds on theta_ddot and [td td] of ``pkrt tree verify``
+(``treeverify.VELOCITY_RANGES_PER_S`` ...) and tscale_i the largest |tau_i| over the grid at
+seeded random velocities and accelerations within them.
 
 Uniform build (``boxes = N``): N intervals per axis. Adaptive build (``tol``): from a uniform
 grid of INITIAL_INTERVALS per axis, each round inserts the midpoint of every slab whose

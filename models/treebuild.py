@@ -344,7 +344,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
             header = _header(mech, settings, facts.pop("output_scale"), {
                 "kind": "spline", "max_bytes": settings.max_bytes if settings.tol is not None else None,
                 "sing_threshold": thr, "design": "not-a-knot cubic interpolation on a tensor grid; "
-                "held out: interval midpoints on the grid lines",
+                "held out: interval midpoints on the grid lines, corner-cell centres",
                 **facts, "samples": len(smp.f), "samples_failed": 0})
             tree = dataclasses.replace(tree, header=header)
             return _finish(tree, mech, settings, ev, t0)

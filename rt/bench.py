@@ -4,10 +4,10 @@ by side, and reports medians; ratios are taken within the same run.
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
 jitted loop along the demo and at random states, one Python call, beside the 8^3 boxes,
 against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
-computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal and
-10 % heavier), ``loop``
-(real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
-lockstep speed), ``can`` and ``serial`` (driver path per cycle for 3 drives).
+computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal
+and 10 % heavier), ``loop`` (real-time 1 kHz run: compute time, overruns, wake latency beside
+a bare sleep-then-spin loop; lockstep speed), ``can`` and ``serial`` (driver path per cycle
+for 3 drives).
 """
 
 from __future__ import annotations

@@ -247,3 +247,12 @@ def test_cli_build_spline_and_info(tmp_path, capsys):
     assert info["array_bytes"] == 7 * 3 * 8 + 11 * 8 + 2 * 4 + 2 * 8  # coef, knots, counts, box
     assert main(["build", "fourbar", "-o", str(out), "--kind", "spline", "--boxes", "2"]) == 2
     assert main(["build", "fourbar", "-o", str(out), "--kind", "cubes"]) == 2
+
+
+def test_max_bytes_bounds_adaptive_boxes():
+    """--max-bytes caps the leaf budget of an adaptive box tree too."""
+    mech = load_mechanism("fourbar")
+    tree, _ = build_tree(mech, BuildSettings(kind="boxes", tol=1e-9, max_bytes=2000, verify_samples=0),
+                         jobs=1, progress=False)
+    assert tree.header["build"]["stop"] == "max_bytes reached"
+    assert tree.coef.nbytes <= 2000 < 2 * tree.coef.nbytes
