@@ -16,7 +16,7 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 
 from .config import MachineConfig
-from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
+from .controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from .errors import Fault, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
@@ -225,7 +225,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
                     if status == OUT_OF_DOMAIN:
                         reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
                                   f"tree box marked out of domain")
-                    elif not np.all(np.isfinite(ctrl.tau)):
+                    elif f & FLAG_NONFINITE:
                         reason = "controller produced a non-finite torque"
                 if reason is None:
                     drives.write(ctrl.tau)
