@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities
+from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities, work_size
 
 from .base import DriveConfigError, DriveError, Drives
 
@@ -24,10 +24,10 @@ V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing
 
 
 @njit(cache=True)
-def _solve_spd(A, b, x):
-    """x = A^-1 b for a small symmetric positive definite A (Cholesky, no allocation of A)."""
+def _solve_spd(A, b, x, L, y):
+    """x = A^-1 b for a small symmetric positive definite A (Cholesky into the preallocated
+    L (n, n); y (n,) scratch)."""
     n = b.shape[0]
-    L = np.zeros((n, n))
     for i in range(n):
         for j in range(i + 1):
             acc = A[i, j]
@@ -39,7 +39,6 @@ def _solve_spd(A, b, x):
                 L[i, i] = np.sqrt(acc)
             else:
                 L[i, j] = acc / L[j, j]
-    y = np.empty(n)
     for i in range(n):
         acc = b[i]
         for k in range(i):
@@ -54,7 +53,7 @@ def _solve_spd(A, b, x):
 
 
 @njit(cache=True)
-def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work):
+def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work, L, y):
     """Forward dynamics acceleration; returns the tree status (or 3 if H is not SPD)."""
     ms, visc, coul = params[0], params[1], params[2]
     status = eval_model_w(T, th, H, D, p, work)
@@ -67,32 +66,43 @@ def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work):
         rhs[i] = acc
         for j in range(s):
             H[i, j] *= ms
-    if not _solve_spd(H, rhs, out):
+    if not _solve_spd(H, rhs, out, L, y):
         return 3
     return status
 
 
+def plant_workspace(s: int) -> np.ndarray:
+    """Scratch of ``plant_step`` for s axes (allocated once per plant): one flat array, so a
+    call types one argument for it rather than a tuple of twelve."""
+    m = s * (s + 1) // 2
+    return np.zeros(2 * s * s + s * m + 3 * s + m + 2 * s + work_size(s) + 8 * s + 2 * s + s)
+
+
 @njit(cache=True)
-def plant_step(T, x, tau_cmd, dt, n_sub, params):
+def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
     """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps; return the worst status
     (0 ok, 1 clamped to the tree's box, 2 out of domain, 3 singular or non-finite).
 
-    params = (mass_scale, viscous, coulomb, force_limit, v_eps).
+    params = (mass_scale, viscous, coulomb, force_limit, v_eps); ws = plant_workspace(s).
     """
     s = tau_cmd.shape[0]
     m = s * (s + 1) // 2
-    H = np.empty((s, s))
-    D = np.empty((s, m))
-    p = np.empty(s)
-    w = np.empty(m)
-    rhs = np.empty(s)
-    tau = np.empty(s)
-    work = np.empty(s + 1 + s + m + m)  # tree scratch (rt.tree.work_size)
+    H = ws[:s * s].reshape((s, s))
+    L = ws[s * s:2 * s * s].reshape((s, s))  # Cholesky factor: its upper triangle stays 0
+    o = 2 * s * s
+    D = ws[o:o + s * m].reshape((s, m))
+    o += s * m
+    p, rhs, tau, w = ws[o:o + s], ws[o + s:o + 2 * s], ws[o + 2 * s:o + 3 * s], ws[o + 3 * s:o + 3 * s + m]
+    o += 3 * s + m
+    y, a = ws[o:o + s], ws[o + s:o + 2 * s]
+    o += 2 * s
+    nw = work_size(s)
+    work = ws[o:o + nw]
+    o += nw
+    k = ws[o:o + 8 * s].reshape((4, 2 * s))
+    xs = ws[o + 8 * s:o + 10 * s]
     for i in range(s):
         tau[i] = min(max(tau_cmd[i], -params[3]), params[3])
-    k = np.empty((4, 2 * s))
-    xs = np.empty(2 * s)
-    a = np.empty(s)
     h = dt / n_sub
     worst = 0
     for _ in range(n_sub):
@@ -100,7 +110,7 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params):
             c = 0.0 if stage == 0 else (0.5 if stage < 3 else 1.0)
             for i in range(2 * s):
                 xs[i] = x[i] if stage == 0 else x[i] + c * h * k[stage - 1, i]
-            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a, work)
+            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a, work, L, y)
             worst = max(worst, st)
             for i in range(s):
                 k[stage, i] = xs[s + i]
@@ -122,6 +132,7 @@ class Plant:
         self.params = np.array([mass_scale, viscous, coulomb, force_limit, V_EPS], dtype=float)
         self.substeps = int(substeps)
         self.x = np.zeros(2 * self.s)
+        self.ws = plant_workspace(self.s)
         if theta0 is not None:
             self.x[: self.s] = theta0
         self.status = 0
@@ -143,12 +154,12 @@ class Plant:
         """Integrate over dt (s) with tau held (N or N m); returns the tree status."""
         if dt <= 0.0:
             return 0
-        self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params)
+        self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params, self.ws)
         return self.status
 
     def warm_up(self) -> None:
         x = self.x.copy()
-        plant_step(self.tree.arrays, x, np.zeros(self.s), 1e-4, 1, self.params)
+        plant_step(self.tree.arrays, x, np.zeros(self.s), 1e-4, 1, self.params, self.ws)
 
     @classmethod
     def from_config(cls, config, mass_scale: float | None = None) -> "Plant":
@@ -299,4 +310,4 @@ class SimDrives(Drives):
             self._tau[:] = 0.0
 
 
-__all__ = ["Plant", "SimDrives", "plant_step", "CLAMPED", "OUT_OF_DOMAIN"]
+__all__ = ["Plant", "SimDrives", "plant_step", "plant_workspace", "CLAMPED", "OUT_OF_DOMAIN"]

@@ -1,8 +1,8 @@
-"""Rebuild the trees shipped in ``models/machines/`` (bit for bit: builds are deterministic).
+"""Rebuild the trees shipped in ``models/machines/`` (builds are deterministic on a machine).
 
 Run: ``.venv/bin/python -m pkrt.models.build_trees [NAME ...] [--jobs N]``. The equivalent
 commands are printed with ``--list``, e.g. ``pkrt build fourbar -o models/machines/fourbar.pkt
---boxes 16``.
+--kind spline --tol 0.001``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ MACHINES = Path(__file__).resolve().parent / "machines"
 
 # file name -> (model, build settings); the settings are those the CLI would use
 SHIPPED: dict[str, tuple[str, dict]] = {
-    "fourbar.pkt": ("fourbar", {"boxes": 16}),  # the paper's 16 boxes on [-1.75, 1.75]
-    "fivebar.pkt": ("fivebar", {"boxes": 8}),
-    "orthoglide.pkt": ("orthoglide", {"boxes": 8}),  # the controller's default (paper: 8^3)
-    # the simulated plant's physics: adaptive, held-out error 1e-3 (about 3500 leaves, 8 MB)
-    "orthoglide-plant.pkt": ("orthoglide", {"tol": 1e-3, "max_leaves": 4096}),
+    # graded tensor cubic splines (see README section 2 for the measurements behind the choice)
+    "fourbar.pkt": ("fourbar", {"kind": "spline", "tol": 1e-3}),
+    "fivebar.pkt": ("fivebar", {"kind": "spline", "tol": 1e-3}),
+    "orthoglide.pkt": ("orthoglide", {"kind": "spline", "tol": 5e-3}),  # the controller's
+    # the simulated plant's physics: at least 10x more accurate than the controller's tree
+    "orthoglide-plant.pkt": ("orthoglide", {"kind": "spline", "tol": 2e-4}),
 }
 
 

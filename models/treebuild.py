@@ -24,6 +24,7 @@ they have an in-domain sample and are larger than the largest in-domain leaf.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from .mechanism import Mechanism
 from .reduction import output_layout
 from .treeverify import MAX_SAMPLES, SampleEvaluator, output_scale, verify_tree
 
-FORMAT_BUILDER = "pkrt.models.treebuild 2"
+FORMAT_BUILDER = "pkrt.models.treebuild 3"
 DEFAULT_VERIFY_SAMPLES = 1000
 MIN_WIDTH = Fraction(1, 2 ** 24)  # adaptive: boxes this narrow (unit coordinates) are not split
 BATCH_FACTOR = 1.5  # adaptive: each round splits the failing leaves within this factor of the worst
@@ -283,11 +284,17 @@ def _to_tree(root: Node, mech: Mechanism, header: dict) -> Tree:
     return Tree(lo, hi, node_dim, node_split, node_child, leaf_box, leaf_ok, coef, header=header)
 
 
+KINDS = ("spline", "boxes")
+DEFAULT_MAX_BYTES = 16 * 2 ** 20  # coefficient table bound (the Orthoglide target: <= 16 MB)
+
+
 @dataclass
 class BuildSettings:
     """What determines a tree (recorded in its header; ``jobs`` is not: it changes nothing)."""
-    boxes: int | None = None  # uniform: intervals per axis
+    boxes: int | None = None  # uniform: intervals per axis (boxes or spline cells)
     tol: float | None = None  # adaptive: held-out relative error target
+    kind: str = "boxes"  # "boxes" (quadratic leaves) or "spline" (tensor cubic spline)
+    max_bytes: int = DEFAULT_MAX_BYTES  # adaptive spline: coefficient table bound (bytes)
     max_leaves: int = 4096
     sing_threshold: float | None = None  # default: the model's singular_threshold
     verify_samples: int = DEFAULT_VERIFY_SAMPLES
@@ -295,8 +302,15 @@ class BuildSettings:
     extra: dict = field(default_factory=dict)
 
     def check(self, s: int) -> None:
+        if self.kind not in KINDS:
+            raise BuildError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if (self.boxes is None) == (self.tol is None):
             raise BuildError("give exactly one of --boxes N (uniform) or --tol REL (adaptive)")
+        if self.kind == "spline" and self.boxes is not None and self.boxes < 3:
+            raise BuildError(f"--boxes must be at least 3 for a spline tree (not-a-knot cubic "
+                             f"interpolation needs 4 points per axis), got {self.boxes}")
+        if not 1 <= self.max_bytes <= 2 ** 40:
+            raise BuildError(f"--max-bytes must be in 1..2^40, got {self.max_bytes}")
         if self.boxes is not None and not 1 <= self.boxes:
             raise BuildError(f"--boxes must be at least 1, got {self.boxes}")
         if self.boxes is not None and self.boxes ** s > 10 ** 6:
@@ -325,6 +339,16 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
     rounds = 0
     with SampleEvaluator(mech, jobs, progress, desc="build") as ev:
         smp = _Samples(mech, ev)
+        if settings.kind == "spline":
+            from .splinebuild import build_spline
+            tree, facts = build_spline(mech, smp, thr, settings.boxes, settings.tol, settings.max_bytes)
+            header = _header(mech, settings, facts.pop("output_scale"), {
+                "kind": "spline", "max_bytes": settings.max_bytes if settings.tol is not None else None,
+                "sing_threshold": thr, "design": "not-a-knot cubic interpolation on a tensor grid; "
+                "held out: interval midpoints on the grid lines, corner-cell centres",
+                **facts, "samples": len(smp.f), "samples_failed": 0})
+            tree = dataclasses.replace(tree, header=header)
+            return _finish(tree, mech, settings, ev, t0)
         if settings.boxes is not None:
             n = settings.boxes
             _uniform_nodes(root, [0] * s, [n] * s, n)
@@ -335,6 +359,8 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
             stop = "uniform"
         else:
             new = [root]
+            leaf_bytes = (2 * s + len(output_layout(s)) * design.pinv.shape[0]) * 8 + 1 + 2 * (8 + 4 + 8)
+            leaf_budget = min(settings.max_leaves, max(1, settings.max_bytes // leaf_bytes))
             while True:
                 rounds += 1
                 smp.ensure(p for nd in new for p in nd.points(design.fit_z) + nd.points(design.ho_z))
@@ -349,9 +375,9 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
                 if not failing and not partial:
                     stop = "tolerance met" if not over else "minimum box width reached"
                     break
-                budget = settings.max_leaves - len(leaves)
+                budget = leaf_budget - len(leaves)
                 if budget <= 0:
-                    stop = "max_leaves reached"
+                    stop = "max_leaves reached" if leaf_budget == settings.max_leaves else "max_bytes reached"
                     break
                 pick = []
                 if failing:
@@ -370,34 +396,39 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
         leaves = root.leaves()
         scale = smp.scale(thr)
         heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
-        n_samples = len(smp.f)
-        n_failed = sum(1 for f in smp.f.values() if not np.all(np.isfinite(f)))
-        header = {
-            "model": {"name": mech.name, "content_hash": mech.content_hash},
-            "actuators": {"names": mech.actuator_names, "units": mech.actuator_units,
-                          "ranges": mech.ranges.tolist()},
-            "outputs": output_layout(s),
-            "output_scale": scale.tolist(),
-            "build": {
-                "builder": FORMAT_BUILDER,
-                "mode": "uniform" if settings.boxes is not None else "adaptive",
-                "boxes": settings.boxes, "tol": settings.tol,
-                "max_leaves": settings.max_leaves if settings.tol is not None else None,
-                "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5",
-                "stop": stop, "rounds": rounds,
-                "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
-                "samples": n_samples, "samples_failed": n_failed,
-                "max_heldout_error": max(heldout) if heldout else None,
-                **settings.extra,
-            },
-            "verification": {},
-            "software": software_versions(),  # the versions it was built with
-        }
-        tree = _to_tree(root, mech, header)
-        build_time = time.perf_counter() - t0
-        if settings.verify_samples > 0:
-            header["verification"] = verify_tree(tree, mech, settings.verify_samples,
-                                                 settings.seed, evaluator=ev)
+        header = _header(mech, settings, scale, {
+            "kind": "boxes", "max_leaves": settings.max_leaves if settings.tol is not None else None,
+            "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5",
+            "stop": stop, "rounds": rounds,
+            "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
+            "samples": len(smp.f),
+            "samples_failed": sum(1 for f in smp.f.values() if not np.all(np.isfinite(f))),
+            "max_heldout_error": max(heldout) if heldout else None})
+        return _finish(_to_tree(root, mech, header), mech, settings, ev, t0)
+
+
+def _header(mech: Mechanism, settings: BuildSettings, scale: np.ndarray, build: dict) -> dict:
+    return {
+        "model": {"name": mech.name, "content_hash": mech.content_hash},
+        "actuators": {"names": mech.actuator_names, "units": mech.actuator_units,
+                      "ranges": mech.ranges.tolist()},
+        "outputs": output_layout(mech.n_act),
+        "output_scale": np.asarray(scale).tolist(),
+        "build": {"builder": FORMAT_BUILDER,
+                  "mode": "uniform" if settings.boxes is not None else "adaptive",
+                  "boxes": settings.boxes, "tol": settings.tol, **build, **settings.extra},
+        "verification": {},
+        "software": software_versions(),  # the versions it was built with
+    }
+
+
+def _finish(tree: Tree, mech: Mechanism, settings: BuildSettings, ev: SampleEvaluator,
+            t0: float) -> tuple[Tree, dict]:
+    """Verify (into the header) and return (tree, stats)."""
+    build_time = time.perf_counter() - t0
+    if settings.verify_samples > 0:
+        tree.header["verification"] = verify_tree(tree, mech, settings.verify_samples,
+                                                  settings.seed, evaluator=ev)
     stats = {"build_seconds": build_time, "total_seconds": time.perf_counter() - t0,
              "exact_evaluations": ev.n_evaluated, "tree_bytes_in_memory": tree.nbytes}
     return tree, stats

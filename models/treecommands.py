@@ -33,13 +33,20 @@ def _states(v: dict) -> str:
 def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="model file or built-in name (fourbar, orthoglide, ...)")
     p.add_argument("-o", "--output", required=True, metavar="TREE", help="tree file to write")
+    p.add_argument("--kind", choices=("spline", "boxes"), default=None,
+                   help="spline: tensor cubic spline, continuous, needs the whole box in the "
+                        "domain; boxes: the paper's quadratic boxes (default: spline if the "
+                        "model allows it, else boxes)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--boxes", type=whole_number(1), metavar="N",
-                   help="uniform: N intervals per actuator, N^s leaves (default 8)")
+                   help="uniform: N intervals per actuator (N^s boxes or spline cells)")
     g.add_argument("--tol", type=positive_number, metavar="REL",
-                   help="adaptive: split until every leaf's held-out relative error is below REL")
+                   help="adaptive: refine until every held-out relative error (coefficients, "
+                        "and for splines the torque) is below REL (default 0.005)")
     p.add_argument("--max-leaves", type=whole_number(1), default=4096, metavar="N",
-                   help="adaptive: leaf budget (default 4096)")
+                   help="adaptive boxes: leaf budget (default 4096)")
+    p.add_argument("--max-bytes", type=whole_number(1), default=None, metavar="N",
+                   help="adaptive: bound on the coefficient arrays' bytes (default 16 MiB)")
     p.add_argument("--sing-threshold", type=float, default=None, metavar="X",
                    help="out of domain below this singularity measure (default: the model's)")
     p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
@@ -50,27 +57,47 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+DEFAULT_TOL = 0.005
+
+
 def run_build(args) -> int:
-    from .treebuild import BuildSettings, build_tree
+    from .treebuild import DEFAULT_MAX_BYTES, BuildError, BuildSettings, build_tree
     mech = load_mechanism(args.model)
-    boxes = args.boxes if args.boxes is not None or args.tol is not None else 8
-    settings = BuildSettings(boxes=boxes, tol=args.tol, max_leaves=args.max_leaves,
-                             sing_threshold=args.sing_threshold,
-                             verify_samples=args.verify_samples, seed=args.seed)
+    tol = args.tol if args.tol is not None or args.boxes is not None else DEFAULT_TOL
     out = Path(args.output)
     check_outputs({"-o": out}, {"model file": resolve_model_path(args.model)})
-    tree, stats = build_tree(mech, settings, jobs=args.jobs)
-    if not tree.leaf_ok.any():
+
+    def settings(kind: str) -> BuildSettings:
+        return BuildSettings(boxes=args.boxes, tol=tol, kind=kind, max_leaves=args.max_leaves,
+                             max_bytes=args.max_bytes or DEFAULT_MAX_BYTES,
+                             sing_threshold=args.sing_threshold,
+                             verify_samples=args.verify_samples, seed=args.seed)
+    fallback = None
+    if args.kind is None:  # spline when the whole box is in the model's domain, else boxes
+        try:
+            tree, stats = build_tree(mech, settings("spline"), jobs=args.jobs)
+        except BuildError as e:
+            if "--kind boxes" not in str(e):
+                raise
+            fallback = str(e)
+            tree, stats = build_tree(mech, settings("boxes"), jobs=args.jobs)
+    else:
+        tree, stats = build_tree(mech, settings(args.kind), jobs=args.jobs)
+    if tree.kind_name == "boxes" and not tree.leaf_ok.any():
         raise Fault(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
                     f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
                     f"{out} not written")
     save_tree(tree, out)
     b, v = tree.header["build"], tree.header["verification"]
     result = {"tree": str(out), "model": mech.name, "file_bytes": out.stat().st_size,
-              **{k: b[k] for k in ("mode", "boxes", "tol", "leaves", "leaves_out_of_domain",
-                                   "samples", "samples_failed", "max_heldout_error", "stop")},
-              "verification": v, **stats}
-    text = (f"wrote {out}: {b['leaves']} leaves ({b['leaves_out_of_domain']} out of domain), "
+              **{k: b.get(k) for k in ("kind", "mode", "boxes", "tol", "leaves",
+                                       "leaves_out_of_domain", "grid_points", "samples",
+                                       "samples_failed", "max_heldout_error", "stop")},
+              "spline_refused": fallback, "verification": v, **stats}
+    cells = (f"spline, {'x'.join(map(str, b['grid_points']))} grid points" if b["kind"] == "spline"
+             else f"{b['leaves']} leaves ({b['leaves_out_of_domain']} out of domain)")
+    text = ((f"spline refused ({fallback}); built boxes\n" if fallback else "") +
+            f"wrote {out}: {cells}, "
             f"{out.stat().st_size} bytes, {b['samples']} exact samples, "
             f"build {stats['build_seconds']:.1f} s\n"
             f"held-out max rel error {_fmt(b['max_heldout_error'])}; verification "
@@ -91,11 +118,12 @@ def add_arguments_tree_info(p: argparse.ArgumentParser) -> None:
 def tree_summary(tree) -> dict:
     h = tree.header
     data = tree_bytes(tree)
+    cells = ({"grid_points": tree.grid_points} if tree.kind_name == "spline" else
+             {"nodes": int(len(tree.node_dim)), "leaves": tree.n_leaves,
+              "leaves_out_of_domain": int((tree.leaf_ok == 0).sum()), "depth": _depth(tree)})
     return {
-        "model": h["model"], "actuators": h["actuators"], "s": tree.s,
-        "nodes": int(len(tree.node_dim)), "leaves": tree.n_leaves,
-        "leaves_out_of_domain": int((tree.leaf_ok == 0).sum()),
-        "depth": _depth(tree), "array_bytes": tree.nbytes, "file_bytes": len(data),
+        "model": h["model"], "actuators": h["actuators"], "s": tree.s, "kind": tree.kind_name,
+        **cells, "array_bytes": tree.nbytes, "file_bytes": len(data),
         "outputs": h["outputs"], "output_scale": h["output_scale"],
         "build": h["build"], "verification": h["verification"],
         "software": h.get("software"),  # None in trees built before versions were recorded
@@ -122,9 +150,11 @@ def run_tree_info(args) -> int:
              f"(content hash {r['model']['content_hash'][:16]}...)",
              f"actuators: " + ", ".join(f"{n} [{lo:g}, {hi:g}] {u}" for n, u, (lo, hi)
                                         in zip(a["names"], a["units"], a["ranges"])),
-             f"leaves: {r['leaves']} ({r['leaves_out_of_domain']} out of domain), nodes "
-             f"{r['nodes']}, depth {r['depth']}, arrays {r['array_bytes']} bytes, file "
-             f"{r['file_bytes']} bytes",
+             (f"kind spline: grid points per axis {'x'.join(map(str, r['grid_points']))}, "
+              if r["kind"] == "spline" else
+              f"kind boxes: leaves {r['leaves']} ({r['leaves_out_of_domain']} out of domain), "
+              f"nodes {r['nodes']}, depth {r['depth']}, ") +
+             f"arrays {r['array_bytes']} bytes, file {r['file_bytes']} bytes",
              f"outputs: {len(r['outputs'])} ({r['outputs'][0]} ... {r['outputs'][-1]})",
              "build: " + ", ".join(f"{k} {val}" for k, val in b.items() if val is not None),
              "built with: " + (", ".join(f"{k} {val}" for k, val in r["software"].items())

@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, eval_outputs, eval_tau, n_outputs
+from pkrt.rt.tree import BOXES, ORDER, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
 
 from .mechanism import AssemblyError, Mechanism
 from .reduction import (ExactModel, flatten_outputs, output_layout, quadratic_velocities,
@@ -197,7 +197,7 @@ def internal_faces(tree: Tree) -> list[tuple[int, np.ndarray, np.ndarray]]:
     cell boundaries as ``tree.knots`` (per axis, sorted, lo and hi included): every interior
     knot plane, cell by cell."""
     faces = []
-    if hasattr(tree, "leaf_box"):
+    if tree.kind == BOXES:
         for blo, bhi in tree.leaf_box:
             for d in range(tree.s):
                 if bhi[d] < tree.hi[d]:
@@ -205,7 +205,7 @@ def internal_faces(tree: Tree) -> list[tuple[int, np.ndarray, np.ndarray]]:
                     lo[d] = bhi[d]
                     faces.append((d, lo, hi))
         return faces
-    knots = [np.asarray(k, float) for k in tree.knots]
+    knots = spline_knot_planes(tree)
     cells = [list(zip(k[:-1], k[1:])) for k in knots]
     for d in range(tree.s):
         others = [k for k in range(tree.s) if k != d]
@@ -219,12 +219,20 @@ def internal_faces(tree: Tree) -> list[tuple[int, np.ndarray, np.ndarray]]:
     return faces
 
 
+def spline_knot_planes(tree: Tree) -> list[np.ndarray]:
+    """A spline tree's cell boundaries per axis (its distinct knots, lo and hi included)."""
+    return [np.unique(tree.knots[a:a + n]) for a, n in zip(tree.knot_start, tree.knot_count)]
+
+
 def face_jumps(tree: Tree, scale: np.ndarray, per_face: int = 3) -> tuple[float, int, list, str | None]:
     """Largest relative jump of any output across internal faces, measured through the
     public kernel: on a per_face^(s-1) grid inside each face, the tree is evaluated one
     rounding step below and one above the face's position (so the search lands in either
     cell whatever its tie rule); jump = |f_above - f_below| / scale. Points where either side
     is out of domain are skipped. Returns (max jump, faces checked, theta of the max, output)."""
+    if tree.kind == SPLINE:  # both polynomial pieces at every interior knot plane, exactly
+        worst, n, at = spline_face_jumps(tree.arrays, np.asarray(scale, float), per_face)
+        return float(worst), int(n), at.tolist() if worst > 0 else [], None
     s = tree.s
     faces = internal_faces(tree)
     if not faces:

@@ -2,13 +2,15 @@
 by side, and reports medians; ratios are taken within the same run.
 
 Sections: ``reduction`` (exact reduction of the Orthoglide), ``tree`` (tree tau evaluation,
-jitted loop and Python call, against the exact reduction; 512-box build time), ``loop``
-(real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
-lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
-the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
-cycle for 3 drives), ``can_udp``
-(round trip to the CiA 402 emulator in its own process over udp_multicast, without and with
-SCHED_FIFO), ``safestop`` (SIGKILL to ``pkrt run`` -> torque off in the emulated drives).
+jitted loop along the demo and at random states, one Python call, beside the 8^3 boxes,
+against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
+computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal
+and 10 % heavier), ``loop`` (real-time 1 kHz run: compute time, overruns, wake latency beside
+a bare sleep-then-spin loop; lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export
+speed and size; loop timing with the Foxglove live view and one client against without),
+``can`` and ``serial`` (driver path per cycle for 3 drives), ``can_udp`` (round trip to the
+CiA 402 emulator in its own process over udp_multicast, without and with SCHED_FIFO),
+``safestop`` (SIGKILL to ``pkrt run`` -> torque off in the emulated drives).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .errors import UserError
 SECTIONS = {
     "reduction": ("tests.bench.bench_reduction", "run_reduction_bench"),
     "tree": ("tests.bench.bench_tree", "run_tree_bench"),
+    "tracking": ("tests.bench.bench_tracking", "run_tracking_bench"),
     "loop": ("pkrt.rt.bench", "run_loop_bench"),
     "logs": ("tests.bench.bench_logs", "run_logs_bench"),
     "formats": ("tests.bench.bench_formats", "run_formats_bench"),

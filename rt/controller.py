@@ -17,14 +17,15 @@ from numba import njit
 from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 
 CT, PD = 0, 1
-FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE = 1, 2, 4, 8
+FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE, FLAG_NONFINITE = 1, 2, 4, 8, 16
 
 
 @njit(cache=True)
 def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
             tau_model, tau, work):
     """Fill tau_model (before saturation) and tau; return (flags, tree status). Allocates
-    nothing: H, D, p, w, v and ``work`` (tree scratch) are preallocated.
+    nothing: H, D, p, w, v and ``work`` (tree scratch) are preallocated. FLAG_NONFINITE: a
+    tau entry is not finite (checked here: a numpy check in the loop cost microseconds).
 
     gains rows: 0 kp, 1 kd, 2 tau_max, 3 H0 diagonal, 4 viscous, 5 coulomb, 6 v_eps.
     """
@@ -55,6 +56,8 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
             acc = -lim
             flags |= FLAG_SATURATED
         tau[i] = acc
+        if not np.isfinite(acc):
+            flags |= FLAG_NONFINITE
     return flags, status
 
 
@@ -92,4 +95,4 @@ class Controller:
 
 
 __all__ = ["Controller", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
-           "FLAG_STALE", "CLAMPED", "OUT_OF_DOMAIN"]
+           "FLAG_STALE", "FLAG_NONFINITE", "CLAMPED", "OUT_OF_DOMAIN"]

@@ -19,7 +19,8 @@ from .errors import UserError
 from .logfile import Log, LogFileError, read_log
 from .outputs import atomic_write, check_outputs
 
-FLAG_BITS = {"saturated": 1, "clamped_or_out_of_domain": 2, "overrun": 4, "stale_feedback": 8}
+FLAG_BITS = {"saturated": 1, "clamped_or_out_of_domain": 2, "overrun": 4, "stale_feedback": 8,
+             "non_finite_torque": 16}
 
 
 # -- statistics ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 
 from .config import MachineConfig
-from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
+from .controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
@@ -289,7 +289,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                     if status == OUT_OF_DOMAIN:
                         reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
                                   f"tree box marked out of domain")
-                    elif not np.all(np.isfinite(ctrl.tau)):
+                    elif f & FLAG_NONFINITE:
                         reason = "controller produced a non-finite torque"
                 if reason is None:
                     drives.write(ctrl.tau)

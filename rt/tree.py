@@ -1,13 +1,30 @@
 """Reduced-dynamics tree: immutable flat arrays and the numba kernels that evaluate them.
 
-A tree covers the root box [lo, hi] of actuator space (SI: m or rad per axis). Node 0 is the
-root. An inner node n splits along ``node_dim[n]`` at ``node_split[n]``: theta[dim] < split goes
-to ``node_child[n, 0]``, otherwise to ``node_child[n, 1]``. A leaf has ``node_dim = -1`` and its
-leaf index in ``node_child[n, 0]``. Leaf l covers ``leaf_box[l, 0] <= theta <= leaf_box[l, 1]``
-and holds, per output o, quadratic coefficients ``coef[l, o, :]`` over the basis
-u(z) = (1, z_1..z_s, z_j z_k for j <= k row by row), z = (2 theta - lo_l - hi_l) / (hi_l - lo_l)
-in [-1, 1]. ``leaf_ok[l] = 0`` marks a leaf out of the model's domain (cannot be assembled or
-too close to a singularity).
+Two kinds of tree cover the root box [lo, hi] of actuator space (SI: m or rad per axis).
+
+Kind BOXES (the paper's piecewise quadratics). Node 0 is the root. An inner node n splits along
+``node_dim[n]`` at ``node_split[n]``: theta[dim] < split goes to ``node_child[n, 0]``, otherwise
+to ``node_child[n, 1]``. A leaf has ``node_dim = -1`` and its leaf index in ``node_child[n, 0]``.
+Leaf l covers ``leaf_box[l, 0] <= theta <= leaf_box[l, 1]`` and holds, per output o, quadratic
+coefficients ``coef[l, o, :]`` over the basis u(z) = (1, z_1..z_s, z_j z_k for j <= k row by
+row), z = (2 theta - lo_l - hi_l) / (hi_l - lo_l) in [-1, 1]. ``leaf_ok[l] = 0`` marks a leaf
+out of the model's domain (cannot be assembled or too close to a singularity).
+
+Kind SPLINE (tensor-product cubic B-splines, continuous with two continuous derivatives across
+every cell face by construction). Axis a has the knot vector
+``knots[knot_start[a]:knot_start[a] + knot_count[a]]`` (n_a + 4 knots: lo_a four times, the
+interior knots, hi_a four times) and n_a coefficients. ``spl_coef[r, o]`` is the coefficient of
+output o for the multi-index (i_0, .., i_{s-1}), r = i_0 n_1 .. n_{s-1} + .. + i_{s-1} (the last
+axis fastest; the outputs of a row are contiguous, so the inner loop over outputs vectorises).
+Evaluation: per axis a binary search for the knot span, the 4 non-zero cubic B-spline values
+(Cox-de Boor), then f_o = sum over the 4^s rows of the product of the basis values times
+``spl_coef[r, o]``. The whole root box is in the domain (the builder refuses models that are
+not), so a spline tree never reports OUT_OF_DOMAIN.
+
+Every tree's ``arrays`` is one tuple holding both kinds' arrays, read in the kernels by the
+named positions KIND, LO, HI, ... (the unused kind's arrays are empty with the same dtype and
+ndim), so all trees have one numba type: the kernels compile once and branch on T[KIND] at
+run time.
 
 Outputs f, in order (``pkrt.models.reduction.output_layout``): H upper triangle row by row,
 D row by row (s x s(s+1)/2), p_ext. Equation of motion: H thetadd + D [td td] - p_ext = tau.
@@ -22,20 +39,25 @@ array taken out of the tree tuple or sliced from ``work`` (and every argument of
 kernel) costs an atomic incref/decref call per evaluation that numba cannot prune across the
 loops, about a third of the time of an evaluation. ``eval_model_w`` and ``eval_tau_w`` run
 the same body with s = 3 as a constant when theta has 3 entries (the Orthoglide), so LLVM
-unrolls the small loops. The arithmetic, and its order, is unchanged.
+unrolls the small loops.
 
 Kernel status codes: OK = 0, CLAMPED = 1 (theta was outside the root box and was clamped),
-OUT_OF_DOMAIN = 2 (the leaf is marked out of domain). Status is never silent: callers check it.
+OUT_OF_DOMAIN = 2 (the leaf is marked out of domain; boxes only). Status is never silent:
+callers check it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numba import njit
 
 OK, CLAMPED, OUT_OF_DOMAIN = 0, 1, 2
+BOXES, SPLINE = 0, 1
+KIND_NAMES = {BOXES: "boxes", SPLINE: "spline"}
+ORDER = 4  # cubic B-splines: 4 non-zero basis functions per axis
 
 
 def n_basis(s: int) -> int:
@@ -47,9 +69,21 @@ def n_outputs(s: int) -> int:
     return m + s * m + s
 
 
+# Positions in the kernels' tree tuple (``Tree.arrays``), named: T[LO] is the root box's lo.
+# A plain tuple, not a NamedTuple: numba types a plain tuple of arrays in its C dispatcher
+# (about 0.8 us a Python call) but a NamedTuple in Python (3-5 us a call, measured).
+(KIND, LO, HI, NODE_DIM, NODE_SPLIT, NODE_CHILD, LEAF_BOX, LEAF_OK, COEF, KNOTS, KNOT_START,
+ KNOT_COUNT, SPL_COEF) = range(13)
+
+
+def _empty(*shape, dtype=np.float64):
+    return lambda: np.zeros(shape, dtype=dtype)
+
+
 @dataclass(frozen=True)
 class Tree:
-    """Immutable tree arrays (Pinocchio-style model); ``header`` holds the file metadata."""
+    """Immutable tree arrays (Pinocchio-style model); ``header`` holds the file metadata.
+    The arrays of the kind not in use are empty (see the module docstring)."""
     lo: np.ndarray  # (s,) float64
     hi: np.ndarray  # (s,) float64
     node_dim: np.ndarray  # (n_nodes,) int32, -1 for a leaf
@@ -59,6 +93,11 @@ class Tree:
     leaf_ok: np.ndarray  # (n_leaves,) uint8
     coef: np.ndarray  # (n_leaves, n_out, n_basis) float64
     header: dict = field(default_factory=dict, compare=False)
+    kind: int = BOXES
+    knots: np.ndarray = field(default_factory=_empty(0))  # (sum knot_count,) float64
+    knot_start: np.ndarray = field(default_factory=_empty(0, dtype=np.int32))  # (s,) int32
+    knot_count: np.ndarray = field(default_factory=_empty(0, dtype=np.int32))  # (s,) int32
+    spl_coef: np.ndarray = field(default_factory=_empty(0, 0))  # (prod n_a, n_out) float64
 
     @property
     def s(self) -> int:
@@ -69,20 +108,37 @@ class Tree:
         return len(self.leaf_ok)
 
     @property
+    def kind_name(self) -> str:
+        return KIND_NAMES[self.kind]
+
+    @property
+    def grid_points(self) -> list[int]:
+        """Spline: interpolation points per axis (= coefficients per axis); boxes: []."""
+        return [int(c) - ORDER for c in self.knot_count] if self.kind == SPLINE else []
+
+    @cached_property
     def arrays(self) -> tuple:
-        """The tuple every kernel takes as its first argument."""
-        return (self.lo, self.hi, self.node_dim, self.node_split, self.node_child,
-                self.leaf_box, self.leaf_ok, self.coef)
+        """The tuple every kernel takes as its first argument (positions KIND, LO, ...)."""
+        return (int(self.kind), self.lo, self.hi, self.node_dim, self.node_split,
+                self.node_child, self.leaf_box, self.leaf_ok, self.coef, self.knots,
+                self.knot_start, self.knot_count, self.spl_coef)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays)
+        return sum(a.nbytes for a in self.arrays[1:])
+
+
+def empty_boxes(s: int) -> dict:
+    """The box arrays of a spline tree (empty, with the dtypes and ndims of the kernel type)."""
+    return dict(node_dim=np.zeros(0, np.int32), node_split=np.zeros(0),
+                node_child=np.zeros((0, 2), np.int32), leaf_box=np.zeros((0, 2, s)),
+                leaf_ok=np.zeros(0, np.uint8), coef=np.zeros((0, n_outputs(s), n_basis(s))))
 
 
 @njit(cache=True, inline="always")
-def find_leaf(T, theta, th):
-    """Clamp theta into the root box (into th) and return (leaf, status)."""
-    lo, hi, node_dim, node_split, node_child = T[0], T[1], T[2], T[3], T[4]
+def clamp(T, theta, th):
+    """Clamp theta into the root box (into th); return OK or CLAMPED."""
+    lo, hi = T[LO], T[HI]
     status = OK
     for i in range(theta.shape[0]):
         x = theta[i]
@@ -93,6 +149,17 @@ def find_leaf(T, theta, th):
             x = hi[i]
             status = CLAMPED
         th[i] = x
+    return status
+
+
+@njit(cache=True, inline="always")
+def find_leaf(T, theta, th):
+    """Clamp theta into the root box (into th) and return (leaf, status). A spline tree has
+    no leaves: (0, OK or CLAMPED)."""
+    status = clamp(T, theta, th)
+    if T[KIND] == SPLINE:
+        return 0, status
+    node_dim, node_split, node_child = T[NODE_DIM], T[NODE_SPLIT], T[NODE_CHILD]
     n = 0
     while node_dim[n] >= 0:
         d = node_dim[n]
@@ -101,7 +168,7 @@ def find_leaf(T, theta, th):
         else:
             n = node_child[n, 1]
     leaf = node_child[n, 0]
-    if T[6][leaf] == 0:
+    if T[LEAF_OK][leaf] == 0:
         status = OUT_OF_DOMAIN
     return leaf, status
 
@@ -109,7 +176,7 @@ def find_leaf(T, theta, th):
 @njit(cache=True, inline="always")
 def basis(T, leaf, th, u):
     """Quadratic basis u at th in the box-normalised coordinates of a leaf."""
-    box = T[5]
+    box = T[LEAF_BOX]
     s = th.shape[0]
     u[0] = 1.0
     for i in range(s):
@@ -121,9 +188,113 @@ def basis(T, leaf, th, u):
             c += 1
 
 
+@njit(cache=True, inline="always")
+def knot_span(T, a, x):
+    """Span i (knot_start offset removed) with t[i] <= x < t[i+1], in 3..n-1 (x = hi_a gives
+    n - 1), by binary search over axis a's knots t."""
+    t0 = T[KNOT_START][a]
+    t = T[KNOTS]
+    lo_i = ORDER - 1
+    hi_i = T[KNOT_COUNT][a] - ORDER  # n: t[n] = hi_a
+    while hi_i - lo_i > 1:
+        mid = (lo_i + hi_i) >> 1
+        if x < t[t0 + mid]:
+            hi_i = mid
+        else:
+            lo_i = mid
+    return lo_i
+
+
+@njit(cache=True, inline="always")
+def bspline_values(T, a, i, x, N, k):
+    """The 4 non-zero cubic B-spline values at x on span i of axis a into N[k..k+3] (those
+    of the basis functions i-3..i): Cox-de Boor ('The NURBS Book' A2.2) unrolled for degree
+    3, in scalars."""
+    t = T[KNOTS]
+    j = T[KNOT_START][a] + i
+    left1, left2, left3 = x - t[j], x - t[j - 1], x - t[j - 2]
+    right1, right2, right3 = t[j + 1] - x, t[j + 2] - x, t[j + 3] - x
+    # degree 1
+    temp = 1.0 / (right1 + left1)
+    n0 = right1 * temp
+    n1 = left1 * temp
+    # degree 2
+    temp = n0 / (right1 + left2)
+    m0 = right1 * temp
+    saved = left2 * temp
+    temp = n1 / (right2 + left1)
+    m1 = saved + right2 * temp
+    m2 = left1 * temp
+    # degree 3
+    temp = m0 / (right1 + left3)
+    N[k] = right1 * temp
+    saved = left3 * temp
+    temp = m1 / (right2 + left2)
+    N[k + 1] = saved + right2 * temp
+    saved = left2 * temp
+    temp = m2 / (right3 + left1)
+    N[k + 2] = saved + right3 * temp
+    N[k + 3] = left1 * temp
+
+
+@njit(cache=True, inline="always")
+def spline_outputs(T, th, f, work, s, fix_axis, fix_span):
+    """Flat outputs f at th (inside the root box) of a spline tree; work holds 4 s floats.
+    ``fix_axis >= 0`` forces that axis's knot span to ``fix_span`` (face-jump checks; the
+    online path passes -1)."""
+    N = work[:ORDER * s]
+    C = T[SPL_COEF]
+    m = s * (s + 1) // 2
+    n_out = m + s * m + s  # a constant when s is (f holds n_outputs(s))
+    base = 0
+    for a in range(s):
+        i = knot_span(T, a, th[a])
+        if a == fix_axis:
+            i = fix_span
+        bspline_values(T, a, i, th[a], N, ORDER * a)
+        base = base * (T[KNOT_COUNT][a] - ORDER) + i - (ORDER - 1)
+    for o in range(n_out):
+        f[o] = 0.0
+    if s == 3:  # the Orthoglide: the last axis's 4 rows are contiguous, one pass over them
+        n1 = T[KNOT_COUNT][1] - ORDER
+        n2 = T[KNOT_COUNT][2] - ORDER
+        for i0 in range(ORDER):
+            for i1 in range(ORDER):
+                w01 = N[i0] * N[ORDER + i1]
+                r = base + (i0 * n1 + i1) * n2
+                a0 = w01 * N[2 * ORDER]
+                a1 = w01 * N[2 * ORDER + 1]
+                a2 = w01 * N[2 * ORDER + 2]
+                a3 = w01 * N[2 * ORDER + 3]
+                R = C[r:r + ORDER]
+                for o in range(n_out):
+                    f[o] += a0 * R[0, o] + a1 * R[1, o] + a2 * R[2, o] + a3 * R[3, o]
+        return
+    total = 1
+    for a in range(s):
+        total *= ORDER
+    for idx in range(total):  # the 4^s rows: idx in base 4, the last axis fastest
+        rem = idx
+        w = 1.0
+        r = base
+        stride = 1
+        for a in range(s - 1, -1, -1):
+            d = rem % ORDER
+            rem //= ORDER
+            w *= N[ORDER * a + d]
+            r += d * stride
+            stride *= T[KNOT_COUNT][a] - ORDER
+        for o in range(n_out):
+            f[o] += w * C[r, o]
+
+
+@njit(cache=True)
 def work_size(s: int) -> int:
-    """Length of the scratch array the ``*_w`` kernels take: th (s), u (n_basis), [td td]."""
-    return s + n_basis(s) + s * (s + 1) // 2
+    """Length of the scratch array the ``*_w`` kernels take: th (s), [td td] (s(s+1)/2), the
+    quadratic basis or the spline basis values (4 per axis), the flat outputs. (Jitted:
+    callable from Python and from other kernels.)"""
+    m = s * (s + 1) // 2
+    return s + m + max(1 + s + m, ORDER * s) + m + s * m + s
 
 
 @njit(cache=True, _nrt=False)  # see "Reference counting" above
@@ -131,12 +302,16 @@ def eval_outputs_w(T, theta, f, work):
     """Fill the flat outputs f at theta using ``work`` (work_size(s)) as scratch; return the
     status. Allocates nothing."""
     s = theta.shape[0]
-    nb = 1 + s + s * (s + 1) // 2
+    m = s * (s + 1) // 2
     th = work[:s]
-    u = work[s:s + nb]
+    u = work[s + m:]
     leaf, status = find_leaf(T, theta, th)
+    if T[KIND] == SPLINE:
+        spline_outputs(T, th, f, u, s, -1, 0)
+        return status
+    nb = 1 + s + m
     basis(T, leaf, th, u)
-    cl = T[7][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
+    cl = T[COEF][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
     for o in range(f.shape[0]):
         acc = 0.0
         for b in range(nb):
@@ -146,15 +321,40 @@ def eval_outputs_w(T, theta, f, work):
 
 
 @njit(cache=True, inline="always")
+def _spline_model_s(T, th, H, D, p_ext, work, s):
+    """Spline H, D, p_ext at th (clamped): the flat outputs go to the end of work."""
+    m = s * (s + 1) // 2
+    nf = m + s * m + s
+    f = work[work.shape[0] - nf:]
+    spline_outputs(T, th, f, work[s + m:], s, -1, 0)
+    o = 0
+    for j in range(s):
+        for k in range(j, s):
+            H[j, k] = f[o]
+            H[k, j] = f[o]
+            o += 1
+    for i in range(s):
+        for c in range(m):
+            D[i, c] = f[o]
+            o += 1
+    for i in range(s):
+        p_ext[i] = f[o]
+        o += 1
+
+
+@njit(cache=True, inline="always")
 def _model_s(T, theta, H, D, p_ext, work, s):
     """eval_model_w with s = theta.shape[0] passed in (a constant in the s = 3 path)."""
     m = s * (s + 1) // 2
     nb = 1 + s + m
     th = work[:s]
-    u = work[s:s + nb]
+    u = work[s + m:s + m + nb]
     leaf, status = find_leaf(T, theta, th)
+    if T[KIND] == SPLINE:
+        _spline_model_s(T, th, H, D, p_ext, work, s)
+        return status
     basis(T, leaf, th, u)
-    cl = T[7][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
+    cl = T[COEF][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
     o = 0
     for j in range(s):
         for k in range(j, s):
@@ -205,7 +405,7 @@ def _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, s):
     """eval_tau_w with s = theta.shape[0] passed in (a constant in the s = 3 path)."""
     m = s * (s + 1) // 2
     status = _model_s(T, theta, H, D, p_ext, work, s)
-    w = work[s + 1 + s + m:]
+    w = work[s:s + m]
     quad_velocities(theta_dot, w)
     for i in range(s):
         acc = -p_ext[i]
@@ -228,7 +428,7 @@ def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
 
 @njit(cache=True)
 def _scratch(s):
-    return np.empty(2 * s + 1 + s * (s + 1))  # work_size(s)
+    return np.empty(work_size(s))
 
 
 @njit(cache=True)
@@ -248,6 +448,62 @@ def eval_tau(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau):
     """As eval_tau_w with a scratch array allocated per call (prefer eval_tau_w online)."""
     return eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau,
                       _scratch(theta.shape[0]))
+
+
+@njit(cache=True)
+def spline_face_jumps(T, scale, per_face):
+    """Spline tree: largest relative step of any output across the interior knot planes.
+
+    On every interior knot plane of every axis, per_face^(s-1) points inside each cell face
+    are evaluated with the polynomial pieces on both sides (the knot span forced to the left
+    and to the right one). Returns (max |f_left - f_right| / scale, faces checked, the point
+    of the max)."""
+    s = T[LO].shape[0]
+    nf = scale.shape[0]
+    work = _scratch(s)
+    fl = np.empty(nf)
+    fr = np.empty(nf)
+    th = np.empty(s)
+    best = np.zeros(s)
+    worst = 0.0
+    faces = 0
+    counts = np.empty(s, np.int64)
+    idx = np.zeros(s, np.int64)
+    for d in range(s):
+        nd = T[KNOT_COUNT][d] - ORDER
+        for plane in range(ORDER, nd):  # interior knots t[4..n-1]: spans plane-1 | plane
+            th_d = T[KNOTS][T[KNOT_START][d] + plane]
+            n_cells = 1
+            for a in range(s):
+                counts[a] = 1 if a == d else (T[KNOT_COUNT][a] - 2 * ORDER + 1) * per_face
+                n_cells *= counts[a]
+            n_faces = 1
+            for a in range(s):
+                if a != d:
+                    n_faces *= T[KNOT_COUNT][a] - 2 * ORDER + 1
+            faces += n_faces
+            for c in range(n_cells):
+                rem = c
+                for a in range(s - 1, -1, -1):
+                    idx[a] = rem % counts[a]
+                    rem //= counts[a]
+                for a in range(s):
+                    if a == d:
+                        th[a] = th_d
+                    else:
+                        cell = idx[a] // per_face
+                        frac = (idx[a] % per_face + 0.5) / per_face
+                        t0 = T[KNOTS][T[KNOT_START][a] + ORDER - 1 + cell]
+                        t1 = T[KNOTS][T[KNOT_START][a] + ORDER + cell]
+                        th[a] = t0 + (t1 - t0) * frac
+                spline_outputs(T, th, fl, work[s + s * (s + 1) // 2:], s, d, plane - 1)
+                spline_outputs(T, th, fr, work[s + s * (s + 1) // 2:], s, d, plane)
+                for o in range(nf):
+                    j = abs(fl[o] - fr[o]) / scale[o]
+                    if j > worst:
+                        worst = j
+                        best[:] = th
+    return worst, faces, best
 
 
 class TreeWorkspace:

@@ -2,11 +2,13 @@
 
 Layout (msgpack map, keys sorted):
 
-    {"format": "pkrt-tree", "version": 1, "checksum": sha256 hex of payload, "payload": bytes}
+    {"format": "pkrt-tree", "version": 2, "checksum": sha256 hex of payload, "payload": bytes}
 
-``payload`` is itself a msgpack map ``{"arrays": {...}, "header": {...}}``. Each array is
-``{"dtype": "<f8" | "<i4" | "|u1", "shape": [...], "data": little-endian bytes}``; the arrays
-are those of :class:`pkrt.rt.tree.Tree`. The header holds the model's name and content hash,
+``payload`` is itself a msgpack map ``{"arrays": {...}, "header": {...}, "kind": "boxes" |
+"spline"}``. Each array is ``{"dtype": "<f8" | "<i4" | "|u1", "shape": [...], "data":
+little-endian bytes}``; the arrays are those of :class:`pkrt.rt.tree.Tree`, both kinds' (the
+unused kind's are empty). Version 1 files (boxes only, no kind) are refused with a message to
+rebuild. The header holds the model's name and content hash,
 actuator names, units and ranges (SI), the output layout, the output scales, the build
 settings and the verification report. Nothing in a file is ever executed: msgpack is read with
 ``raw=False``, ``strict_map_key=True`` and no extension types, and every field is type-checked.
@@ -23,10 +25,11 @@ import numpy as np
 
 from .errors import UserError
 from .filekind import TREE, expect
-from .tree import Tree, n_basis, n_outputs
+
+from .tree import BOXES, KIND_NAMES, ORDER, SPLINE, Tree, n_basis, n_outputs
 
 FORMAT = "pkrt-tree"
-VERSION = 1
+VERSION = 2
 
 # array name -> (stored dtype string, numpy dtype)
 _ARRAYS = {
@@ -38,7 +41,12 @@ _ARRAYS = {
     "leaf_box": ("<f8", np.float64),
     "leaf_ok": ("|u1", np.uint8),
     "coef": ("<f8", np.float64),
+    "knots": ("<f8", np.float64),
+    "knot_start": ("<i4", np.int32),
+    "knot_count": ("<i4", np.int32),
+    "spl_coef": ("<f8", np.float64),
 }
+_KINDS = {name: k for k, name in KIND_NAMES.items()}
 
 
 class TreeFileError(UserError):
@@ -77,7 +85,7 @@ def tree_bytes(tree: Tree) -> bytes:
     for name, (code, dt) in _ARRAYS.items():
         a = np.ascontiguousarray(getattr(tree, name), dtype=np.dtype(code))
         arrays[name] = {"dtype": code, "shape": list(a.shape), "data": a.tobytes()}
-    payload = _pack({"arrays": arrays, "header": canonical(tree.header)})
+    payload = _pack({"arrays": arrays, "header": canonical(tree.header), "kind": tree.kind_name})
     outer = {"checksum": hashlib.sha256(payload).hexdigest(), "format": FORMAT,
              "payload": payload, "version": VERSION}
     return _pack(outer)
@@ -141,13 +149,60 @@ def _array(arrays: dict, name: str, where: str) -> np.ndarray:
     return np.frombuffer(data, dtype=np.dtype(code)).astype(dt).reshape(shape)
 
 
-def _check_shapes(a: dict, where: str) -> tuple[int, int, int]:
+_NDIM = {"lo": 1, "hi": 1, "node_dim": 1, "node_split": 1, "node_child": 2, "leaf_box": 3,
+         "leaf_ok": 1, "coef": 3, "knots": 1, "knot_start": 1, "knot_count": 1, "spl_coef": 2}
+
+
+def _check_root(a: dict, where: str) -> int:
+    for name, nd in _NDIM.items():
+        if a[name].ndim != nd:
+            _fail(where, f"array '{name}' has {a[name].ndim} dimensions, expected {nd}")
     lo, hi = a["lo"], a["hi"]
-    if lo.ndim != 1 or lo.shape[0] < 1 or hi.shape != lo.shape:
+    if lo.shape[0] < 1 or hi.shape != lo.shape:
         _fail(where, f"root box lo {lo.shape} and hi {hi.shape} must be two equal 1-d arrays")
-    s = lo.shape[0]
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
         _fail(where, "root box must be finite with lo < hi on every axis")
+    return lo.shape[0]
+
+
+def _check_unused(a: dict, names, kind: str, where: str) -> None:
+    for name in names:
+        if a[name].size != 0:
+            _fail(where, f"array '{name}' must be empty in a tree of kind '{kind}'")
+
+
+def _check_spline(a: dict, s: int, where: str) -> None:
+    """Knot vectors clamped to the root box with non-empty spans 3..n-1, consistent counts
+    and offsets, a finite (prod n_a, n_out) coefficient table: then the kernel's span search
+    and row indices stay in bounds."""
+    count, start, knots, C = a["knot_count"], a["knot_start"], a["knots"], a["spl_coef"]
+    if count.shape != (s,) or start.shape != (s,):
+        _fail(where, f"knot_count {count.shape} and knot_start {start.shape} must have {s} entries")
+    if np.any(count < 2 * ORDER) or np.any(count > 2 ** 20):
+        _fail(where, f"knot_count {count.tolist()} must be in {2 * ORDER}..2^20 per axis")
+    want_start = np.concatenate([[0], np.cumsum(count.astype(np.int64))[:-1]])
+    if not np.array_equal(start, want_start) or knots.shape != (int(count.sum()),):
+        _fail(where, f"knot_start {start.tolist()} and knots ({knots.shape[0]}) disagree with "
+                     f"knot_count {count.tolist()}")
+    if not np.all(np.isfinite(knots)):
+        _fail(where, "knots must be finite")
+    for d in range(s):
+        t = knots[start[d]:start[d] + count[d]]
+        n = len(t) - ORDER
+        if np.any(np.diff(t) < 0):
+            _fail(where, f"knots of axis {d} are not non-decreasing")
+        if not (np.all(t[:ORDER] == a["lo"][d]) and np.all(t[n:] == a["hi"][d])):
+            _fail(where, f"knots of axis {d} must start with lo and end with hi, each {ORDER} times")
+        if np.any(np.diff(t[ORDER - 1:n + 1]) <= 0):
+            _fail(where, f"interior knots of axis {d} must be strictly increasing inside the box")
+    rows = int(np.prod(count.astype(np.int64) - ORDER))
+    if C.shape != (rows, n_outputs(s)):
+        _fail(where, f"spl_coef has shape {C.shape}, expected {(rows, n_outputs(s))}")
+    if not np.all(np.isfinite(C)):
+        _fail(where, "spl_coef holds non-finite coefficients")
+
+
+def _check_shapes(a: dict, s: int, where: str) -> tuple[int, int]:
     n_nodes = a["node_dim"].shape[0]
     if a["node_dim"].ndim != 1 or n_nodes < 1:
         _fail(where, "node_dim must be a non-empty 1-d array")
@@ -164,7 +219,7 @@ def _check_shapes(a: dict, where: str) -> tuple[int, int, int]:
         _fail(where, f"coef has shape {a['coef'].shape}, expected {want}")
     if not np.all((a["leaf_ok"] == 0) | (a["leaf_ok"] == 1)):
         _fail(where, "leaf_ok values must be 0 or 1")
-    return s, n_nodes, n_leaves
+    return n_nodes, n_leaves
 
 
 def _check_topology(a: dict, s: int, n_nodes: int, n_leaves: int, where: str) -> None:
@@ -276,18 +331,28 @@ def tree_from_bytes(data: bytes, where: str = "tree") -> Tree:
     if hashlib.sha256(payload).hexdigest() != checksum:
         _fail(where, "checksum mismatch: the file is corrupted")
     body = _unpack(payload, where)
-    if not isinstance(body, dict) or set(body) != {"arrays", "header"}:
-        _fail(where, "payload must be a map with 'arrays' and 'header'")
+    if not isinstance(body, dict) or set(body) != {"arrays", "header", "kind"}:
+        _fail(where, "payload must be a map with 'arrays', 'header' and 'kind'")
+    kind = body["kind"]
+    if kind not in _KINDS:
+        _fail(where, f"tree kind {kind!r} is not one of {sorted(_KINDS)}")
     arrays, header = body["arrays"], body["header"]
     if not isinstance(arrays, dict) or not isinstance(header, dict):
         _fail(where, "'arrays' and 'header' must be maps")
     if set(arrays) != set(_ARRAYS):
         _fail(where, f"arrays {sorted(arrays)} differ from the expected {sorted(_ARRAYS)}")
     a = {name: _array(arrays, name, where) for name in _ARRAYS}
-    s, n_nodes, n_leaves = _check_shapes(a, where)
-    _check_topology(a, s, n_nodes, n_leaves, where)
+    s = _check_root(a, where)
+    if _KINDS[kind] == BOXES:
+        _check_unused(a, ("knots", "knot_start", "knot_count", "spl_coef"), kind, where)
+        n_nodes, n_leaves = _check_shapes(a, s, where)
+        _check_topology(a, s, n_nodes, n_leaves, where)
+    else:
+        _check_unused(a, ("node_dim", "node_split", "node_child", "leaf_box", "leaf_ok", "coef"),
+                      kind, where)
+        _check_spline(a, s, where)
     _check_header(header, s, a["lo"], a["hi"], where)
-    return Tree(**a, header=header)
+    return Tree(**a, header=header, kind=_KINDS[kind])
 
 
 def load_tree(path) -> Tree:

@@ -43,7 +43,8 @@ def test_info_json(demo, capsys):
         assert s["tracking"][ax]["unit"] == "m"
     assert s["timing_us"]["wake_us"]["p99"] == pytest.approx(np.percentile(d["wake_us"], 99))
     assert s["timing_us"]["compute_us"]["max"] == pytest.approx(d["compute_us"].max())
-    assert s["flags"] == {"saturated": 10, "clamped_or_out_of_domain": 0, "overrun": 1, "stale_feedback": 0}
+    assert s["flags"] == {"saturated": 10, "clamped_or_out_of_domain": 0, "overrun": 1, "stale_feedback": 0,
+                          "non_finite_torque": 0}
     assert len(s["faults"]) == 1 and s["faults"][0]["cycle"] == 700
     assert s["summary"]["cycles"] == 2000
 

@@ -111,10 +111,24 @@ def test_torque_saturation_is_counted(config, tree):
     assert r["saturated_cycles"] > 0
 
 
-def test_out_of_domain_box_stops_the_run(config, tree):
-    ok = tree.leaf_ok.copy()
-    ok[:] = 0
-    bad = dataclasses.replace(tree, leaf_ok=ok)
+def test_non_finite_torque_stops_the_run(config, tree):
+    """A tree whose coefficients are NaN (the loader refuses such a file; here in memory):
+    the controller flags the non-finite torque and the run stops in that cycle, torque off."""
+    bad = dataclasses.replace(tree, spl_coef=np.full_like(tree.spl_coef, np.nan))
+    drives = open_drives(config)
+    r = run_session(config, drives, lockstep=True, tree=bad, duration=0.5)
+    assert r["fault"] == "controller produced a non-finite torque" and r["fault_cycle"] == 0
+    assert not drives.torque_on
+
+
+def test_out_of_domain_box_stops_the_run(config):
+    """A box tree whose boxes are all marked out of domain (spline trees have no such mark:
+    their builder refuses a model that is not in the domain over the whole box)."""
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.treebuild import BuildSettings, build_tree
+    boxes, _ = build_tree(load_mechanism(config.model_path), BuildSettings(boxes=1, verify_samples=0),
+                          jobs=1, progress=False)
+    bad = dataclasses.replace(boxes, leaf_ok=np.zeros(1, np.uint8))
     with pytest.raises(UserError, match="outside the model's domain"):
         _run(config, bad, duration=0.5)
 

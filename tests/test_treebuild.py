@@ -38,7 +38,8 @@ def test_shipped_tree_matches_its_model(name):
     mech = load_mechanism(model)
     check_tree_matches_model(tree, mech.content_hash)
     b = tree.header["build"]
-    assert (b["boxes"], b["tol"]) == (settings.boxes, settings.tol)
+    assert (b["kind"], b["boxes"], b["tol"]) == (settings.kind, settings.boxes, settings.tol)
+    assert tree.kind_name == settings.kind
     assert tree.header["actuators"]["names"] == mech.actuator_names
     assert np.array_equal(np.c_[tree.lo, tree.hi], mech.ranges)
     assert tree.header["verification"]["samples"] == settings.verify_samples
@@ -107,7 +108,7 @@ def test_ccd_design_sizes_and_shared_samples(orthoglide):
 def test_kernel_interpolates_fourbar_samples_exactly(fourbar):
     """In 1-d the CCD (corners and centre) determines the quadratic: the tree reproduces the
     exact model at those points (to round-off), with either leaf at a shared corner."""
-    tree = load_tree(MACHINES / "fourbar.pkt")
+    tree, _ = build_tree(fourbar, BuildSettings(boxes=16, verify_samples=0), jobs=1, progress=False)
     exact = ExactModel(fourbar)
     f = np.empty(3)
     scale = np.array(tree.header["output_scale"])
@@ -136,8 +137,9 @@ def test_kernels_agree_with_exact_orthoglide(orthoglide):
 # -- the figures that must show -----------------------------------------------------------------
 
 def test_fourbar_paper_figure(fourbar):
-    """16 boxes on [-1.75, 1.75]: under 1 % for |theta| <= 1.5, growing near the ends."""
-    tree = load_tree(MACHINES / "fourbar.pkt")
+    """The paper's 16 boxes on [-1.75, 1.75]: under 1 % for |theta| <= 1.5, growing near the
+    ends (the shipped spline tree is graded towards them: see the shipped-tree tests)."""
+    tree, _ = build_tree(fourbar, BuildSettings(boxes=16), jobs=1, progress=False)
     inner = verify_tree(tree, fourbar, 400, seed=1, region=[-1.5, 1.5], jobs=1, progress=False)
     assert inner["max_rel_coef_error"] < 0.01
     assert inner["compared"] == sum(inner["sets"].values()) and inner["sets"]["random"] == 400
@@ -150,18 +152,17 @@ def test_fourbar_paper_figure(fourbar):
 
 
 def test_orthoglide_figures_recorded_in_the_shipped_trees():
-    """8^3 uniform: the paper's diagonal figure holds only away from the stiff corner; the
-    stored verification reports the whole box (see the report in tree headers)."""
-    t8 = load_tree(MACHINES / "orthoglide.pkt")
+    """The stored verification (1000 random states over the whole box) of the controller's
+    and the plant's trees; the whole-box targets are checked in test_shipped_accuracy.py."""
+    ctrl = load_tree(MACHINES / "orthoglide.pkt")
     plant = load_tree(MACHINES / "orthoglide-plant.pkt")
-    v8, vp = t8.header["verification"], plant.header["verification"]
-    for v in (v8, vp):
-        assert v["out_of_domain_samples"] == 0 and v["exact_failed_samples"] == 0
+    vc, vp = ctrl.header["verification"], plant.header["verification"]
+    for v in (vc, vp):
+        assert v["compared"] == v["samples"] and v["out_of_domain_samples"] == 0
         assert {"max_rel_coef_error", "max_rel_tau_error", "max_face_jump"} <= set(v)
-    assert v8["mean_rel_coef_error"] < 2e-3
-    assert vp["max_rel_coef_error"] < 5e-3  # adaptive, held-out tolerance 1e-3
-    assert vp["max_rel_coef_error"] < v8["max_rel_coef_error"] / 10
-    assert vp["max_face_jump"] < v8["max_face_jump"]
+        assert v["max_face_jump"] < 1e-12  # continuous by construction
+    assert vc["max_rel_coef_error"] < 5e-3 and vc["max_rel_tau_error"] < 5e-3
+    assert vp["max_rel_coef_error"] < vc["max_rel_coef_error"] and vp["max_rel_coef_error"] < 1e-3
 
 
 def test_adaptive_beats_uniform_in_the_same_memory(orthoglide):
@@ -237,7 +238,7 @@ def test_bad_settings(fourbar):
 
 def test_cli_build_info_verify(tmp_path, capsys):
     out = tmp_path / "fb.pkt"
-    assert main(["build", "fourbar", "-o", str(out), "--boxes", "4", "--jobs", "1",
+    assert main(["build", "fourbar", "-o", str(out), "--kind", "boxes", "--boxes", "4", "--jobs", "1",
                  "--verify-samples", "30", "--json"]) == 0
     cap = capsys.readouterr()
     r = json.loads(cap.out)
@@ -292,7 +293,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     out = tmp_path / "fb.pkt"
     try:
         proc = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "build", "fourbar", "-o", str(out),
-                               "--boxes", "4", "--jobs", "1", "--verify-samples", "30", "--json"],
+                               "--kind", "boxes", "--boxes", "4", "--jobs", "1", "--verify-samples", "30",
+                               "--json"],
                               stdout=subprocess.PIPE, stderr=slave, timeout=120)
     finally:
         os.close(slave)
@@ -401,7 +403,8 @@ def test_cli_absurd_sample_counts_are_usage_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pkrt: error: --samples") and len(err.strip().splitlines()) == 1, err
     out = tmp_path / "x.pkt"
-    assert main(["build", "fourbar", "-o", str(out), "--boxes", "2", "--verify-samples", "100000000000"]) == 2
+    assert main(["build", "fourbar", "-o", str(out), "--kind", "boxes", "--boxes", "2",
+                 "--verify-samples", "100000000000"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pkrt: error: --verify-samples") and not out.exists(), err
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import msgpack
@@ -66,12 +67,13 @@ def test_round_trip_and_deterministic_bytes(tmp_path):
     p = tmp_path / "t.pkt"
     save_tree(t, p)
     u = load_tree(p)
-    for a, b in zip(t.arrays, u.arrays):  # exact: storage, no arithmetic
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert t.kind == u.kind == t.arrays[0]
+    for a, b in zip(t.arrays[1:], u.arrays[1:]):  # exact: storage, no arithmetic
+        assert a.dtype == b.dtype and a.ndim == b.ndim and np.array_equal(a, b)
     assert u.header == t.header
     # same inputs, same bytes, whatever the header's key order
     h2 = dict(reversed(list(t.header.items())))
-    t2 = Tree(*t.arrays, header=h2)
+    t2 = dataclasses.replace(t, header=h2)
     assert tree_bytes(t2) == p.read_bytes() == tree_bytes(u)
 
 
@@ -135,8 +137,10 @@ def test_format_version_checksum_and_truncation():
     good = tree_bytes(small_tree())
     with pytest.raises(TreeFileError, match="format 'other'"):
         tree_from_bytes(repack(small_tree(), outer_mutate=lambda o: o.update(format="other")))
-    with pytest.raises(TreeFileError, match="version 2 is not supported"):
-        tree_from_bytes(repack(small_tree(), outer_mutate=lambda o: o.update(version=2)))
+    with pytest.raises(TreeFileError, match="version 3 is not supported"):
+        tree_from_bytes(repack(small_tree(), outer_mutate=lambda o: o.update(version=3)))
+    with pytest.raises(TreeFileError, match="version 1 is not supported.*rebuild the tree"):
+        tree_from_bytes(repack(small_tree(), outer_mutate=lambda o: o.update(version=1)))
     with pytest.raises(TreeFileError, match="checksum mismatch"):
         tree_from_bytes(repack(small_tree(), outer_mutate=lambda o: o.update(checksum="0" * 64)))
     with pytest.raises(TreeFileError, match="not a complete msgpack"):

@@ -14,6 +14,7 @@ import pytest
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import ExactModel
 from pkrt.models.treebuild import BuildSettings, basis_matrix, build_tree
+from pkrt.rt.tree import SPLINE
 from pkrt.models.treeverify import (face_jumps, internal_faces, output_groups, stress_points,
                                     tree_outputs, verify_tree)
 from pkrt.rt.cli import main
@@ -140,8 +141,10 @@ def test_a_continuous_fit_has_no_jumps_and_a_step_is_found(box4):
 
 
 def test_faces_of_a_tensor_grid():
-    """Trees without leaf boxes give their cell boundaries per axis (``knots``)."""
-    grid = SimpleNamespace(s=2, knots=[np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0, 3.0])])
+    """Spline trees give their cell boundaries per axis (their distinct knots)."""
+    knots = np.array([0, 0, 0, 0, 1, 2, 2, 2, 2, 0, 0, 0, 0, 1, 2, 3, 3, 3, 3], float)
+    grid = SimpleNamespace(s=2, kind=SPLINE, knots=knots, knot_start=np.array([0, 9]),
+                           knot_count=np.array([9, 10]))
     faces = internal_faces(grid)
     assert len(faces) == 1 * 3 + 2 * 2
     d, lo, hi = faces[0]
