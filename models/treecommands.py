@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import Fault
+from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.outputs import check_outputs
 from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
 

@@ -86,12 +86,13 @@ def test_every_verb_accepts_files_under_any_name(files, capsys, tmp_path):
     assert r["tree"] == str(files["tree"]) and len(r["H"]) == 3
     assert _json(capsys, "model", "eval", files["model"], "--theta", "-0.1,0.02,0")["model"] == "orthoglide"
     assert _json(capsys, "model", "check", files["fourbar"])["mobility"] == 1
-    assert _json(capsys, "tree", "info", files["fourbar_tree"])["leaves"] == 16
+    info = _json(capsys, "tree", "info", files["fourbar_tree"])
+    assert info["kind"] == "spline" and len(info["grid_points"]) == 1
     r = _json(capsys, "tree", "verify", files["fourbar_tree"], "--model", files["fourbar"],
               "--samples", "20", "--stress", "10", "--jobs", "1")
     assert r["compared"] == 20 + 10 + 201
     out = tmp_path / "new.tree.bin"
-    assert _json(capsys, "build", files["fourbar"], "-o", out, "--boxes", "2", "--jobs", "1",
+    assert _json(capsys, "build", files["fourbar"], "-o", out, "--kind", "boxes", "--boxes", "2", "--jobs", "1",
                  "--verify-samples", "0")["leaves"] == 2
     assert fk.sniff(out) == fk.TREE
     assert _json(capsys, "log", "info", files["log"])["cycles"] == 301

@@ -152,13 +152,15 @@ def test_fourbar_paper_figure(fourbar):
 
 
 def test_orthoglide_figures_recorded_in_the_shipped_trees():
-    """The stored verification (1000 random states over the whole box) of the controller's
-    and the plant's trees; the whole-box targets are checked in test_shipped_accuracy.py."""
+    """The stored verification (1000 random states over the whole box, plus the stress set on
+    faces, edges and corners and the diagonal) of the controller's and the plant's trees; the
+    whole-box targets are checked in test_shipped_accuracy.py."""
     ctrl = load_tree(MACHINES / "orthoglide.pkt")
     plant = load_tree(MACHINES / "orthoglide-plant.pkt")
     vc, vp = ctrl.header["verification"], plant.header["verification"]
     for v in (vc, vp):
-        assert v["compared"] == v["samples"] and v["out_of_domain_samples"] == 0
+        assert v["compared"] >= v["samples"] == 1000 and v["out_of_domain_samples"] == 0
+        assert v["exact_failed_samples"] == 0
         assert {"max_rel_coef_error", "max_rel_tau_error", "max_face_jump"} <= set(v)
         assert v["max_face_jump"] < 1e-12  # continuous by construction
     assert vc["max_rel_coef_error"] < 5e-3 and vc["max_rel_tau_error"] < 5e-3
