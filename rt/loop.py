@@ -72,7 +72,9 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
         rep["sched_fifo"] = "not requested"
     if cpu >= 0:
         try:
+            before = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {cpu})
+            rep["cpu_affinity_before"] = ",".join(map(str, sorted(before)))
             rep["cpu_affinity"] = f"applied (cpu {cpu})"
         except (OSError, ValueError, AttributeError) as e:
             rep["cpu_affinity"] = f"not applied: {e}"
@@ -108,6 +110,11 @@ def restore_realtime(report: dict) -> None:
         try:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         except OSError:
+            pass
+    if report.get("cpu_affinity_before"):  # children started later (emulators) must not inherit the pin
+        try:
+            os.sched_setaffinity(0, {int(c) for c in report["cpu_affinity_before"].split(",")})
+        except (OSError, ValueError):
             pass
     if report.get("mlockall", "").startswith("applied"):
         try:
