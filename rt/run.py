@@ -20,7 +20,7 @@ from .config import MachineConfig
 from .controller import FLAG_OVERRUN, FLAG_STALE, Controller
 from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
-from .safety import Supervisor
+from .safety import Supervisor, all_finite
 from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
 from .tree import OUT_OF_DOMAIN, Tree, find_leaf
 from .versions import software_versions
@@ -248,6 +248,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
         # warm up the kernels (compile or load from cache) before the first deadline
         ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
         sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
+        all_finite(ctrl.tau)
         sup.stale = 0
         drives.prepare(ref_pos[0].copy())
         drives.configure()
@@ -299,7 +300,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                     if status == OUT_OF_DOMAIN:
                         reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
                                   f"tree box marked out of domain")
-                    elif not np.all(np.isfinite(ctrl.tau)):
+                    elif not all_finite(ctrl.tau):
                         reason = "controller produced a non-finite torque"
                 if reason is None:
                     t_w = time.perf_counter()
@@ -315,7 +316,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                 if writer:
                     writer.event(k, "fault", reason)
             saturated += flags & 1
-            err[k] = ref_pos[k] - fb.position
+            np.subtract(ref_pos[k], fb.position, out=err[k])
             wake[k] = wake_s
             ran[k] = True
             cycles += 1

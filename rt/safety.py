@@ -30,6 +30,16 @@ def check_feedback(pos, vel, ref_pos, limits):
     return OK, -1
 
 
+@njit(cache=True)
+def all_finite(x) -> bool:
+    """True when every entry of x is finite (~0.3 us for 3 entries; np.all(np.isfinite(x)) is
+    about 3 us in the loop, most of the loop's own overhead)."""
+    for v in x:
+        if not np.isfinite(v):
+            return False
+    return True
+
+
 class Supervisor:
     """Holds the limits and counters; ``check`` returns a fault reason or None."""
 
