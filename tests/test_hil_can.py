@@ -144,11 +144,14 @@ def test_pkrt_hil_non_finite_or_non_positive_numbers_are_usage_errors(opt):
 def test_pkrt_hil_run_shorter_than_the_injection_says_so():
     """--duration shorter than [emulator] inject_after: the fault was never injected; the
     message said 'was not detected'."""
-    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "drop",
-                          "--duration", "0.2", "--json"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1, out.stderr
-    r = json.loads(out.stdout)
+    def run():
+        out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "drop",
+                              "--duration", "0.2", "--json"], capture_output=True, text=True, timeout=120)
+        return {**json.loads(out.stdout), "returncode": out.returncode, "stderr": out.stderr}
+
+    r = run_without_stall(run, "drop")  # a stall before the end of the run stops it on a timeout
+    assert r["returncode"] == 1, r["stderr"]
     assert r["injected_cycle"] is None
-    lines = out.stderr.strip().splitlines()
+    lines = r["stderr"].strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pkrt: error: ")
     assert "never injected" in lines[0] and "--duration" in lines[0], lines
