@@ -89,11 +89,7 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
     # the same over udp_multicast (what `pkrt hil --bus can` uses): python-can packs every frame
     # with msgpack into one datagram, and the host loops each one back to its sender too
     for interface in INTERFACES:
-        if interface == "udp_multicast":
-            group, port = udp_channel()
-            opt = {"port": port}
-        else:
-            group, opt = f"{ch}-path", {}
+        group, opt = _channel(interface, f"{ch}-path")
         d2 = CiA402Drives.from_config(config, {"interface": interface, "channel": group, "bus_options": opt,
                                                "tpdo_timeout": 0.5 / rate_hz, "max_missed_cycles": 2})
         d2._bus = can.Bus(interface=interface, channel=group, **opt)  # enabled drives, no configuration
@@ -129,6 +125,14 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
     out["bus_load_1mbit_1khz"] = round((47 + 3 * (79 + 95 + 79)) * 1000 / 1e6, 3)
     out["hil_1khz"] = run_hil_1khz("can")
     return out
+
+
+def _channel(interface: str, name: str) -> tuple[str, dict]:
+    """A channel of its own and the bus options: a multicast group and free port, or ``name``."""
+    if interface == "udp_multicast":
+        group, port = udp_channel()
+        return group, {"port": port}
+    return name, {}
 
 
 def _tpdos(drives) -> tuple[list, list]:
@@ -173,11 +177,7 @@ def _emulator_per_sync(config, interface: str, cycles: int) -> dict:
     """The emulator's answer to one SYNC in this process, nobody waiting on it: plant step, 6
     TPDOs packed and sent (``per_sync_us``), beside python-can sending 6 frames alone on the same
     bus (``bus_send_6_us``): the difference (``ours_us``, medians) is the emulator's own work."""
-    if interface == "udp_multicast":
-        ch, port = udp_channel()
-        opt = {"port": port}
-    else:
-        ch, opt = f"bench-em-{time.monotonic_ns()}", {}
+    ch, opt = _channel(interface, f"bench-em-{time.monotonic_ns()}")
     drives = CiA402Drives.from_config(config, {"interface": interface, "channel": ch, "bus_options": opt,
                                                "tpdo_timeout": 0.5 / config.rate_hz, "max_missed_cycles": 2})
     em = CiA402Emulator.from_config(config, ch, interface, bus_options=opt)
