@@ -4,11 +4,16 @@ python-can's ``udp_multicast`` interface (``interface="udp_multicast"``, what ``
 can`` does: the drives are another device, as on a real bus) or as a thread of this process on
 python-can's in-process ``virtual`` bus (unit tests).
 
-udp_multicast carries each frame as one UDP datagram to a multicast group and port; every bus
-bound to that port on the host hears it, except the sender (it does not see its own frames, as
-a CAN controller without loopback). Each run takes a group and a free port of its own, so
-concurrent runs (tests) do not hear each other. No arbitration or bus timing is emulated: frames
-arrive in sending order, one datagram each.
+udp_multicast carries each frame as one UDP datagram (msgpack) to a multicast group and port;
+every bus bound to that port on the host hears it, the sender too (the host loops multicast back
+to every member: both ends skip their own COB-IDs, as a CAN controller without loopback would
+never see them). Each run takes a group and a free port of its own, so concurrent runs (tests)
+do not hear each other. No arbitration or bus timing is emulated: frames arrive in sending
+order, one datagram each.
+
+At 1 kHz (the default): the controller runs at its ``[realtime]`` priority and CPU, the emulator
+process at ``[emulator] priority`` (below it) pinned to another CPU (``emulator_cpu``), both with
+memory locked; the driver polls the TPDO window instead of sleeping in it (see CiA402Drives).
 
 Cycle numbers in the result are loop cycles (``run_session``'s k). The emulator counts SYNCs;
 every SYNC is mapped back to the loop cycle that sent it (the loop skips cycles after an
@@ -54,10 +59,10 @@ class CanEmulatorProcess(EmulatorProcess):
     """``python -m pkrt.hil.cia402_emulator`` on a bus that crosses processes."""
 
     def __init__(self, machine_path: str, rate_hz: float, interface: str, channel: str, bus_options: dict,
-                 fault: str | None = None, theta0=None, priority: int = 0):
+                 fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1):
         cmd = [sys.executable, "-m", "pkrt.hil.cia402_emulator", "--machine", machine_path, "--rate",
                repr(float(rate_hz)), "--interface", interface, "--channel", channel,
-               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority))]
+               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu))]
         if fault is not None:
             cmd += ["--fault", fault]
         if theta0 is not None:
@@ -65,14 +70,25 @@ class CanEmulatorProcess(EmulatorProcess):
         super().__init__(cmd, "CiA 402 emulator")
 
 
+def emulator_cpu(controller_cpu: int) -> int:
+    """The CPU for an emulator process: another one than the controller's when the controller
+    is pinned (the drives are another device: they must not take the controller's core), else
+    -1 (not pinned)."""
+    if controller_cpu < 0:
+        return -1
+    others = sorted(set(range(os.cpu_count() or 1)) - {controller_cpu})  # not this process' (maybe pinned) set
+    return others[0] if others else -1
+
+
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "virtual") -> dict:
+                interface: str = "udp_multicast") -> dict:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return run_session's summary plus ``injected_cycle``, the emulator's
     ``torque_off_cycle`` and HIL figures (bus load, emulator response time, frames, late TPDOs).
-    ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread)."""
+    ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread: one
+    process, one GIL; unit tests at a lower rate, it does not hold 1 kHz)."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
     if interface not in INTERFACES:
@@ -110,7 +126,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         emulator.start()
     else:
         emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface, channel, options,
-                                      fault, plan.pos[0], priority)
+                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu))
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
 
@@ -152,6 +168,9 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
                 "late_frames": drives.late_frames, "syncs": drives.cycle + 1,
                 "emulator_cycles": em["emulator_cycles"], "emulator_frames_rx": em["frames_rx"],
                 "emulator_frames_tx": em["frames_tx"], "emulator_response_us": em["emulator_response_us"],
+                "emulator_cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
+                "emulator_sync_wait_us_max": em.get("sync_wait_us_max"),
+                "emulator_scheduling": em.get("scheduling"),
                 "drive_states": em.get("drive_states"), "emulator_error": em.get("emulator_error")},
     })
     return summary

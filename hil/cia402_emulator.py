@@ -51,6 +51,7 @@ Units: SI at the plant (m or rad, N or N m), drive units on the bus.
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import json
 import math
@@ -71,6 +72,7 @@ from canopen.sdo import SdoAbortedError
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
 from pkrt.rt.errors import UserError
+from pkrt.rt.loop import apply_realtime
 
 from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
 
@@ -156,6 +158,9 @@ class CiA402Emulator:
             node.add_write_callback(self._make_write_cb(i))
             self.nodes.append(node)
         self._index = {n: i for i, n in enumerate(self.node_ids)}
+        # COB-IDs these nodes send (TPDOs added when mapped): a CAN controller does not receive
+        # its own frames, but udp_multicast loops every datagram back to its sender too
+        self._own = {base + n for n in self.node_ids for base in (p.EMCY_BASE, p.SDO_TX_BASE, p.HEARTBEAT_BASE)}
         # drive state, per axis
         self.state = [S.SWITCH_ON_DISABLED] * s
         self.cw = [0] * s
@@ -170,7 +175,8 @@ class CiA402Emulator:
         self.hb_last: list[float | None] = [None] * s  # monotonic time of the last heartbeat; None: not armed
         self.heartbeat_events: list[dict] = []
         self._rx_layout: dict[int, tuple[int, struct.Struct, tuple]] = {}
-        self._tx_layout: list[list[tuple[int, struct.Struct, tuple]]] = [[] for _ in range(s)]
+        # per drive: (frame, layout, mapped entries); each frame is packed in place every SYNC
+        self._tx_layout: list[list[tuple[can.Message, struct.Struct, tuple]]] = [[] for _ in range(s)]
         # cycle bookkeeping and figures
         self.cycle = -1
         self.last_sync = 0.0  # perf_counter time the last SYNC was processed
@@ -180,6 +186,9 @@ class CiA402Emulator:
         self.frames_rx = 0
         self.frames_tx = 0
         self.response_us: list[float] = []
+        self.sync_wait_max = 0.0  # s, longest a SYNC waited in this end's receive queue (a stall here)
+        self.cpu_s = 0.0  # CPU time of the emulator thread up to the last SYNC answered (s)
+        self._cpu0 = 0.0
         self._late: list[tuple[float, int, can.Message]] = []
         self._seq = 0
         self._running = False
@@ -315,8 +324,13 @@ class CiA402Emulator:
         rx = layout(0x1400, 0x1600, _MAPPABLE_RX)
         if rx is not None:
             self._rx_layout[rx[0]] = (i, rx[1], rx[2])
-        self._tx_layout[i] = [t for t in (layout(0x1800, 0x1A00, _MAPPABLE_TX),
-                                          layout(0x1801, 0x1A01, _MAPPABLE_TX)) if t is not None]
+        for t in (layout(0x1800, 0x1A00, _MAPPABLE_TX), layout(0x1801, 0x1A01, _MAPPABLE_TX)):
+            if t is not None:
+                self._own.add(t[0])
+        self._tx_layout[i] = [(can.Message(arbitration_id=t[0], data=bytearray(t[1].size), is_extended_id=False),
+                               t[1], t[2])
+                              for t in (layout(0x1800, 0x1A00, _MAPPABLE_TX), layout(0x1801, 0x1A01, _MAPPABLE_TX))
+                              if t is not None]
 
     def _tx_value(self, i: int, entry: int) -> int:
         if entry == p.MAP_STATUSWORD:
@@ -345,6 +359,7 @@ class CiA402Emulator:
         self.bus.shutdown()
 
     def _run(self) -> None:
+        self._cpu0 = time.thread_time()
         try:
             while self._running:
                 timeout = 0.01
@@ -362,7 +377,7 @@ class CiA402Emulator:
                 if msg is None:  # only with the queue empty: a heartbeat queued behind other
                     self._watchdog(now)  # frames has reached the drive (a real one reads at once)
                     self._heartbeat_check(time.monotonic())
-                elif not self.bus_dead:
+                elif not self.bus_dead and msg.arbitration_id not in self._own:
                     self.frames_rx += 1
                     self._dispatch(msg, now)
         except Exception as e:  # noqa: BLE001 - reported by the HIL run, never silent
@@ -417,6 +432,7 @@ class CiA402Emulator:
             dt = n * self.period
         self.cycle += 1
         self.last_sync = now
+        self.sync_wait_max = max(self.sync_wait_max, time.time() - stamp)  # stamp: receipt (or send) time
         k = self.cycle
         if self.fault and self.injected_cycle is None and self.inject_cycle is not None and k >= self.inject_cycle:
             self._inject(k)
@@ -437,10 +453,13 @@ class CiA402Emulator:
                 continue
             if self.fault == "drop" and self.injected_cycle is not None and i == 0:
                 continue
-            for cob, fmt, entries in self._tx_layout[i]:
-                msg = can.Message(arbitration_id=cob, data=fmt.pack(*(self._tx_value(i, e) for e in entries)),
-                                  is_extended_id=False)
+            for msg, fmt, entries in self._tx_layout[i]:
+                if len(entries) == 1:
+                    fmt.pack_into(msg.data, 0, self._tx_value(i, entries[0]))
+                else:
+                    fmt.pack_into(msg.data, 0, *[self._tx_value(i, e) for e in entries])
                 if self.fault == "delay" and self.injected_cycle is not None:
+                    msg = can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data), is_extended_id=False)
                     self._seq += 1
                     # due ``delay`` after the SYNC left the master (its bus timestamp, wall
                     # clock), one period more for every cycle since the injection
@@ -449,6 +468,7 @@ class CiA402Emulator:
                 else:
                     self._send(msg)
         self.response_us.append((time.perf_counter() - now) * 1e6)
+        self.cpu_s = time.thread_time() - self._cpu0
 
     def _inject(self, k: int) -> None:
         self.injected_cycle = k
@@ -551,6 +571,8 @@ class CiA402Emulator:
                 "injected_cycle": self.injected_cycle, "torque_off_cycle": self.torque_off_cycle,
                 "torque_off_event": self.torque_off_event,
                 "emulator_cycles": self.cycle + 1, "frames_rx": self.frames_rx, "frames_tx": self.frames_tx,
+                "sync_wait_us_max": round(self.sync_wait_max * 1e6, 1),
+                "emulator_cpu_us_per_cycle": round(self.cpu_s / (self.cycle + 1) * 1e6, 1) if self.cycle >= 0 else None,
                 "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
                                          "p99": round(float(np.percentile(r, 99)), 1), "max": round(float(r.max()), 1)},
                 "drive_states": [st.name for st in self.state], "emulator_error": self.error}
@@ -576,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault", choices=FAULT_KINDS)
     ap.add_argument("--theta0", help="comma-separated start position of the plant (m or rad)")
     ap.add_argument("--priority", type=int, default=0, help="SCHED_FIFO priority (0: do not ask)")
+    ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     a = ap.parse_args(argv)
     try:
         config = load_machine(a.machine)
@@ -595,13 +618,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, ValueError, can.CanError, OSError) as e:
         print(f"cia402_emulator: error: {e}", file=sys.stderr)
         return 2
-    sched = "not requested"
-    if a.priority > 0:  # before the emulator thread starts: it inherits the policy
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(a.priority))
-            sched = f"SCHED_FIFO {a.priority} applied"
-        except (OSError, AttributeError) as e:
-            sched = f"SCHED_FIFO {a.priority} not applied: {e}"
+    # before the emulator thread starts (it inherits them); memory locked with a priority: a
+    # page fault in a real-time process stalls it for milliseconds on a loaded machine
+    sched = apply_realtime(a.priority, a.cpu, a.priority > 0, gc_freeze=False)
+    sched.pop("gc_freeze", None)
+    gc.collect()  # the modules and the plant are loaded: a full collection now, none of it later
+    gc.freeze()  # (gen 2 collections over numba's and canopen's objects take milliseconds)
     em.start()
     signal.signal(signal.SIGTERM, lambda *_: os.close(0))
     print(json.dumps({"ready": True, "pid": os.getpid(), "interface": a.interface, "channel": a.channel,

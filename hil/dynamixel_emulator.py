@@ -46,6 +46,7 @@ JSON lines on stdin re-arm it between runs or ask for the report (see ``serve``)
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -64,6 +65,7 @@ from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_
                                     ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
                                     DynamixelSettings, load_settings)
 from pkrt.rt.errors import UserError
+from pkrt.rt.loop import apply_realtime
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
 TABLE_SIZE = 147  # up to Present Temperature (146)
@@ -203,6 +205,8 @@ class DynamixelEmulator:
         self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
         self.skips: list = []  # (cycle, "read"/"write", periods, phase) of the first 20 skips
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
+        self.max_gap = 0.0  # s, longest silence on the line while cycling (a stall of either end)
+        self._last_rx: float | None = None
         self.injected = False
         self.injected_cycle: int | None = None
         self.torque_off_cycle: int | None = None
@@ -432,6 +436,7 @@ class DynamixelEmulator:
                     bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
                     watchdog_trips=list(self.watchdog_trips),
                     clock=self.clock, skipped_periods=self.skipped_periods, skips=self.skips,
+                    max_gap_us=round(self.max_gap * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
                     **self.counts)
@@ -461,6 +466,10 @@ class DynamixelEmulator:
                 except OSError:
                     data = b""
                 if data:
+                    t = time.monotonic()
+                    if self.cycles and self._last_rx is not None:
+                        self.max_gap = max(self.max_gap, t - self._last_rx)
+                    self._last_rx = t
                     pending.extend(self.handle(data))
             if control in r:
                 data = os.read(control, 4096)
@@ -579,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-period", type=int)
     ap.add_argument("--clock", choices=("wall", "cycle"), help="plant clock (default: [emulator] clock or cycle)")
     ap.add_argument("--priority", type=int, help="SCHED_FIFO priority (default: [emulator] priority, 0 = none)")
+    ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     ap.add_argument("--link", help="also make this path a symlink to the pty")
     a = ap.parse_args(argv)
     try:
@@ -587,13 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dynamixel_emulator: error: {e}", file=sys.stderr)
         return 2
     prio = a.priority if a.priority is not None else int(load_machine_raw(a.machine).get("priority", 0) or 0)
-    sched = "not requested"
-    if prio > 0:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
-            sched = f"SCHED_FIFO {prio} applied"
-        except (OSError, AttributeError) as e:
-            sched = f"SCHED_FIFO {prio} not applied: {e}"
+    # memory locked with a priority: a page fault stalls a real-time process for milliseconds
+    sched = apply_realtime(prio, a.cpu, prio > 0, gc_freeze=False)
+    sched.pop("gc_freeze", None)
+    gc.collect()  # everything is loaded: one full collection now, none over it later
+    gc.freeze()
     master, slave, path = open_pty()
     if a.link:
         if os.path.islink(a.link):

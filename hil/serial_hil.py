@@ -18,15 +18,17 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
+from .can_hil import emulator_cpu
 from .dynamixel_emulator import FAULT_KINDS, emulator_table
 from .process import EmulatorProcess as _Process
 
 class EmulatorProcess(_Process):
     """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty."""
 
-    def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float):
+    def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float,
+                 cpu: int = -1):
         cmd = [sys.executable, "-m", "pkrt.hil.dynamixel_emulator", "--machine", machine_path,
-               "--rate", repr(float(rate_hz))]
+               "--rate", repr(float(rate_hz)), "--cpu", str(int(cpu))]
         if fault is not None:
             cmd += ["--fault", fault]
         if inject_cycle is not None:
@@ -75,7 +77,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     if fault is not None:
         inject = int(round(table["inject_after"] * rate))
     if emulator is None:
-        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
+        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate, emulator_cpu(config.realtime.cpu))
     else:
         emu = emulator
         emu.arm(fault, inject, rate)

@@ -9,11 +9,16 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import sys
 import time
 
 import numpy as np
 
 SPIN_S = 150e-6  # spin the last part of each period (the kernel throttles a FIFO task that spins for good)
+# While the loop runs, a thread waiting for the GIL asks its holder to let go after this long
+# (CPython's default is 5 ms): shorter than the spin, so a loop that wakes while another thread
+# (the log writer, the CAN heartbeat task) holds the GIL still has it back before its deadline.
+SWITCH_INTERVAL_S = SPIN_S / 3
 
 
 class RealClock:
@@ -72,7 +77,9 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
         rep["sched_fifo"] = "not requested"
     if cpu >= 0:
         try:
+            before = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {cpu})
+            rep["cpu_affinity_before"] = ",".join(map(str, sorted(before)))
             rep["cpu_affinity"] = f"applied (cpu {cpu})"
         except (OSError, ValueError, AttributeError) as e:
             rep["cpu_affinity"] = f"not applied: {e}"
@@ -89,6 +96,8 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
             rep["mlockall"] = f"not applied: {e}"
     else:
         rep["mlockall"] = "not requested"
+    rep["switch_interval"] = f"applied ({SWITCH_INTERVAL_S * 1e6:.0f} us, was {sys.getswitchinterval() * 1e6:.0f} us)"
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if gc_freeze:
         gc.collect()
         gc.freeze()
@@ -101,6 +110,8 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
 
 def restore_realtime(report: dict) -> None:
     """Undo what ``apply_realtime`` changed that would outlive the loop."""
+    if report.get("switch_interval", "").startswith("applied"):
+        sys.setswitchinterval(float(report["switch_interval"].split("was ")[1].split()[0]) * 1e-6)
     if report.get("gc_freeze", "").startswith("applied"):
         gc.enable()
         gc.unfreeze()
@@ -108,6 +119,11 @@ def restore_realtime(report: dict) -> None:
         try:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         except OSError:
+            pass
+    if report.get("cpu_affinity_before"):  # children started later (emulators) must not inherit the pin
+        try:
+            os.sched_setaffinity(0, {int(c) for c in report["cpu_affinity_before"].split(",")})
+        except (OSError, ValueError):
             pass
     if report.get("mlockall", "").startswith("applied"):
         try:

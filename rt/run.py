@@ -202,6 +202,11 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
     # preallocated per-cycle records
     wake = np.zeros(N)
     comp = np.zeros(N)
+    # the cycle's parts (s): in the drivers (read + write), in the controller, and the whole
+    # cycle with log and telemetry staging; the rest is the loop's own overhead
+    drive_t = np.zeros(N)
+    ctrl_t = np.zeros(N)
+    cycle_t = np.zeros(N)
     err = np.zeros((N, s))
     ran = np.zeros(N, dtype=bool)
 
@@ -278,13 +283,18 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
             if on_cycle is not None:
                 on_cycle(k, t)
             flags = 0
+            t_c = t_w = t_d = 0.0
             try:
+                t_r = time.perf_counter()
                 fb = drives.read(t)
+                t_d = time.perf_counter() - t_r
                 reason = sup.check(fb, ref_pos[k])
                 if not fb.fresh:
                     flags |= FLAG_STALE
                 if reason is None:
+                    t_c = time.perf_counter()
                     f, status = ctrl.update(fb.position, fb.velocity, ref_pos[k], ref_vel[k], ref_acc[k])
+                    t_c = time.perf_counter() - t_c
                     flags |= f
                     if status == OUT_OF_DOMAIN:
                         reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
@@ -292,7 +302,9 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                     elif f & FLAG_NONFINITE:
                         reason = "controller produced a non-finite torque"
                 if reason is None:
+                    t_w = time.perf_counter()
                     drives.write(ctrl.tau)
+                    t_w = time.perf_counter() - t_w
             except DriveError as e:
                 reason = f"drive: {e}"
             if reason is not None:
@@ -303,7 +315,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                 if writer:
                     writer.event(k, "fault", reason)
             saturated += flags & 1
-            err[k] = ref_pos[k] - fb.position
+            np.subtract(ref_pos[k], fb.position, out=err[k])
             wake[k] = wake_s
             ran[k] = True
             cycles += 1
@@ -333,6 +345,8 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
                     writer.commit()
                 if telemetry is not None:
                     telemetry.maybe_send(k, t, row, sl)
+            drive_t[k], ctrl_t[k] = t_d + t_w, t_c
+            cycle_t[k] = time.perf_counter() - t_start
             if fault is not None:
                 break
             wd = sup.overrun(late)
@@ -375,6 +389,11 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
         "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
         "units": units, "saturated_cycles": saturated,
         "compute_us": percentiles_us(comp[ran]), "wake_latency_us": percentiles_us(wake[ran]),
+        # the cycle's parts: drivers (read + write: the bus or the simulated plant), controller,
+        # and the loop's own overhead (safety, bookkeeping, log and telemetry staging)
+        "drive_us": percentiles_us(drive_t[ran]), "controller_us": percentiles_us(ctrl_t[ran]),
+        "loop_overhead_us": percentiles_us((cycle_t - drive_t - ctrl_t)[ran]),
+        "cycle_without_drives_us": percentiles_us((cycle_t - drive_t)[ran]),
         # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
         "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
         "realtime": rt_report or {"mode": "lockstep" if lockstep else "not requested"},

@@ -9,6 +9,13 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
   round_trip     read() + write() against the live drive emulator (a thread in this process):
                  SYNC out, the emulator steps the plant and answers, TPDOs in, RPDOs out.
   emulator       the emulator's response to one SYNC (plant step + 6 TPDOs), for reference.
+  driver_path_udp_multicast   driver_path over udp_multicast (``pkrt hil``'s bus): each frame is
+                 a msgpack'd datagram, received through select + recvmsg.
+  emulator_per_sync  the emulator's answer to one SYNC in this process, per interface, beside
+                 python-can sending the same 6 frames alone: ``ours_us`` is the difference.
+  hil_1khz       one 5 s ``pkrt hil --bus can`` run at 1 kHz: compute split into drivers,
+                 controller and loop overhead, the controller process' cycle without the
+                 drivers, wake latency, overruns, late frames, the emulator process' figures.
 
 Run: ``.venv/bin/python tests/bench/bench_can.py [--cycles N]``; ``pkrt bench --only can``.
 """
@@ -18,14 +25,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import select
 import time
 
 import can
 import numpy as np
 
 from pkrt.drivers import cia402_protocol as p
-from pkrt.drivers.base import DriveError
+from pkrt.drivers.base import DriveError, DriveState
 from pkrt.drivers.cia402 import CiA402Drives
+from pkrt.hil.can_hil import INTERFACES, run_can_hil, udp_channel
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.rt.config import load_machine
 
@@ -55,44 +65,42 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
         n_rt = min(cycles, int(3.0 * rate_hz))
         rt = np.zeros(n_rt)
         t0 = time.perf_counter()
-        for k in range(n_rt):
-            a = time.perf_counter()
-            fb = drives.read(k / rate_hz)
-            drives.write(3000.0 * (theta0 - fb.position) - 150.0 * fb.velocity + tau)
-            rt[k] = time.perf_counter() - a
-            rest = t0 + (k + 1) / rate_hz - time.perf_counter()
-            if rest > 0:
-                time.sleep(rest)
-        out["round_trip_us"] = _stats(rt)
+        k = 0
+        try:
+            for k in range(n_rt):
+                a = time.perf_counter()
+                fb = drives.read(k / rate_hz)
+                drives.write(3000.0 * (theta0 - fb.position) - 150.0 * fb.velocity + tau)
+                rt[k] = time.perf_counter() - a
+                rest = t0 + (k + 1) / rate_hz - time.perf_counter()
+                if rest > 0:
+                    time.sleep(rest)
+            k = n_rt
+        except DriveError as e:  # a stall of this loaded machine: the figures of the cycles before it
+            out["round_trip_fault"] = str(e)
+        out["round_trip_us"] = _stats(rt[:k]) if k else None
         out["late_frames"] = drives.late_frames
         em_rep = em.report()
         out["emulator_us"] = em_rep["emulator_response_us"]
     finally:
         em.stop()  # from here a scripted peer stands in for the drives (no waiting)
-    try:
-        peer = can.Bus(interface="virtual", channel=ch)
-        tp1 = [can.Message(arbitration_id=p.TPDO_BASE[0] + n, data=p.TPDO1.pack(0x0037, -100000 + n),
-                           is_extended_id=False) for n in drives.node_ids]
-        tp2 = [can.Message(arbitration_id=p.TPDO_BASE[1] + n, data=p.TPDO2.pack(1000 * n), is_extended_id=False)
-               for n in drives.node_ids]
-        path = np.zeros(cycles)
-        for k in range(cycles):
-            for m1, m2 in zip(tp1, tp2):
-                peer.send(m1)
-                peer.send(m2)
-            a = time.perf_counter()
-            drives.sync()
-            drives.collect(a + 0.01)
-            fb = drives.publish(k * 0.001)
-            drives.write(tau)
-            path[k] = time.perf_counter() - a
-            while peer.recv(0.0) is not None:  # SYNC and RPDOs the driver sent
-                pass
-        assert fb.fresh and np.allclose(fb.position, [-0.099999, -0.099998, -0.099997])
-        out["driver_path_us"] = _stats(path)
-        peer.shutdown()
-    finally:
-        drives.close()
+    drives.close()
+    tp1, tp2 = _tpdos(drives)
+    # the same over udp_multicast (what `pkrt hil --bus can` uses): python-can packs every frame
+    # with msgpack into one datagram, and the host loops each one back to its sender too
+    for interface in INTERFACES:
+        group, opt = _channel(interface, f"{ch}-path")
+        d2 = CiA402Drives.from_config(config, {"interface": interface, "channel": group, "bus_options": opt,
+                                               "tpdo_timeout": 0.5 / rate_hz, "max_missed_cycles": 2})
+        d2._bus = can.Bus(interface=interface, channel=group, **opt)  # enabled drives, no configuration
+        d2._cyclic = d2._started = True
+        d2.state = DriveState.ENABLED
+        try:
+            key = "driver_path_us" if interface == "virtual" else f"driver_path_{interface}_us"
+            out[key] = _driver_path(d2, interface, group, opt, tp1, tp2, tau, cycles)
+        finally:
+            d2._bus.shutdown()
+    out["emulator_per_sync"] = {i: _emulator_per_sync(config, i, min(cycles, 2000)) for i in INTERFACES}
     # encode/decode alone (no bus): what the cyclic path costs beyond python-can
     data1 = [m.data for m in tp1]
     data2 = [m.data for m in tp2]
@@ -115,7 +123,115 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
         enc[k] = time.perf_counter() - a
     out["encode_decode_us"] = _stats(enc)
     out["bus_load_1mbit_1khz"] = round((47 + 3 * (79 + 95 + 79)) * 1000 / 1e6, 3)
+    out["hil_1khz"] = run_hil_1khz("can")
     return out
+
+
+def _channel(interface: str, name: str) -> tuple[str, dict]:
+    """A channel of its own and the bus options: a multicast group and free port, or ``name``."""
+    if interface == "udp_multicast":
+        group, port = udp_channel()
+        return group, {"port": port}
+    return name, {}
+
+
+def _tpdos(drives) -> tuple[list, list]:
+    """The 6 TPDOs a scripted peer answers every SYNC with (3 drives, Operation enabled)."""
+    tp1 = [can.Message(arbitration_id=p.TPDO_BASE[0] + n, data=p.TPDO1.pack(0x0037, -100000 + n),
+                       is_extended_id=False) for n in drives.node_ids]
+    tp2 = [can.Message(arbitration_id=p.TPDO_BASE[1] + n, data=p.TPDO2.pack(1000 * n), is_extended_id=False)
+           for n in drives.node_ids]
+    return tp1, tp2
+
+
+def _driver_path(drives, interface: str, channel: str, options: dict, tp1, tp2, tau, cycles: int) -> dict:
+    """The driver's own work in one cycle, the TPDOs already queued by a scripted peer (no
+    waiting): drain, SYNC out, 6 TPDOs in and decoded, scaled to SI, 3 RPDOs encoded and out."""
+    peer = can.Bus(interface=interface, channel=channel, **options)
+    path = np.zeros(cycles)
+    try:
+        for k in range(cycles):
+            while drives._bus.recv(0.0) is not None:  # udp: the host looped the last cycle's frames back
+                pass
+            for m1, m2 in zip(tp1, tp2):
+                peer.send(m1)
+                peer.send(m2)
+            if interface != "virtual":  # the datagrams in this end's socket before the clock starts
+                select.select([drives._bus.fileno()], [], [], 0.01)
+                time.sleep(0.0005)
+            a = time.perf_counter()
+            drives.sync()
+            drives.collect(a + 0.01)
+            fb = drives.publish(k * 0.001)
+            drives.write(tau)
+            path[k] = time.perf_counter() - a
+            while peer.recv(0.0) is not None:  # SYNC and RPDOs the driver sent (and, udp, its own)
+                pass
+        assert fb.fresh and np.allclose(fb.position, [-0.099999, -0.099998, -0.099997])
+    finally:
+        peer.shutdown()
+    return _stats(path)
+
+
+def _emulator_per_sync(config, interface: str, cycles: int) -> dict:
+    """The emulator's answer to one SYNC in this process, nobody waiting on it: plant step, 6
+    TPDOs packed and sent (``per_sync_us``), beside python-can sending 6 frames alone on the same
+    bus (``bus_send_6_us``): the difference (``ours_us``, medians) is the emulator's own work."""
+    ch, opt = _channel(interface, f"bench-em-{time.monotonic_ns()}")
+    drives = CiA402Drives.from_config(config, {"interface": interface, "channel": ch, "bus_options": opt,
+                                               "tpdo_timeout": 0.5 / config.rate_hz, "max_missed_cycles": 2})
+    em = CiA402Emulator.from_config(config, ch, interface, bus_options=opt)
+    em.plant.reset(np.array([-0.1, -0.1, -0.1]))
+    em.start()
+    try:
+        drives.configure()
+        drives.enable()
+        em._running = False  # from here this thread drives the emulator, SYNC by SYNC
+        em._thread.join()
+        sync_t, send_t = np.zeros(cycles), np.zeros(cycles)
+        frames = [can.Message(arbitration_id=0x181 + i, data=bytes(6), is_extended_id=False) for i in range(6)]
+        for k in range(cycles):
+            a = time.perf_counter()
+            em._on_sync(a, time.time())
+            b = time.perf_counter()
+            for m in frames:
+                em.bus.send(m)
+            send_t[k] = time.perf_counter() - b
+            sync_t[k] = b - a
+            while drives._bus.recv(0.0) is not None:
+                pass
+            while em.bus.recv(0.0) is not None:
+                pass
+    finally:
+        drives.close()
+        em.stop()
+    a, b = _stats(sync_t), _stats(send_t)
+    return {"per_sync_us": a, "bus_send_6_us": b, "ours_us": round(a["p50"] - b["p50"], 1)}
+
+
+def run_hil_1khz(bus: str, duration: float = 5.0) -> dict:
+    """One ``pkrt hil`` run at the machine's rate (1 kHz): the figures a HIL run reports.
+    ``cycle_without_drives_us`` is the controller process' own work per cycle with no plant in
+    it (controller + loop overhead, the drivers' time taken out)."""
+    if bus == "can":
+        r = run_can_hil("orthoglide-can", duration=duration)
+        h = r["hil"]
+        extra = {"late_frames": h["late_frames"], "emulator_response_us": h["emulator_response_us"],
+                 "emulator_cpu_us_per_cycle": h["emulator_cpu_us_per_cycle"],
+                 "emulator_scheduling": h["emulator_scheduling"]}
+    else:
+        from pkrt.hil.serial_hil import run_serial_hil
+
+        r = run_serial_hil("orthoglide-serial", duration=duration)
+        extra = {"late_answers": r["driver"]["late_answers"], "timeouts": r["driver"]["timeouts"],
+                 "skipped_periods": r["emulator"].get("skipped_periods"),
+                 "emulator_scheduling": r["emulator"].get("scheduling")}
+    return {"rate_hz": r["rate_hz"], "cycles": r["cycles"], "overruns": r["overruns"], "fault": r["fault"],
+            "rms_error_um": None if r["rms_error"] is None else round(r["rms_error"] * 1e6, 2),
+            **{key: {k: round(v, 1) for k, v in r[key].items()}
+               for key in ("compute_us", "drive_us", "controller_us", "loop_overhead_us", "cycle_without_drives_us")},
+            "wake_latency_us": {k: round(v, 2) for k, v in r["wake_latency_us"].items()},
+            "realtime": r["realtime"], **extra, "load_avg": os.getloadavg()}
 
 
 if __name__ == "__main__":

@@ -43,7 +43,10 @@ def _hold(fb) -> np.ndarray:
 
 
 def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
-    """The figures above over ``cycles`` cycles (``cycles // 4`` paced at ``rate_hz``)."""
+    """The figures above over ``cycles`` cycles (``cycles // 4`` paced at ``rate_hz``), and one
+    HIL run at the machine's rate (``hil_1khz``)."""
+    from .bench_can import run_hil_1khz
+
     config = serial_config(MACHINE, None)
     emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz)
     drives = DynamixelDrives.from_config(config, {"port": emu.port})
@@ -118,6 +121,7 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
         "timeouts": stats["timeouts"], "retries": stats["retries"], "crc_errors": stats["crc_errors"],
         "late_answers": stats["late_answers"], "low_latency": stats["low_latency"],
         "emulator_cycles": report.get("cycles"),
+        "hil_1khz": run_hil_1khz("serial"),
     }
 
 
