@@ -95,7 +95,7 @@ def _contiguous(log: Log) -> bool:
 
 def reference_from_log(log: Log, rate_hz: float):
     """The logged reference as a ``Planned`` at rate_hz, and whether it is sample-exact."""
-    from .trajectory import Planned
+    from .plan import Planned
 
     _need(log, "t", "ref_pos")
     desc = {"kind": "replay", "log": log.path, "original": log.header.get("trajectory")}
@@ -117,7 +117,7 @@ def _fill_gaps(log: Log, rate_hz: float, desc: dict):
     """The logged reference at every loop cycle from the first row to the last: logged rows
     as they are, skipped periods filled by quintic Hermite segments through the position,
     velocity and acceleration at both ends (continuous to the second derivative)."""
-    from .trajectory import Planned
+    from .plan import Planned
 
     k = loop_index(log)
     k = k - k[0]
