@@ -10,7 +10,7 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
                  SYNC out, the emulator steps the plant and answers, TPDOs in, RPDOs out.
   emulator       the emulator's response to one SYNC (plant step + 6 TPDOs), for reference.
 
-Run: ``.venv/bin/python tests/bench/bench_can.py [--cycles N]``; ``pkrt bench --only can``.
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_can [--cycles N]``; ``pkrt bench --only can``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   reference (alternating, 3 rounds each; medians), compute and wake-latency p99, and
   the per-call cost of the telemetry hook (idle: no client; staging a row: client subscribed).
 
-Run: ``.venv/bin/python -m tests.bench.bench_formats`` or ``pkrt bench --only formats``
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_formats`` or ``pkrt bench --only formats``
 (about a minute).
 """
 
