@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cli import to_jsonable
+from .plain import to_jsonable
 from .errors import UserError
-from .logcommands import FLAG_BITS, _cols, loop_cycles
+from .logstats import FLAG_BITS, _cols, loop_cycles
 from .logfile import Log
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

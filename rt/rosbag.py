@@ -255,10 +255,10 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
 def offline_bag(path: str, *, machine: str | None, tree_path: str | None, window: int | None,
                 topic: str = DEFAULT_TOPIC) -> dict:
     """``replay --offline`` for a bag: the model's torques at the recorded states against the
-    recorded efforts (``pkrt.rt.replaycommand.offline``), on the machine given (default the
+    recorded efforts (``pkrt.rt.replay.offline``), on the machine given (default the
     Orthoglide, as ``pkrt run``)."""
     from .config import load_machine
-    from .replaycommand import offline
+    from .replay import offline
     from .run import tree_axes
     from .treefile import load_tree
 

@@ -13,12 +13,6 @@ SCHED_FIFO), ``safestop`` (SIGKILL to ``pkrt run`` -> torque off in the emulated
 
 from __future__ import annotations
 
-import argparse
-import importlib
-
-from ..cli import emit
-from ..errors import UserError
-
 SECTIONS = {
     "reduction": ("pkrt.rt.bench.bench_reduction", "run_reduction_bench"),
     "tree": ("pkrt.rt.bench.bench_tree", "run_tree_bench"),
@@ -30,25 +24,3 @@ SECTIONS = {
     "can_udp": ("pkrt.rt.bench.bench_can", "run_can_udp_bench"),
     "safestop": ("pkrt.rt.bench.bench_safestop", "run_safestop_bench"),
 }
-
-
-def add_arguments_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--only", help=f"comma-separated sections ({', '.join(SECTIONS)})")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def run_bench(args) -> int:
-    names = list(SECTIONS) if not args.only else [x.strip() for x in args.only.split(",") if x.strip()]
-    for n in names:
-        if n not in SECTIONS:
-            raise UserError(f"--only: unknown section '{n}' ({', '.join(SECTIONS)})")
-    out = {}
-    for n in names:
-        mod, fn = SECTIONS[n]
-        out[n] = getattr(importlib.import_module(mod), fn)()
-        if not args.json:
-            print(f"[{n}]", flush=True)
-            emit(out[n], False)
-    if args.json:
-        emit(out, True)
-    return 0

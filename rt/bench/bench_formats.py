@@ -32,7 +32,7 @@ def _size(path: Path) -> int:
 
 
 def export_figures(log, tmp: Path, repeats: int = 3) -> dict:
-    from pkrt.rt.logcommands import export_csv
+    from pkrt.rt.logstats import export_csv
     from pkrt.rt.mcapexport import export_mcap
     from pkrt.rt.rosbag import export_ros2
 

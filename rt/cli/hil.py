@@ -41,11 +41,11 @@ def run_hil(args) -> int:
     if args.log:
         kw["log_path"] = args.log
     if args.bus == "can":
-        from .can_hil import run_can_hil as run
+        from pkrt.hil.can_hil import run_can_hil as run
         machine = args.machine or "orthoglide-can"
         kw["interface"] = args.interface or "udp_multicast"
     else:
-        from .serial_hil import run_serial_hil as run
+        from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
     r = run(machine, **kw)
     rms, mx = r.get("rms_error"), r.get("max_error")
@@ -74,3 +74,6 @@ def run_hil(args) -> int:
             raise Fault(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
                         f"(fault cycle {at}, torque off cycle {off})")
     return 0
+
+
+VERBS = {"hil": (add_arguments_hil, run_hil)}

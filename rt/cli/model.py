@@ -17,7 +17,7 @@ def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
 
 
 def run_model_check(args) -> int:
-    from .mechanism import load_mechanism
+    from pkrt.models.mechanism import load_mechanism
 
     mech = load_mechanism(args.model)
     cfg = mech.ref_config
@@ -63,7 +63,7 @@ def _tool_report(mech) -> dict | None:
     tool = mech.description.tool
     if tool is None:
         return None
-    from .taskspace import tool_pose
+    from pkrt.models.taskspace import tool_pose
 
     return {"body": tool.body, "point": tool.point, "coordinates": list(tool.coordinates),
             "reference_pose": tool_pose(mech, mech.ref_config)}
@@ -121,8 +121,8 @@ def run_model_eval(args) -> int:
                 emit({"error": warn, "theta": theta}, True)
             raise Fault(warn)
     else:
-        from .mechanism import load_mechanism
-        from .reduction import ExactModel
+        from pkrt.models.mechanism import load_mechanism
+        from pkrt.models.reduction import ExactModel
 
         mech = load_mechanism(args.model)
         s = mech.n_act
@@ -138,7 +138,7 @@ def run_model_eval(args) -> int:
         red = ExactModel(mech)(theta)
         H, D, p_ext = red.H, red.D, red.p_ext
         source = {"model": mech.name}
-    from .reduction import quadratic_velocities
+    from pkrt.models.reduction import quadratic_velocities
 
     r = {**source, "theta": theta, "H": H, "D": D, "p_ext": p_ext}
     if warn:
@@ -162,3 +162,7 @@ def _check(v: np.ndarray, s: int, name: str) -> np.ndarray:
     if not np.all(np.isfinite(v)):
         raise UserError(f"{name}: values must be finite")
     return v
+
+
+VERBS = {"model check": (add_arguments_model_check, run_model_check),
+         "model eval": (add_arguments_model_eval, run_model_eval)}

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import Fault
+from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.outputs import check_outputs
 from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
 
-from .description import resolve_model_path
-from .mechanism import load_mechanism
+from pkrt.models.description import resolve_model_path
+from pkrt.models.mechanism import load_mechanism
 
 
 def _fmt(x) -> str:
@@ -51,7 +51,7 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
 
 
 def run_build(args) -> int:
-    from .treebuild import BuildSettings, build_tree
+    from pkrt.models.treebuild import BuildSettings, build_tree
     mech = load_mechanism(args.model)
     boxes = args.boxes if args.boxes is not None or args.tol is not None else 8
     settings = BuildSettings(boxes=boxes, tol=args.tol, max_leaves=args.max_leaves,
@@ -142,7 +142,7 @@ def run_tree_info(args) -> int:
 # -- pkrt tree verify ---------------------------------------------------------------------------
 
 def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
-    from .treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
+    from pkrt.models.treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
@@ -208,7 +208,7 @@ def verify_text(path: str, model: str, r: dict) -> str:
 
 
 def run_tree_verify(args) -> int:
-    from .treeverify import verify_tree
+    from pkrt.models.treeverify import verify_tree
     tree = load_tree(args.tree)
     model = args.model or tree.header["model"]["name"]
     mech = load_mechanism(model)
@@ -262,7 +262,7 @@ def _check_output(out: Path, inputs: list[str]) -> None:
 
 
 def run_tree_plot(args) -> int:
-    from .treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
+    from pkrt.models.treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
     if args.points > 10 ** 6 or args.grid > 1000:
         raise UserError("--points must be at most 10^6 and --grid at most 1000")
     tree = load_tree(args.tree)
@@ -280,3 +280,8 @@ def run_tree_plot(args) -> int:
                        f"{_fmt(summary['diagonal_max_rel_coef_error'])}"
                        + (f"; error maps: {slices}" if slices else ""))
     return 0
+
+
+VERBS = {"build": (add_arguments_build, run_build), "tree info": (add_arguments_tree_info, run_tree_info),
+         "tree verify": (add_arguments_tree_verify, run_tree_verify),
+         "tree plot": (add_arguments_tree_plot, run_tree_plot)}
