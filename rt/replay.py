@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import Fault, UserError
+from .errors import UserError
 from .logfile import Log, LogFileError, read_log
 from .outputs import check_outputs
 

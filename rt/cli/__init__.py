@@ -3,9 +3,10 @@
 The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``,
 ``hil``, ``log``, ``replay``, ``bench``), imported only when one of its verbs runs; each lists
 its verbs in ``VERBS`` (verb -> (add_arguments(parser), run(args) -> int)). Verb modules parse
-and print; the logic lives in the library modules they call. Exit codes: 0 success, 1 a fault or failed
-check at run time, 2 bad input or usage (``pkrt: error: ...`` on stderr; ``--debug`` shows the
-traceback).
+and print; the logic lives in the library modules they call. Errors are classed by cause
+(``pkrt.rt.errors``) and mapped to exit codes here only (``EXIT_CODES``): 0 success, 1 a fault
+at run time or a failed check, 2 bad input or usage, a model that cannot be computed there, an
+output not written (``pkrt: error: ...`` on stderr; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import traceback
 
 import numpy as np
 
-from ..errors import Fault, Stopped, UserError
+from ..errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
 from ..plain import to_jsonable
 
 # verb -> (module, one-line help). Two-word verbs are written "model check".
@@ -38,6 +39,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
+
+# The one place errors become exit codes: the first class an error is an instance of decides.
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (Stopped, 1),       # a stop signal ended the run
+    (Fault, 1),         # a fault at run time
+    (CheckFailed, 1),   # a check ran and failed
+    (ModelFailure, 2),  # the model cannot be computed there: the input is the user's to change
+    (OutputError, 2),   # an output was not written
+    (UserError, 2),     # bad input or usage
+)
+ERRORS = tuple(cls for cls, _ in EXIT_CODES)
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code of an error of one of the ``EXIT_CODES`` classes."""
+    return next(code for cls, code in EXIT_CODES if isinstance(error, cls))
+
 
 _NUM = re.compile(r"^-[0-9.]")
 
@@ -158,19 +176,19 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(_join_negative_values(rest))
         args.debug = debug
         return int(run(args) or 0)
-    except (UserError, Fault) as e:
-        if debug:
-            traceback.print_exc()
-        print(f"pkrt: error: {e}", file=sys.stderr)
-        return e.exit_code
     except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
         print(f"pkrt: error: {e}", file=sys.stderr)
-        return e.exit_code
+        return exit_code(e)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except ERRORS as e:
+        if debug:
+            traceback.print_exc()
+        print(f"pkrt: error: {e}", file=sys.stderr)
+        return exit_code(e)
     except OSError as e:
         # files that cannot be read or written are the user's to fix
         if debug:

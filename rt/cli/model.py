@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from pkrt.rt.cli import emit, vector
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import CheckFailed, UserError
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
@@ -119,7 +119,7 @@ def run_model_eval(args) -> int:
             # The values there are not trustworthy; report the condition, exit 1.
             if args.json:
                 emit({"error": warn, "theta": theta}, True)
-            raise Fault(warn)
+            raise CheckFailed(warn)
     else:
         from pkrt.models.mechanism import load_mechanism
         from pkrt.models.reduction import ExactModel

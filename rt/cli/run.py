@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import emit, positive_number
 from ..config import load_machine
-from ..errors import UserError
+from ..errors import OutputError, UserError
 from ..outputs import check_outputs
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
@@ -140,13 +140,13 @@ def run(args) -> int:
 
             plot_log(read_log(log), plot)
             summary["plot"] = plot
-        except (ImportError, OSError, UserError) as e:
+        except (ImportError, OSError, UserError, OutputError) as e:
             summary["plot"] = None
             summary["plot_error"] = str(e)
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):
-        raise UserError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
+        raise OutputError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
                                               f"plot not written: {summary['plot_error']}") if x))
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import CheckFailed, UserError
 from pkrt.rt.outputs import check_outputs
 from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
 
@@ -61,7 +61,7 @@ def run_build(args) -> int:
     check_outputs({"-o": out}, {"model file": resolve_model_path(args.model)})
     tree, stats = build_tree(mech, settings, jobs=args.jobs)
     if not tree.leaf_ok.any():
-        raise Fault(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
+        raise CheckFailed(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
                     f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
                     f"{out} not written")
     save_tree(tree, out)
@@ -226,7 +226,7 @@ def run_tree_verify(args) -> int:
     r["passed"] = not failed
     emit(r, args.json, verify_text(args.tree, mech.name, r))
     if failed:
-        raise Fault("verification failed: " + "; ".join(failed))
+        raise CheckFailed("verification failed: " + "; ".join(failed))
     return 0
 
 
