@@ -32,12 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
+from .friction import V_EPS
 from .logfile import Log, LogFileError, read_log
+from .logstats import columns, loop_cycles
 from .outputs import check_outputs
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
                   "quantization", "delay_cycles", "seed")
-V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing, as in the controller and the plant
 
 
 # -- shared ----------------------------------------------------------------------------------
@@ -47,10 +48,6 @@ def _need(log: Log, *names: str) -> None:
         raise LogFileError(f"{log.path}: the log has no {', '.join(repr(m) for m in missing)} channel")
     if log.n_cycles < 2:
         raise LogFileError(f"{log.path}: the log holds {log.n_cycles} cycle(s); nothing to replay")
-
-
-def _cols(a: np.ndarray) -> np.ndarray:
-    return a[:, None] if a.ndim == 1 else a
 
 
 def log_rate(log: Log) -> float:
@@ -88,7 +85,7 @@ def machine_for_log(log: Log, machine: str | None):
 def _contiguous(log: Log) -> bool:
     """True when no loop period is missing between the rows (a real-time loop skips periods
     after an overrun; its rows then have gaps in loop time)."""
-    k = loop_index(log)
+    k = loop_cycles(log)
     return len(k) > 0 and k[-1] - k[0] == len(k) - 1
 
 
@@ -100,14 +97,14 @@ def reference_from_log(log: Log, rate_hz: float):
     desc = {"kind": "replay", "log": log.path, "original": log.header.get("trajectory")}
     have_all = "ref_vel" in log.channels and "ref_acc" in log.channels
     if have_all and _contiguous(log) and abs(log_rate(log) - rate_hz) < 1e-9:
-        p, v, a = (np.ascontiguousarray(_cols(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
+        p, v, a = (np.ascontiguousarray(columns(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
         return Planned(rate_hz, p.copy(), v.copy(), a.copy(), desc), True
-    if have_all and abs(log_rate(log) - rate_hz) < 1e-9 and np.all(np.diff(loop_index(log)) >= 1):
+    if have_all and abs(log_rate(log) - rate_hz) < 1e-9 and np.all(np.diff(loop_cycles(log)) >= 1):
         return _fill_gaps(log, rate_hz, desc), False
     from scipy.interpolate import CubicSpline
 
     t = log.channels["t"] - log.channels["t"][0]
-    sp = CubicSpline(t, _cols(log.channels["ref_pos"]), bc_type="not-a-knot" if len(t) > 3 else "natural")
+    sp = CubicSpline(t, columns(log.channels["ref_pos"]), bc_type="not-a-knot" if len(t) > 3 else "natural")
     tt = np.arange(int(math.floor(t[-1] * rate_hz + 1e-9)) + 1) / rate_hz
     return Planned(rate_hz, sp(tt), sp(tt, 1), sp(tt, 2), desc), False
 
@@ -118,9 +115,9 @@ def _fill_gaps(log: Log, rate_hz: float, desc: dict):
     velocity and acceleration at both ends (continuous to the second derivative)."""
     from .plan import Planned
 
-    k = loop_index(log)
+    k = loop_cycles(log)
     k = k - k[0]
-    p, v, a = (_cols(log.channels[n]) for n in ("ref_pos", "ref_vel", "ref_acc"))
+    p, v, a = (columns(log.channels[n]) for n in ("ref_pos", "ref_vel", "ref_acc"))
     n = int(k[-1]) + 1
     P, V, A = (np.empty((n, p.shape[1])) for _ in range(3))
     P[k], V[k], A[k] = p, v, a
@@ -162,15 +159,6 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
     return out
 
 
-def loop_index(log: Log) -> np.ndarray:
-    """The loop's cycle index of each row, round(t * rate_hz) (rows skip it where a real-time
-    loop skipped periods); the row's cycle index when the log has no time or rate."""
-    rate, t = log.header.get("rate_hz"), log.channels.get("t")
-    if isinstance(rate, (int, float)) and rate > 0 and t is not None:
-        return np.rint(t * rate).astype(np.int64)
-    return log.cycles
-
-
 def first_fault_cycle(log: Log) -> int | None:
     """The loop cycle of the log's first fault event, or None."""
     ks = [e["cycle"] for e in log.events if "fault" in str(e.get("kind")) and isinstance(e.get("cycle"), int)]
@@ -182,7 +170,7 @@ def compare_logs(orig: Log, new: Log, offset: int = 0) -> dict:
     loop cycles both logs hold, before the first fault of either (a fault row holds the bad
     reading and a torque of 0). ``offset``: the original's loop cycle of the new log's cycle 0
     (a replay starts at the original's first logged row)."""
-    ko, kn = loop_index(orig), loop_index(new) + offset
+    ko, kn = loop_cycles(orig), loop_cycles(new) + offset
     fn = first_fault_cycle(new)
     stops = [c for c in (first_fault_cycle(orig), None if fn is None else fn + offset) if c is not None]
     if stops:
@@ -197,7 +185,7 @@ def compare_logs(orig: Log, new: Log, offset: int = 0) -> dict:
     diffs = {}
     for name in ("pos", "tau", "tau_model"):
         if name in orig.channels and name in new.channels:
-            diffs[name] = _cols(new.channels[name])[j] - _cols(orig.channels[name])[i]
+            diffs[name] = columns(new.channels[name])[j] - columns(orig.channels[name])[i]
     s = next(iter(diffs.values())).shape[1] if diffs else 0
     for k in range(s):
         ax = axes[k] if len(axes) == s else str(k)
@@ -265,7 +253,7 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
         "same_tree": (tree_hash == log.header.get("tree_hash")) if tree_hash and log.header.get("tree_hash") else None,
         "original": {k: orig_sum.get(k) for k in ("cycles", "rms_error", "max_error", "fault")},
         "replay": {k: summary.get(k) for k in ("cycles", "rms_error", "max_error", "fault", "overruns")},
-        "difference": compare_logs(log, new, int(loop_index(log)[0])),
+        "difference": compare_logs(log, new, int(loop_cycles(log)[0])),
         "replay_log": out_log,
     }
 
@@ -324,7 +312,7 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
     same_tree = None
     if isinstance(log.header.get("tree_hash"), str):
         same_tree = hashlib.sha256(Path(tree_path).read_bytes()).hexdigest() == log.header["tree_hash"]
-    pos, tau = _cols(log.channels["pos"]), _cols(log.channels["tau"])
+    pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
     if pos.shape[1] != tree.s:
         raise UserError(f"{tree_path}: the tree has {tree.s} actuators, the log {pos.shape[1]}")
     window = default_window(rate) if window is None else window
