@@ -18,30 +18,11 @@ def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
 
 def run_model_check(args) -> int:
     from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.reports import check_report
 
     mech = load_mechanism(args.model)
-    cfg = mech.ref_config
-    sigma = mech.singularity_measure(cfg, mech.theta_ref)
-    r = {
-        "model": mech.name,
-        "file": mech.description.path,
-        "content_hash": mech.content_hash,
-        "bodies": mech.n_bodies,
-        "joints": len(mech.description.joints),
-        "coordinates": mech.n_coords,
-        "constraints": mech.n_joint_rows,
-        "redundant_constraints": mech.n_redundant,
-        "independent_constraints": len(mech.independent) - len(mech.idle),
-        "idle_freedoms": len(mech.idle),
-        "idle": [{"body": f.body, "axis": f.axis} for f in mech.idle],
-        "mobility": mech.n_coords - len(mech.independent),
-        "actuators": [{"name": a.name, "joint": a.joint, "unit": a.unit, "range": list(a.range)}
-                      for a in mech.description.actuators],
-        "reference_theta": mech.theta_ref,
-        "singularity_measure": sigma,
-        "singular_threshold": mech.description.singular_threshold,
-        "tool": _tool_report(mech),
-    }
+    r = check_report(mech)
+    sigma = r["singularity_measure"]
     acts = ", ".join(f"{a['name']} ({a['joint']}, [{a['range'][0]:g}, {a['range'][1]:g}] {a['unit']})"
                      for a in r["actuators"])
     text = (f"model {mech.name} ({mech.description.path})\n"
@@ -56,17 +37,6 @@ def run_model_check(args) -> int:
             f"  ok")
     emit(r, args.json, text)
     return 0
-
-
-def _tool_report(mech) -> dict | None:
-    """The tool and its pose at the reference assembly (task coordinates, m and rad)."""
-    tool = mech.description.tool
-    if tool is None:
-        return None
-    from pkrt.models.taskspace import tool_pose
-
-    return {"body": tool.body, "point": tool.point, "coordinates": list(tool.coordinates),
-            "reference_pose": tool_pose(mech, mech.ref_config)}
 
 
 def _idle_text(mech) -> str:

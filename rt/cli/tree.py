@@ -10,7 +10,7 @@ import numpy as np
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
 from pkrt.rt.errors import CheckFailed, UserError
 from pkrt.rt.outputs import check_outputs
-from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
+from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree
 
 from pkrt.models.description import resolve_model_path
 from pkrt.models.mechanism import load_mechanism
@@ -88,32 +88,9 @@ def add_arguments_tree_info(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def tree_summary(tree) -> dict:
-    h = tree.header
-    data = tree_bytes(tree)
-    return {
-        "model": h["model"], "actuators": h["actuators"], "s": tree.s,
-        "nodes": int(len(tree.node_dim)), "leaves": tree.n_leaves,
-        "leaves_out_of_domain": int((tree.leaf_ok == 0).sum()),
-        "depth": _depth(tree), "array_bytes": tree.nbytes, "file_bytes": len(data),
-        "outputs": h["outputs"], "output_scale": h["output_scale"],
-        "build": h["build"], "verification": h["verification"],
-        "software": h.get("software"),  # None in trees built before versions were recorded
-    }
-
-
-def _depth(tree) -> int:
-    """Longest root-to-leaf path (the loader guarantees a proper tree)."""
-    deepest, stack = 0, [(0, 0)]
-    while stack:
-        n, d = stack.pop()
-        deepest = max(deepest, d)
-        if tree.node_dim[n] >= 0:
-            stack += [(int(tree.node_child[n, 0]), d + 1), (int(tree.node_child[n, 1]), d + 1)]
-    return deepest
-
-
 def run_tree_info(args) -> int:
+    from pkrt.models.reports import tree_summary
+
     tree = load_tree(args.tree)
     r = tree_summary(tree)
     a = r["actuators"]
