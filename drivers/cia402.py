@@ -393,7 +393,7 @@ class CiA402Drives(Drives):
         self.collect(time.perf_counter() + self.tpdo_timeout)
         return self.publish(t)
 
-    # the steps of read(), public for the benchmark (tests/bench/bench_can.py)
+    # the steps of read(), public for the benchmark (pkrt.rt.bench.bench_can)
     def drain(self) -> None:
         """Handle frames that arrived since the last window (EMCY, error frames, late TPDOs)."""
         try:

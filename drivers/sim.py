@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from pkrt.rt.friction import V_EPS
 from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities, work_size
 
 from .base import DriveConfigError, DriveError, Drives
-
-V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing
 
 
 @njit(cache=True)

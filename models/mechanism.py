@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
+from pkrt.rt.errors import ModelFailure
+
 from . import constraints as C
 from .description import GROUND, Description, ModelError, load_description
 from .joints import JOINT_TYPES, perpendicular_pair
 
 
-class AssemblyError(ModelError):
-    """A configuration cannot be assembled (message gives residual and conditioning)."""
+class AssemblyError(ModelFailure, ModelError):
+    """A configuration cannot be assembled (message gives residual and conditioning): a model
+    failure; a ModelError too, since a description whose reference configuration cannot be
+    assembled is a bad description."""
 
 
 def rotvec_to_matrix(rv: np.ndarray) -> np.ndarray:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pkrt.rt.tree import quad_velocities
+
 from . import constraints as C
 from .mechanism import AssemblyError, Config, Mechanism
 
@@ -21,9 +23,12 @@ def velocity_pairs(s: int) -> list[tuple[int, int]]:
 
 
 def quadratic_velocities(theta_dot: np.ndarray) -> np.ndarray:
-    """[td td] of ``shared/reference-models.md``."""
-    s = len(theta_dot)
-    return np.array([theta_dot[j] * theta_dot[k] for j, k in velocity_pairs(s)])
+    """[td td] of ``shared/reference-models.md``, in ``velocity_pairs`` order (the core's
+    kernel ``pkrt.rt.tree.quad_velocities``)."""
+    td = np.asarray(theta_dot, dtype=float)
+    out = np.empty(len(td) * (len(td) + 1) // 2)
+    quad_velocities(td, out)
+    return out
 
 
 def _checked_theta(mech: Mechanism, theta) -> np.ndarray:

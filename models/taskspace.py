@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.trajectory import Planned, circle_basis, concatenate, quintic_profile, read_csv_samples
+from pkrt.rt.plan import Planned, circle_basis, concatenate, quintic_profile, read_csv_samples
 
 from .mechanism import Config, Mechanism
 from .reduction import Assembler
@@ -146,7 +146,7 @@ def circle(centre, radius: float, duration: float, rate_hz: float, normal=(0, 0,
            tilt: float = 0.0, tilt_cycles: float = 2.0) -> TaskPath:
     """Circle of ``radius`` (m) about ``centre`` (task coordinates: x, y, z, then roll, pitch,
     yaw if 6-DOF; or x, y for a planar tool) in the plane normal to ``normal``, starting at centre + radius e1
-    (``trajectory.circle_basis``), with a quintic phase over ``duration`` (s) (at rest at both
+    (``pkrt.rt.plan.circle_basis``), with a quintic phase over ``duration`` (s) (at rest at both
     ends). For 6-DOF, ``tilt`` (rad) adds roll = tilt sin(tilt_cycles phase) per lap."""
     c = np.asarray(centre, float)
     if not radius > 0:

@@ -113,7 +113,9 @@ def _int(tbl, key, default, where, path, lowest) -> int:
 
 def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarray | None = None) -> MachineConfig:
     """Read a machine configuration. ``n_axes`` and ``ranges`` (from the model) size the
-    per-axis values and default the position limits; without them the model is loaded."""
+    per-axis values and default the position limits; without them they come from the
+    machine's tree (its header records the actuators' ranges), so the runtime never loads
+    the model."""
     path = resolve_machine_path(name_or_path)
     expect(path, MACHINE)  # another kind of file: say what it is
     try:
@@ -129,11 +131,10 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     model = m["model"]
     if "/" in model or Path(model).suffix:  # a file (any extension), relative to this one
         model = str(path.parent / model) if not Path(model).is_absolute() else model
-    if n_axes is None or ranges is None:
-        from pkrt.models.description import load_description  # offline verbs only
-        d = load_description(model)
-        ranges = np.array([a.range for a in d.actuators], float)
-        n_axes = len(d.actuators)
+    if n_axes is None or ranges is None:  # the runtime's view of the model: its tree's header
+        from .treefile import load_tree
+        ranges = np.array(load_tree(path.parent / m["tree"]).header["actuators"]["ranges"], float)
+        n_axes = len(ranges)
     s = n_axes
     rate = m.get("rate_hz", 1000.0)
     if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 1 <= rate <= 100000:

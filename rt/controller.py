@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
+from .friction import V_EPS
 from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 
 CT, PD = 0, 1
-FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE, FLAG_NONFINITE = 1, 2, 4, 8, 16
 
 
 @njit(cache=True)
@@ -85,7 +86,7 @@ class Controller:
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
         self.gains = np.vstack([np.broadcast_to(np.asarray(x, float), (s,)) for x in
-                                (kp, kd, tau_max, np.diag(H0), viscous, coulomb, 1e-3)]).copy()
+                                (kp, kd, tau_max, np.diag(H0), viscous, coulomb, V_EPS)]).copy()
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""

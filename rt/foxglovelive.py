@@ -31,6 +31,7 @@ import threading
 import numpy as np
 
 from .errors import UserError
+from .logfile import channel_slices
 from .mcapexport import json_schema, layout, message
 from .telemetry import RateGate
 
@@ -167,11 +168,8 @@ class FoxgloveLive:
 
 
 def _topics(axes: list[str], channels: list[tuple[str, int, str]]):
-    slices, c, units = {}, 0, {}
-    for name, width, unit in channels:
-        slices[name], c = slice(c, c + int(width)), c + int(width)
-        units[name] = unit
-    return layout(slices, units, list(axes))
+    slices = channel_slices((name, width) for name, width, _ in channels)
+    return layout(slices, {name: unit for name, _, unit in channels}, list(axes))
 
 
 def _report(msg: dict) -> None:

@@ -85,6 +85,17 @@ def _plain(x):
     return str(x)
 
 
+def channel_slices(widths) -> dict[str, slice]:
+    """Each channel's columns in a row that holds the channels side by side, in order;
+    ``widths``: (name, number of columns) pairs."""
+    out: dict[str, slice] = {}
+    c = 0
+    for name, w in widths:
+        out[name] = slice(c, c + int(w))
+        c += int(w)
+    return out
+
+
 def _pack(record: dict) -> bytes:
     return msgpack.packb(record, default=_plain, use_bin_type=True, strict_types=False)
 
@@ -174,11 +185,7 @@ class LogWriter:
         self.path = str(path)
         self.channels = [(str(n), int(w), str(u)) for n, w, u in channels]
         self.width = sum(w for _, w, _ in self.channels)
-        self.slices: dict[str, slice] = {}
-        c = 0
-        for name, w, _ in self.channels:
-            self.slices[name] = slice(c, c + w)
-            c += w
+        self.slices = channel_slices((n, w) for n, w, _ in self.channels)
         self.block_cycles = block_cycles
         self.n_buffers = n_buffers
         self.row = np.zeros(self.width)  # the caller's staging row, fixed for the whole run

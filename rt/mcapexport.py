@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cli import to_jsonable
 from .errors import UserError
-from .logcommands import FLAG_BITS, _cols, loop_cycles
-from .logfile import Log
+from .flags import FLAG_BITS
+from .logfile import Log, channel_slices
+from .logstats import columns, loop_cycles
+from .plain import to_jsonable
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TOOL_PREFIX = "tool_"
@@ -182,13 +183,10 @@ EVENT_SCHEMA = {"$schema": SCHEMA_DIALECT, "title": "pkrt.events", "type": "obje
 # -- from a log ------------------------------------------------------------------------------
 def log_matrix(log: Log) -> tuple[np.ndarray, dict[str, slice]]:
     """Every channel side by side (n_cycles, width) and each channel's columns."""
-    slices, c, parts = {}, 0, []
-    for name, a in log.channels.items():
-        a = _cols(np.asarray(a, dtype=float))
-        slices[name] = slice(c, c + a.shape[1])
-        c += a.shape[1]
-        parts.append(a)
-    data = np.hstack(parts) if parts and log.n_cycles else np.zeros((log.n_cycles, c))
+    parts = {name: columns(np.asarray(a, dtype=float)) for name, a in log.channels.items()}
+    slices = channel_slices((name, a.shape[1]) for name, a in parts.items())
+    width = sum(a.shape[1] for a in parts.values())
+    data = np.hstack(list(parts.values())) if parts and log.n_cycles else np.zeros((log.n_cycles, width))
     return data, slices
 
 
@@ -201,7 +199,7 @@ def cycle_times(log: Log) -> tuple[np.ndarray, np.ndarray]:
     cyc = loop_cycles(log)
     if t is None or not np.all(np.isfinite(t)):
         t = cyc / rate if ok_rate else np.zeros(len(cyc))
-    return np.asarray(t, dtype=float), cyc.astype(np.int64)
+    return np.asarray(t, dtype=float), cyc
 
 
 def event_time(log: Log, e: dict) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import UserError
+from .errors import OutputError, UserError
 
 
 def same_file(a, b) -> bool:
@@ -57,14 +57,14 @@ def check_outputs(outputs: dict[str, object], inputs: dict[str, object] | None =
 def atomic_write(path, what: str, mode: str = "w", newline: str | None = None) -> Iterator:
     """Open ``path`` for writing through a temporary file beside it, renamed over ``path``
     when the block ends without error (an existing FIFO or device is written in place). A
-    failure (disk full, ...) removes the temporary file and becomes one UserError."""
+    failure (disk full, ...) removes the temporary file and becomes one OutputError."""
     p = str(path)
     special = os.path.exists(p) and not os.path.isfile(p) and not os.path.isdir(p)
     tmp = p if special else f"{p}.{os.getpid()}.tmp"
     try:
         f = open(tmp, mode, newline=newline)
     except OSError as e:
-        raise UserError(f"{what} {p}: cannot write: {e.strerror or e}") from None
+        raise OutputError(f"{what} {p}: cannot write: {e.strerror or e}") from None
     try:
         with f:
             yield f
@@ -72,7 +72,7 @@ def atomic_write(path, what: str, mode: str = "w", newline: str | None = None) -
             os.replace(tmp, p)
     except OSError as e:
         _remove(tmp, special)
-        raise UserError(f"{what} {p}: not written: {e.strerror or e}") from None
+        raise OutputError(f"{what} {p}: not written: {e.strerror or e}") from None
     except BaseException:
         _remove(tmp, special)
         raise

@@ -211,7 +211,7 @@ def read_joint_states(path: str, joints: list[str], topic: str = DEFAULT_TOPIC) 
 def trajectory_from_bag(path: str, rate_hz: float, axes: list[str], topic: str = DEFAULT_TOPIC):
     """A ``Planned`` reference from a bag's joint positions, resampled to the loop rate exactly
     as a CSV trajectory is."""
-    from .trajectory import Planned, resample
+    from .plan import Planned, resample
 
     js = read_joint_states(path, axes, topic)
     P, Pd, Pdd = resample(js.t, js.pos, rate_hz, f"{path}: {topic}")
@@ -229,7 +229,7 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
     """The bag's joint states as a run log (``t``, ``pos``, ``tau`` = the recorded efforts) on a
     uniform grid at the recorded rate: positions through the trajectory resampling, efforts
     linearly interpolated (both exact at the samples when the recording is uniform)."""
-    from .trajectory import resample
+    from .plan import resample
 
     js = read_joint_states(path, axes, topic)
     if js.effort is None:
@@ -255,10 +255,10 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
 def offline_bag(path: str, *, machine: str | None, tree_path: str | None, window: int | None,
                 topic: str = DEFAULT_TOPIC) -> dict:
     """``replay --offline`` for a bag: the model's torques at the recorded states against the
-    recorded efforts (``pkrt.rt.replaycommand.offline``), on the machine given (default the
+    recorded efforts (``pkrt.rt.replay.offline``), on the machine given (default the
     Orthoglide, as ``pkrt run``)."""
     from .config import load_machine
-    from .replaycommand import offline
+    from .replay import offline
     from .run import tree_axes
     from .treefile import load_tree
 

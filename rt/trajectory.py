@@ -3,67 +3,16 @@
 Every trajectory is sampled at the loop rate into arrays ``pos``, ``vel``, ``acc`` of shape
 (n, s) (actuator units: m or rad and their derivatives), so a cycle only indexes them.
 Kinds: joint-space quintic point-to-point moves, Cartesian lines and circles for the
-Orthoglide (closed-form inverse kinematics), and CSV files resampled to the loop rate.
+Orthoglide (closed-form inverse kinematics), and CSV files resampled to the loop rate. The
+``Planned`` type and the path maths shared with the offline planners live in ``plan`` (core).
 """
 
 from __future__ import annotations
 
-import csv
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from .errors import UserError
-from .filekind import CSV, expect
-
-MAX_SAMPLES = 10_000_000  # a plan longer than this (2.8 h at 1 kHz) is a unit mistake, not a run
-
-
-def _check_length(n: int, rate_hz: float, what: str) -> None:
-    if n > MAX_SAMPLES:
-        raise UserError(f"{what}: {n / rate_hz:.6g} s at {rate_hz:g} Hz is {n} samples, more than the "
-                        f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
-
-
-@dataclass
-class Planned:
-    """A reference sampled at ``rate_hz``: rows k at t = k / rate_hz."""
-    rate_hz: float
-    pos: np.ndarray
-    vel: np.ndarray
-    acc: np.ndarray
-    description: dict = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.pos)
-
-    @property
-    def duration(self) -> float:
-        return (self.n - 1) / self.rate_hz
-
-    def extended(self, duration: float) -> "Planned":
-        """Cut to ``duration`` s, or hold the last point (zero velocity) up to it."""
-        n = int(round(duration * self.rate_hz)) + 1
-        _check_length(n, self.rate_hz, "--duration")
-        if n <= self.n:
-            return Planned(self.rate_hz, self.pos[:n], self.vel[:n], self.acc[:n], self.description)
-        extra = n - self.n
-        hold = np.repeat(self.pos[-1:], extra, axis=0)
-        z = np.zeros_like(hold)
-        if np.any(np.abs(self.vel[-1]) > 1e-9):
-            raise UserError(f"cannot extend the trajectory to {duration} s: it ends moving")
-        return Planned(self.rate_hz, np.vstack([self.pos, hold]), np.vstack([self.vel, z]),
-                       np.vstack([self.acc, z]), self.description)
-
-
-def quintic_profile(tau: np.ndarray):
-    """Minimum-jerk profile s(tau) on [0, 1] with its first two derivatives."""
-    t = np.clip(tau, 0.0, 1.0)
-    s = 10 * t**3 - 15 * t**4 + 6 * t**5
-    ds = 30 * t**2 - 60 * t**3 + 30 * t**4
-    dds = 60 * t - 180 * t**2 + 120 * t**3
-    return s, ds, dds
+from .plan import Planned, circle_basis, concatenate, quintic_profile, read_csv_samples
 
 
 def quintic_duration(delta: np.ndarray, vmax: np.ndarray, amax: np.ndarray) -> float:
@@ -188,27 +137,9 @@ def cartesian_path(kind: str, rate_hz: float, **kw):
     raise UserError(f"unknown Cartesian path kind '{kind}'")
 
 
-def circle_basis(normal) -> tuple[np.ndarray, np.ndarray]:
-    """Unit vectors e1, e2 spanning the plane normal to ``normal``; circles start at
-    centre + r e1 and turn towards e2."""
-    nrm = np.asarray(normal, float)
-    nrm = nrm / np.linalg.norm(nrm)
-    e1 = np.cross(nrm, [1.0, 0, 0] if abs(nrm[0]) < 0.9 else [0, 1.0, 0])
-    e1 /= np.linalg.norm(e1)
-    return e1, np.cross(nrm, e1)
-
-
 def _quintic_integral(u: float) -> float:
     """Integral of the quintic profile s(x) from 0 to u."""
     return 2.5 * u**4 - 3 * u**5 + u**6
-
-
-def concatenate(parts: list[Planned], description: dict) -> Planned:
-    """Join planned pieces; each piece's first row repeats the previous piece's last one."""
-    pos = [parts[0].pos] + [p.pos[1:] for p in parts[1:]]
-    vel = [parts[0].vel] + [p.vel[1:] for p in parts[1:]]
-    acc = [parts[0].acc] + [p.acc[1:] for p in parts[1:]]
-    return Planned(parts[0].rate_hz, np.vstack(pos), np.vstack(vel), np.vstack(acc), description)
 
 
 def orthoglide_demo(rate_hz: float, L: float = 0.31, home=(-0.1, -0.1, -0.1),
@@ -233,56 +164,6 @@ def orthoglide_demo(rate_hz: float, L: float = 0.31, home=(-0.1, -0.1, -0.1),
         pieces.append(Planned(rate_hz, th, thd, thdd))
     return concatenate(pieces, {"kind": "orthoglide-demo", "circle_diameter_m": diameter,
                                 "circle_peak_speed_m_s": speed, "corners": corners.tolist()})
-
-
-def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
-    """Samples (t increasing, s; values (n, k)) resampled at rate_hz from t[0] by a cubic
-    spline with zero end velocities: positions, velocities and accelerations, each (m, k)."""
-    from scipy.interpolate import CubicSpline
-
-    sp = CubicSpline(t - t[0], values, bc_type="clamped")
-    span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
-    _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, what)
-    tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
-    return sp(tt), sp(tt, 1), sp(tt, 2)
-
-
-def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
-    """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
-    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
-    expect(path, CSV)  # another kind of file: say what it is
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as e:
-        raise UserError(f"{path}: cannot read trajectory: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text CSV file") from None
-    rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
-    if len(rows) < 3:
-        raise UserError(f"{path}: a trajectory needs a header and at least 2 rows")
-    head = [h.strip().split(" ")[0] for h in rows[0]]
-    if head[0] != "t":
-        raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
-    if head[1:] not in allowed:
-        raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)}; "
-                        f"got {','.join(head)}")
-    for i, r in enumerate(rows[1:]):
-        if len(r) != len(head):
-            raise UserError(f"{path}: row {i + 2} has {len(r)} columns, expected {len(head)}")
-    try:
-        data = np.array([[float(x) for x in r] for r in rows[1:]], dtype=float)
-    except ValueError as e:
-        raise UserError(f"{path}: not a number: {e}") from None
-    if data.shape[1] != len(head):
-        raise UserError(f"{path}: rows must have {len(head)} columns")
-    if not np.all(np.isfinite(data)):
-        raise UserError(f"{path}: values must be finite")
-    t = data[:, 0]
-    if np.any(np.diff(t) <= 0):
-        k = int(np.argmax(np.diff(t) <= 0))
-        raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
-    return (head, *resample(t, data[:, 1:], rate_hz, str(path)))
 
 
 def load_trajectory_csv(path: str, rate_hz: float, axes: list[str],

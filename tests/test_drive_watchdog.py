@@ -27,7 +27,7 @@ from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.hil.dynamixel_emulator import build
 from pkrt.rt.config import load_machine
-from tests.bench.bench_safestop import kill_run, machine_copy
+from pkrt.rt.bench.bench_safestop import kill_run, machine_copy
 from tests.test_dynamixel import ThreadEmulator
 
 H = bytes.fromhex

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from pkrt.rt.cli import main
-from pkrt.rt.logcommands import plot_log
+from pkrt.rt.logstats import plot_log
 from pkrt.rt.logfile import read_log
 from tests.test_logfile import AXES, CHANNELS, write_demo_log
 
@@ -202,7 +202,7 @@ def test_events_map_to_rows_by_time_after_skipped_periods(tmp_path):
     w.close({})
     log = read_log(p)
     assert [log.row_of_cycle(k) for k in (0, 2, 3, 5, 7)] == [0, 2, 3, 3, 5]
-    from pkrt.rt.logcommands import measured_rate
+    from pkrt.rt.logstats import measured_rate
 
     assert measured_rate(log) == pytest.approx(5 / 0.007)  # below the nominal 1 kHz
 

@@ -76,7 +76,7 @@ VERBS = {
     "replay --log": (lambda i, o, t: ["replay", str(i["log"]), "--lockstep", "--log", str(o)], "log"),
     "build -o": (lambda i, o, t: ["build", str(i["model"]), "-o", str(o), "--boxes", "1", "--jobs", "1",
                                   "--verify-samples", "0"], "model"),
-    # the drives' own log (hil/command.py, not this module's): a disk that fills during the run is
+    # the drives' own log (rt/cli/hil.py, not this module's): a disk that fills during the run is
     # reported in the summary's log_error only, so the full disk here is full from the start
     "hil --log": (lambda i, o, t: ["hil", "--bus", "can", "--machine", str(i["can"]), "--duration", "0.2",
                                    "--log", str(o)], "can"),

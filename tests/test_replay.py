@@ -234,7 +234,7 @@ def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, cap
 def test_compare_aligns_rows_by_loop_time(tmp_path):
     """A real-time original that skipped periods 3 and 4 is compared cycle for cycle."""
     from pkrt.rt.logfile import LogWriter
-    from pkrt.rt.replaycommand import compare_logs
+    from pkrt.rt.replay import compare_logs
 
     def write(path, ks, offset):
         w = LogWriter(path, {"rate_hz": 100.0, "axes": ["a"]},

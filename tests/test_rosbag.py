@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from pkrt.rt.cli import main
 from pkrt.rt.config import load_machine
 from pkrt.rt.logfile import LogWriter, read_log
-from pkrt.rt.replaycommand import model_torques
+from pkrt.rt.replay import model_torques
 from pkrt.rt.treefile import load_tree
 from tests.test_logfile import write_demo_log
 

@@ -17,7 +17,7 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
                  controller and loop overhead, the controller process' cycle without the
                  drivers, wake latency, overruns, late frames, the emulator process' figures.
 
-Run: ``.venv/bin/python tests/bench/bench_can.py [--cycles N]``; ``pkrt bench --only can``.
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_can [--cycles N]``; ``pkrt bench --only can``.
 """
 
 from __future__ import annotations

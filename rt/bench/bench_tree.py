@@ -1,7 +1,7 @@
 """Benchmark: Orthoglide tree tau evaluation vs the exact reduction, and the shipped build.
 
 Prints figures, asserts nothing about time. ``run_tree_bench()`` returns them as a dict (used
-by ``pkrt bench``). Run: ``.venv/bin/python tests/bench/bench_tree.py [--no-build]`` or ``pkrt bench --only tree``.
+by ``pkrt bench``). Run: ``.venv/bin/python -m pkrt.rt.bench.bench_tree [--no-build]``.
 """
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import ExactModel
+from pkrt.rt.config import MACHINES_DIR
 from pkrt.rt.tree import TreeWorkspace, eval_tau_w
 from pkrt.rt.treefile import load_tree
 
-MACHINES = Path(__file__).resolve().parents[2] / "models" / "machines"
+MACHINES = MACHINES_DIR
 
 
-@njit(cache=False)  # run as a script and as tests.bench.bench_tree: one numba cache would serve two module names
+@njit(cache=False)  # run as a script and as pkrt.rt.bench.bench_tree: one numba cache would serve two module names
 def _tau_loop(T, thetas, tds, tdds, H, D, p_ext, tau, work, theta, td, tdd):
     """eval_tau_w over every state; returns a checksum so the work cannot be elided. Each
     state is copied into the preallocated 1-d theta, td, tdd first, as the controller holds

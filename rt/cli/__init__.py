@@ -1,9 +1,12 @@
 """The ``pkrt`` command line.
 
-Each verb lives in its own module, imported only when that verb runs, which exposes
-``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 success, 1 a fault or failed
-check at run time, 2 bad input or usage (``pkrt: error: ...`` on stderr; ``--debug`` shows the
-traceback).
+The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``,
+``hil``, ``log``, ``replay``, ``bench``), imported only when one of its verbs runs; each lists
+its verbs in ``VERBS`` (verb -> (add_arguments(parser), run(args) -> int)). Verb modules parse
+and print; the logic lives in the library modules they call. Errors are classed by cause
+(``pkrt.rt.errors``) and mapped to exit codes here only (``EXIT_CODES``): 0 success, 1 a fault
+at run time or a failed check, 2 bad input or usage, a model that cannot be computed there, an
+output not written (``pkrt: error: ...`` on stderr; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -17,24 +20,42 @@ import traceback
 
 import numpy as np
 
-from .errors import Fault, Stopped, UserError
+from ..errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
+from ..plain import to_jsonable
 
 # verb -> (module, one-line help). Two-word verbs are written "model check".
 COMMANDS: dict[str, tuple[str, str]] = {
-    "model check": ("pkrt.models.commands", "check a machine description: coordinates, constraints, mobility, singularity"),
-    "model eval": ("pkrt.models.commands", "evaluate H, D, p_ext (and h, tau) of a model or a tree"),
-    "build": ("pkrt.models.treecommands", "build a reduced-dynamics tree from a model"),
-    "tree info": ("pkrt.models.treecommands", "show a tree file's header"),
-    "tree verify": ("pkrt.models.treecommands", "compare a tree with the exact model"),
-    "tree plot": ("pkrt.models.treecommands", "plot a tree against the exact model (diagonal, error maps) to PNG"),
-    "run": ("pkrt.rt.runcommand", "run a machine under control (default: the Orthoglide demo on the simulated plant)"),
-    "hil": ("pkrt.hil.command", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
-    "replay": ("pkrt.rt.replaycommand", "replay a logged run and compare"),
-    "log info": ("pkrt.rt.logcommands", "summary of a run log"),
-    "log export": ("pkrt.rt.logcommands", "export a run log as CSV, MCAP or a ROS 2 bag"),
-    "log plot": ("pkrt.rt.logcommands", "plot a run log to PNG"),
-    "bench": ("pkrt.rt.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
+    "model check": ("pkrt.rt.cli.model", "check a machine description: coordinates, constraints, mobility, singularity"),
+    "model eval": ("pkrt.rt.cli.model", "evaluate H, D, p_ext (and h, tau) of a model or a tree"),
+    "build": ("pkrt.rt.cli.tree", "build a reduced-dynamics tree from a model"),
+    "tree info": ("pkrt.rt.cli.tree", "show a tree file's header"),
+    "tree verify": ("pkrt.rt.cli.tree", "compare a tree with the exact model"),
+    "tree plot": ("pkrt.rt.cli.tree", "plot a tree against the exact model (diagonal, error maps) to PNG"),
+    "run": ("pkrt.rt.cli.run", "run a machine under control (default: the Orthoglide demo on the simulated plant)"),
+    "hil": ("pkrt.rt.cli.hil", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
+    "replay": ("pkrt.rt.cli.replay", "replay a logged run and compare"),
+    "log info": ("pkrt.rt.cli.log", "summary of a run log"),
+    "log export": ("pkrt.rt.cli.log", "export a run log as CSV, MCAP or a ROS 2 bag"),
+    "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
+    "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
+
+# The one place errors become exit codes: the first class an error is an instance of decides.
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (Stopped, 1),       # a stop signal ended the run
+    (Fault, 1),         # a fault at run time
+    (CheckFailed, 1),   # a check ran and failed
+    (ModelFailure, 2),  # the model cannot be computed there: the input is the user's to change
+    (OutputError, 2),   # an output was not written
+    (UserError, 2),     # bad input or usage
+)
+ERRORS = tuple(cls for cls, _ in EXIT_CODES)
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code of an error of one of the ``EXIT_CODES`` classes."""
+    return next(code for cls, code in EXIT_CODES if isinstance(error, cls))
+
 
 _NUM = re.compile(r"^-[0-9.]")
 
@@ -88,23 +109,6 @@ def _join_negative_values(argv: list[str]) -> list[str]:
             out.append(a)
             i += 1
     return out
-
-
-def to_jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return to_jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        v = float(x)
-        return v if np.isfinite(v) else None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
 
 
 def emit(result: dict, as_json: bool, text: str | None = None) -> None:
@@ -161,30 +165,30 @@ def main(argv: list[str] | None = None) -> int:
         if verb is None:
             raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
                             f"(try 'pkrt --help')")
-        module = importlib.import_module(COMMANDS[verb][0])
+        add_arguments, run = importlib.import_module(COMMANDS[verb][0]).VERBS[verb]
         parser = _Parser(prog=f"pkrt {verb}", description=COMMANDS[verb][1])
         parser.add_argument("--debug", action="store_true", help="show tracebacks")
-        getattr(module, "add_arguments_" + verb.replace(" ", "_"))(parser)
+        add_arguments(parser)
         # drop the verb words wherever they stood
         rest = list(argv)
         for w in verb.split():
             rest.remove(w)
         args = parser.parse_args(_join_negative_values(rest))
         args.debug = debug
-        return int(getattr(module, "run_" + verb.replace(" ", "_"))(args) or 0)
-    except (UserError, Fault) as e:
-        if debug:
-            traceback.print_exc()
-        print(f"pkrt: error: {e}", file=sys.stderr)
-        return e.exit_code
+        return int(run(args) or 0)
     except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
         print(f"pkrt: error: {e}", file=sys.stderr)
-        return e.exit_code
+        return exit_code(e)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except ERRORS as e:
+        if debug:
+            traceback.print_exc()
+        print(f"pkrt: error: {e}", file=sys.stderr)
+        return exit_code(e)
     except OSError as e:
         # files that cannot be read or written are the user's to fix
         if debug:
@@ -192,6 +196,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pkrt: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

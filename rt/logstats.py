@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from .cli import emit
 from .errors import UserError
+from .flags import FLAG_BITS
 from .logfile import Log, LogFileError, read_log
 from .outputs import atomic_write, check_outputs
 
-FLAG_BITS = {"saturated": 1, "clamped_or_out_of_domain": 2, "overrun": 4, "stale_feedback": 8,
-             "non_finite_torque": 16}
 
 
 # -- statistics ------------------------------------------------------------------------------
-def _cols(a: np.ndarray) -> np.ndarray:
+def columns(a: np.ndarray) -> np.ndarray:
+    """A channel as a 2-D array (n, columns): one column for a scalar channel."""
     return a[:, None] if a.ndim == 1 else a
 
 
@@ -68,7 +66,7 @@ def tracking_stats(log: Log) -> dict:
     ref, pos = log.get("ref_pos"), log.get("pos")
     if ref is None or pos is None or len(pos) == 0:
         return {}
-    e = _cols(ref) - _cols(pos)
+    e = columns(ref) - columns(pos)
     axes = log.axes()
     units = channel_units(log, "pos")
     out = {}
@@ -205,24 +203,24 @@ def _info_text(s: dict, brief: bool = False) -> str:
 
 # -- export ----------------------------------------------------------------------------------
 def loop_cycles(log: Log) -> np.ndarray:
-    """The loop's cycle index of each row, round(t * rate_hz), as the events number them (a
-    real-time loop that overran skips periods, so rows and loop cycles differ); the row's
-    index when the log has no time or rate."""
+    """The loop's cycle index of each row (int64), round(t * rate_hz), as the events number
+    them (a real-time loop that overran skips periods, so rows and loop cycles differ); the
+    row's index when the log has no usable time or rate."""
     rate, t = log.header.get("rate_hz"), log.get("t")
     if (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
             and t is not None and np.all(np.isfinite(t))):
-        return np.rint(t * rate)
-    return log.cycles.astype(float)
+        return np.rint(t * rate).astype(np.int64)
+    return np.asarray(log.cycles, dtype=np.int64)
 
 
 def export_csv(log: Log, out: str) -> list[str]:
     """One row per logged cycle: ``cycle`` (the loop's, as in the events), then every channel
     in log order. Returns the column names."""
     names = ["cycle"]
-    cols = [loop_cycles(log)[:, None]]
+    cols = [loop_cycles(log)[:, None].astype(float)]
     for name in log.channels:
         names += column_names(log, name)
-        cols.append(_cols(log.channels[name]))
+        cols.append(columns(log.channels[name]))
     data = np.hstack(cols) if log.n_cycles else np.zeros((0, len(names)))
     int_cols = {0} | {i for i, n in enumerate(names) if n.split(" ")[0] == "flags"}
     with atomic_write(out, "CSV", newline="") as f:
@@ -241,7 +239,7 @@ def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
     t, p = log.get("t"), log.get(name)
     if t is None or p is None:
         raise LogFileError(f"{log.path}: the log has no '{'t' if t is None else name}' channel")
-    p = _cols(p)
+    p = columns(p)
     bad = ~(np.isfinite(t) & np.all(np.isfinite(p), axis=1))
     if bad.any():  # a faulted run's last row holds the bad reading: the trajectory ends before it
         n = int(np.argmax(bad))
@@ -284,7 +282,7 @@ def plot_log(log: Log, out_path) -> str:
     a = ax[0, 0]
     ref, pos = log.get("ref_pos"), log.get("pos")
     if ref is not None and pos is not None and len(x):
-        e = _cols(ref) - _cols(pos)
+        e = columns(ref) - columns(pos)
         u = channel_units(log, "pos")
         for i in range(e.shape[1]):
             k, unit = (1e3, "m" + u[i]) if u[i] in ("m", "rad") else (1.0, u[i])  # mm, mrad
@@ -298,10 +296,10 @@ def plot_log(log: Log, out_path) -> str:
     tau, tau_m = log.get("tau"), log.get("tau_model")
     if tau is not None and len(x):
         u = channel_units(log, "tau")
-        for i in range(_cols(tau).shape[1]):
-            line, = a.plot(x, _cols(tau)[:, i], lw=1, label=f"tau {axes[i] if i < len(axes) else i} [{u[i]}]")
+        for i in range(columns(tau).shape[1]):
+            line, = a.plot(x, columns(tau)[:, i], lw=1, label=f"tau {axes[i] if i < len(axes) else i} [{u[i]}]")
             if tau_m is not None:
-                a.plot(x, _cols(tau_m)[:, i], lw=1, ls="--", color=line.get_color(), alpha=0.7)
+                a.plot(x, columns(tau_m)[:, i], lw=1, ls="--", color=line.get_color(), alpha=0.7)
         a.legend(loc="upper right", title="solid: commanded, dashed: model" if tau_m is not None else None)
     a.set_title("actuator torques / forces")
     a.set_xlabel(xlabel)
@@ -346,86 +344,3 @@ def plot_log(log: Log, out_path) -> str:
     finally:
         plt.close(fig)
     return str(out_path)
-
-
-# -- CLI -------------------------------------------------------------------------------------
-def add_arguments_log_info(p) -> None:
-    p.add_argument("log", help="run log file")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def warn_problems(log: Log) -> None:
-    """One line on stderr saying what reading the log skipped or dropped, if anything."""
-    text = log.problem_text()
-    if text:
-        print(f"pkrt: warning: {log.path}: read to the last good record; {text}", file=sys.stderr)
-
-
-def run_log_info(args) -> int:
-    log = read_log(args.log)
-    s = log_summary(log)
-    emit(s, args.json, _info_text(s))
-    return 0
-
-
-def add_arguments_log_export(p) -> None:
-    p.add_argument("log", help="run log file")
-    p.add_argument("--csv", metavar="OUT", help="write every cycle as CSV (columns 'name_axis [unit]')")
-    p.add_argument("--traj", metavar="OUT", help="write a trajectory CSV that 'pkrt run --traj' accepts")
-    p.add_argument("--measured", action="store_true", help="--traj from measured positions, not the reference")
-    p.add_argument("--mcap", metavar="OUT.mcap", help="write every cycle as MCAP (JSON channels, for Foxglove/PlotJuggler)")
-    p.add_argument("--ros2", metavar="OUT_DIR", help="write a ROS 2 bag (MCAP storage, sensor_msgs/JointState)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def run_log_export(args) -> int:
-    if not (args.csv or args.traj or args.mcap or args.ros2):
-        raise UserError("log export: give --csv OUT and/or --traj OUT, --mcap OUT.mcap, --ros2 OUT_DIR")
-    check_outputs({"--csv": args.csv, "--traj": args.traj, "--mcap": args.mcap}, {"log being exported": args.log})
-    log = read_log(args.log)
-    warn_problems(log)
-    result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated,
-                    "problems": log.problems}
-    if args.csv:
-        result["csv"] = {"path": args.csv, "columns": export_csv(log, args.csv)}
-    if args.traj:
-        result["traj"] = {"path": args.traj, "columns": export_trajectory(log, args.traj, args.measured),
-                          "source": "pos" if args.measured else "ref_pos"}
-    if args.mcap:
-        from .mcapexport import export_mcap
-
-        result["mcap"] = export_mcap(log, args.mcap)
-    if args.ros2:
-        from .rosbag import export_ros2
-
-        result["ros2"] = export_ros2(log, args.ros2)
-    text = "\n".join(f"wrote {v['path']} ({log.n_cycles} rows, {len(v['columns'])} columns)"
-                     for k, v in result.items() if k in ("csv", "traj"))
-    text = "\n".join([text] * bool(text) + [f"wrote {v['path']} ({v['messages']} messages on {len(v['topics'])} topics)"
-                                             for k, v in result.items() if k in ("mcap", "ros2")])
-    if args.mcap or args.ros2:
-        from .mcapexport import damage_note
-
-        note = damage_note(log)
-        result["note"] = note
-        text += f"\n{note}" if note else ""
-    emit(result, args.json, text)
-    return 0
-
-
-def add_arguments_log_plot(p) -> None:
-    p.add_argument("log", help="run log file")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def run_log_plot(args) -> int:
-    check_outputs({"-o": args.output}, {"log being plotted": args.log})
-    log = read_log(args.log)
-    warn_problems(log)
-    if log.n_cycles == 0:
-        raise LogFileError(f"{log.path}: the log holds no complete block of cycles; nothing to plot")
-    out = plot_log(log, args.output)
-    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX), "problems": log.problems}, args.json,
-         f"wrote {out}")
-    return 0

@@ -1,7 +1,7 @@
 """Run logs and telemetry: per-cycle cost on the loop's thread, writer throughput, read speed,
 and whether the background writer disturbs a 1 kHz sleep-then-spin loop. Figures only.
 
-Run: ``.venv/bin/python -m tests.bench.bench_logs`` (about 15 s).
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_logs`` (about 15 s).
 """
 
 from __future__ import annotations

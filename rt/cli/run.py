@@ -8,15 +8,15 @@ import dataclasses
 import math
 from pathlib import Path
 
-from .cli import emit, positive_number
-from .config import load_machine
-from .errors import UserError
-from .outputs import check_outputs
+from . import emit, positive_number
+from ..config import load_machine
+from ..errors import OutputError, UserError
+from ..outputs import check_outputs
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 
 
-def add_arguments_run(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
     p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z) or ROS 2 bag "
@@ -71,12 +71,12 @@ def _inject(drives, spec: str, rate: float):
     return None
 
 
-def run_run(args) -> int:
+def run(args) -> int:
     from pkrt.drivers import open_drives
 
-    from .rosbag import is_bag
-    from .run import check_run, load_controller_tree, run_inputs, run_session, tree_axes
-    from .telemetry import Fanout
+    from ..rosbag import is_bag
+    from ..run import check_run, load_controller_tree, run_inputs, run_session, tree_axes
+    from ..telemetry import Fanout
 
     config = load_machine(args.machine)
     if args.rate is not None:
@@ -97,15 +97,15 @@ def run_run(args) -> int:
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
         hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
         if args.telemetry:
-            from .telemetry import Telemetry
+            from ..telemetry import Telemetry
 
             host, _, port = args.telemetry.rpartition(":")
             if not host or not (port.isascii() and port.isdigit()):
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
             telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
         if args.foxglove:
-            from .foxglovelive import FoxgloveLive, announce, parse_address
-            from .run import channel_list
+            from ..foxglovelive import FoxgloveLive, announce, parse_address
+            from ..run import channel_list
 
             axes, units = tree_axes(tree)
             live = FoxgloveLive(*parse_address(args.foxglove), args.telemetry_rate, axes,
@@ -114,7 +114,7 @@ def run_run(args) -> int:
         sinks = [x for x in (telemetry, live) if x is not None]
         traj = args.traj
         if args.traj and is_bag(args.traj):
-            from .rosbag import DEFAULT_TOPIC, trajectory_from_bag
+            from ..rosbag import DEFAULT_TOPIC, trajectory_from_bag
 
             traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
         elif args.topic:
@@ -135,18 +135,18 @@ def run_run(args) -> int:
         summary["foxglove"] = live.stats()
     if log:
         try:
-            from .logcommands import plot_log
-            from .logfile import read_log
+            from ..logstats import plot_log
+            from ..logfile import read_log
 
             plot_log(read_log(log), plot)
             summary["plot"] = plot
-        except (ImportError, OSError, UserError) as e:
+        except (ImportError, OSError, UserError, OutputError) as e:
             summary["plot"] = None
             summary["plot_error"] = str(e)
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):
-        raise UserError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
+        raise OutputError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
                                               f"plot not written: {summary['plot_error']}") if x))
     return 0
 
@@ -178,3 +178,6 @@ def _text(r: dict) -> str:
             lines.append(f"  plot not written: {r['plot_error']}")
     lines.append(f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults")
     return "\n".join(lines)
+
+
+VERBS = {"run": (add_arguments, run)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from pkrt.rt.cli import emit, positive_number
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import CheckFailed, Fault, UserError
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
@@ -41,11 +41,11 @@ def run_hil(args) -> int:
     if args.log:
         kw["log_path"] = args.log
     if args.bus == "can":
-        from .can_hil import run_can_hil as run
+        from pkrt.hil.can_hil import run_can_hil as run
         machine = args.machine or "orthoglide-can"
         kw["interface"] = args.interface or "udp_multicast"
     else:
-        from .serial_hil import run_serial_hil as run
+        from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
     r = run(machine, **kw)
     rms, mx = r.get("rms_error"), r.get("max_error")
@@ -62,15 +62,18 @@ def run_hil(args) -> int:
     if r.get("fault") and not args.fault:
         raise Fault(f"HIL run stopped at cycle {r.get('fault_cycle')}: {r['fault']}")
     if args.fault and not r.get("fault") and r.get("injected_cycle") is None:
-        raise Fault(f"fault '{args.fault}' was never injected: the run ended after {r.get('cycles')} cycles, "
+        raise CheckFailed(f"fault '{args.fault}' was never injected: the run ended after {r.get('cycles')} cycles, "
                     f"before the emulator's injection time ([emulator] inject_after); give a longer --duration")
     if args.fault and not r.get("fault"):
-        raise Fault(f"injected fault '{args.fault}' was not detected")
+        raise CheckFailed(f"injected fault '{args.fault}' was not detected")
     if args.fault:
         off, at, inj = r.get("torque_off_cycle"), r.get("fault_cycle"), r.get("injected_cycle")
         if at is not None and (inj is None or at < inj):
-            raise Fault(f"the run stopped at cycle {at}, before the injected fault '{args.fault}': {r['fault']}")
+            raise CheckFailed(f"the run stopped at cycle {at}, before the injected fault '{args.fault}': {r['fault']}")
         if off is None or at is None or off - at > 3:
-            raise Fault(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
+            raise CheckFailed(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
                         f"(fault cycle {at}, torque off cycle {off})")
     return 0
+
+
+VERBS = {"hil": (add_arguments_hil, run_hil)}

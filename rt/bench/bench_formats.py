@@ -8,7 +8,7 @@
   reference (alternating, 3 rounds each; medians), compute and wake-latency p99, and
   the per-call cost of the telemetry hook (idle: no client; staging a row: client subscribed).
 
-Run: ``.venv/bin/python -m tests.bench.bench_formats`` or ``pkrt bench --only formats``
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_formats`` or ``pkrt bench --only formats``
 (about a minute).
 """
 
@@ -32,7 +32,7 @@ def _size(path: Path) -> int:
 
 
 def export_figures(log, tmp: Path, repeats: int = 3) -> dict:
-    from pkrt.rt.logcommands import export_csv
+    from pkrt.rt.logstats import export_csv
     from pkrt.rt.mcapexport import export_mcap
     from pkrt.rt.rosbag import export_ros2
 

@@ -10,7 +10,7 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
   emulator        the emulator's own handling of one Sync Read + Sync Write (plant step
                   included), in this process, for reference.
 
-Run: ``.venv/bin/python tests/bench/bench_serial.py [--cycles N]``; ``pkrt bench --only serial``.
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_serial [--cycles N]``; ``pkrt bench --only serial``.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import CheckFailed, UserError
 from pkrt.rt.outputs import check_outputs
-from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree, tree_bytes
+from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree
 
-from .description import resolve_model_path
-from .mechanism import load_mechanism
+from pkrt.models.description import resolve_model_path
+from pkrt.models.mechanism import load_mechanism
 
 
 def _fmt(x) -> str:
@@ -61,7 +61,7 @@ DEFAULT_TOL = 0.005
 
 
 def run_build(args) -> int:
-    from .treebuild import DEFAULT_MAX_BYTES, BuildError, BuildSettings, build_tree
+    from pkrt.models.treebuild import DEFAULT_MAX_BYTES, BuildError, BuildSettings, build_tree
     mech = load_mechanism(args.model)
     tol = args.tol if args.tol is not None or args.boxes is not None else DEFAULT_TOL
     out = Path(args.output)
@@ -84,7 +84,7 @@ def run_build(args) -> int:
     else:
         tree, stats = build_tree(mech, settings(args.kind), jobs=args.jobs)
     if tree.kind_name == "boxes" and not tree.leaf_ok.any():
-        raise Fault(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
+        raise CheckFailed(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
                     f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
                     f"{out} not written")
     save_tree(tree, out)
@@ -115,33 +115,9 @@ def add_arguments_tree_info(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def tree_summary(tree) -> dict:
-    h = tree.header
-    data = tree_bytes(tree)
-    cells = ({"grid_points": tree.grid_points} if tree.kind_name == "spline" else
-             {"nodes": int(len(tree.node_dim)), "leaves": tree.n_leaves,
-              "leaves_out_of_domain": int((tree.leaf_ok == 0).sum()), "depth": _depth(tree)})
-    return {
-        "model": h["model"], "actuators": h["actuators"], "s": tree.s, "kind": tree.kind_name,
-        **cells, "array_bytes": tree.nbytes, "file_bytes": len(data),
-        "outputs": h["outputs"], "output_scale": h["output_scale"],
-        "build": h["build"], "verification": h["verification"],
-        "software": h.get("software"),  # None in trees built before versions were recorded
-    }
-
-
-def _depth(tree) -> int:
-    """Longest root-to-leaf path (the loader guarantees a proper tree)."""
-    deepest, stack = 0, [(0, 0)]
-    while stack:
-        n, d = stack.pop()
-        deepest = max(deepest, d)
-        if tree.node_dim[n] >= 0:
-            stack += [(int(tree.node_child[n, 0]), d + 1), (int(tree.node_child[n, 1]), d + 1)]
-    return deepest
-
-
 def run_tree_info(args) -> int:
+    from pkrt.models.reports import tree_summary
+
     tree = load_tree(args.tree)
     r = tree_summary(tree)
     a = r["actuators"]
@@ -172,7 +148,7 @@ def run_tree_info(args) -> int:
 # -- pkrt tree verify ---------------------------------------------------------------------------
 
 def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
-    from .treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
+    from pkrt.models.treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
@@ -238,7 +214,7 @@ def verify_text(path: str, model: str, r: dict) -> str:
 
 
 def run_tree_verify(args) -> int:
-    from .treeverify import verify_tree
+    from pkrt.models.treeverify import verify_tree
     tree = load_tree(args.tree)
     model = args.model or tree.header["model"]["name"]
     mech = load_mechanism(model)
@@ -256,7 +232,7 @@ def run_tree_verify(args) -> int:
     r["passed"] = not failed
     emit(r, args.json, verify_text(args.tree, mech.name, r))
     if failed:
-        raise Fault("verification failed: " + "; ".join(failed))
+        raise CheckFailed("verification failed: " + "; ".join(failed))
     return 0
 
 
@@ -292,7 +268,7 @@ def _check_output(out: Path, inputs: list[str]) -> None:
 
 
 def run_tree_plot(args) -> int:
-    from .treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
+    from pkrt.models.treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
     if args.points > 10 ** 6 or args.grid > 1000:
         raise UserError("--points must be at most 10^6 and --grid at most 1000")
     tree = load_tree(args.tree)
@@ -310,3 +286,8 @@ def run_tree_plot(args) -> int:
                        f"{_fmt(summary['diagonal_max_rel_coef_error'])}"
                        + (f"; error maps: {slices}" if slices else ""))
     return 0
+
+
+VERBS = {"build": (add_arguments_build, run_build), "tree info": (add_arguments_tree_info, run_tree_info),
+         "tree verify": (add_arguments_tree_verify, run_tree_verify),
+         "tree plot": (add_arguments_tree_plot, run_tree_plot)}

@@ -31,14 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli import emit
-from .errors import Fault, UserError
+from .errors import UserError
+from .friction import V_EPS
 from .logfile import Log, LogFileError, read_log
+from .logstats import columns, loop_cycles
 from .outputs import check_outputs
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
                   "quantization", "delay_cycles", "seed")
-V_EPS = 1e-3  # m/s or rad/s: Coulomb friction smoothing, as in the controller and the plant
 
 
 # -- shared ----------------------------------------------------------------------------------
@@ -48,10 +48,6 @@ def _need(log: Log, *names: str) -> None:
         raise LogFileError(f"{log.path}: the log has no {', '.join(repr(m) for m in missing)} channel")
     if log.n_cycles < 2:
         raise LogFileError(f"{log.path}: the log holds {log.n_cycles} cycle(s); nothing to replay")
-
-
-def _cols(a: np.ndarray) -> np.ndarray:
-    return a[:, None] if a.ndim == 1 else a
 
 
 def log_rate(log: Log) -> float:
@@ -89,26 +85,26 @@ def machine_for_log(log: Log, machine: str | None):
 def _contiguous(log: Log) -> bool:
     """True when no loop period is missing between the rows (a real-time loop skips periods
     after an overrun; its rows then have gaps in loop time)."""
-    k = loop_index(log)
+    k = loop_cycles(log)
     return len(k) > 0 and k[-1] - k[0] == len(k) - 1
 
 
 def reference_from_log(log: Log, rate_hz: float):
     """The logged reference as a ``Planned`` at rate_hz, and whether it is sample-exact."""
-    from .trajectory import Planned
+    from .plan import Planned
 
     _need(log, "t", "ref_pos")
     desc = {"kind": "replay", "log": log.path, "original": log.header.get("trajectory")}
     have_all = "ref_vel" in log.channels and "ref_acc" in log.channels
     if have_all and _contiguous(log) and abs(log_rate(log) - rate_hz) < 1e-9:
-        p, v, a = (np.ascontiguousarray(_cols(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
+        p, v, a = (np.ascontiguousarray(columns(log.channels[n])) for n in ("ref_pos", "ref_vel", "ref_acc"))
         return Planned(rate_hz, p.copy(), v.copy(), a.copy(), desc), True
-    if have_all and abs(log_rate(log) - rate_hz) < 1e-9 and np.all(np.diff(loop_index(log)) >= 1):
+    if have_all and abs(log_rate(log) - rate_hz) < 1e-9 and np.all(np.diff(loop_cycles(log)) >= 1):
         return _fill_gaps(log, rate_hz, desc), False
     from scipy.interpolate import CubicSpline
 
     t = log.channels["t"] - log.channels["t"][0]
-    sp = CubicSpline(t, _cols(log.channels["ref_pos"]), bc_type="not-a-knot" if len(t) > 3 else "natural")
+    sp = CubicSpline(t, columns(log.channels["ref_pos"]), bc_type="not-a-knot" if len(t) > 3 else "natural")
     tt = np.arange(int(math.floor(t[-1] * rate_hz + 1e-9)) + 1) / rate_hz
     return Planned(rate_hz, sp(tt), sp(tt, 1), sp(tt, 2), desc), False
 
@@ -117,11 +113,11 @@ def _fill_gaps(log: Log, rate_hz: float, desc: dict):
     """The logged reference at every loop cycle from the first row to the last: logged rows
     as they are, skipped periods filled by quintic Hermite segments through the position,
     velocity and acceleration at both ends (continuous to the second derivative)."""
-    from .trajectory import Planned
+    from .plan import Planned
 
-    k = loop_index(log)
+    k = loop_cycles(log)
     k = k - k[0]
-    p, v, a = (_cols(log.channels[n]) for n in ("ref_pos", "ref_vel", "ref_acc"))
+    p, v, a = (columns(log.channels[n]) for n in ("ref_pos", "ref_vel", "ref_acc"))
     n = int(k[-1]) + 1
     P, V, A = (np.empty((n, p.shape[1])) for _ in range(3))
     P[k], V[k], A[k] = p, v, a
@@ -163,15 +159,6 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
     return out
 
 
-def loop_index(log: Log) -> np.ndarray:
-    """The loop's cycle index of each row, round(t * rate_hz) (rows skip it where a real-time
-    loop skipped periods); the row's cycle index when the log has no time or rate."""
-    rate, t = log.header.get("rate_hz"), log.channels.get("t")
-    if isinstance(rate, (int, float)) and rate > 0 and t is not None:
-        return np.rint(t * rate).astype(np.int64)
-    return log.cycles
-
-
 def first_fault_cycle(log: Log) -> int | None:
     """The loop cycle of the log's first fault event, or None."""
     ks = [e["cycle"] for e in log.events if "fault" in str(e.get("kind")) and isinstance(e.get("cycle"), int)]
@@ -183,7 +170,7 @@ def compare_logs(orig: Log, new: Log, offset: int = 0) -> dict:
     loop cycles both logs hold, before the first fault of either (a fault row holds the bad
     reading and a torque of 0). ``offset``: the original's loop cycle of the new log's cycle 0
     (a replay starts at the original's first logged row)."""
-    ko, kn = loop_index(orig), loop_index(new) + offset
+    ko, kn = loop_cycles(orig), loop_cycles(new) + offset
     fn = first_fault_cycle(new)
     stops = [c for c in (first_fault_cycle(orig), None if fn is None else fn + offset) if c is not None]
     if stops:
@@ -198,7 +185,7 @@ def compare_logs(orig: Log, new: Log, offset: int = 0) -> dict:
     diffs = {}
     for name in ("pos", "tau", "tau_model"):
         if name in orig.channels and name in new.channels:
-            diffs[name] = _cols(new.channels[name])[j] - _cols(orig.channels[name])[i]
+            diffs[name] = columns(new.channels[name])[j] - columns(orig.channels[name])[i]
     s = next(iter(diffs.values())).shape[1] if diffs else 0
     for k in range(s):
         ax = axes[k] if len(axes) == s else str(k)
@@ -266,7 +253,7 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
         "same_tree": (tree_hash == log.header.get("tree_hash")) if tree_hash and log.header.get("tree_hash") else None,
         "original": {k: orig_sum.get(k) for k in ("cycles", "rms_error", "max_error", "fault")},
         "replay": {k: summary.get(k) for k in ("cycles", "rms_error", "max_error", "fault", "overruns")},
-        "difference": compare_logs(log, new, int(loop_index(log)[0])),
+        "difference": compare_logs(log, new, int(loop_cycles(log)[0])),
         "replay_log": out_log,
     }
 
@@ -325,7 +312,7 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
     same_tree = None
     if isinstance(log.header.get("tree_hash"), str):
         same_tree = hashlib.sha256(Path(tree_path).read_bytes()).hexdigest() == log.header["tree_hash"]
-    pos, tau = _cols(log.channels["pos"]), _cols(log.channels["tau"])
+    pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
     if pos.shape[1] != tree.s:
         raise UserError(f"{tree_path}: the tree has {tree.s} actuators, the log {pos.shape[1]}")
     window = default_window(rate) if window is None else window
@@ -393,94 +380,3 @@ def offline(log: Log, *, machine: str | None = None, tree_path: str | None = Non
                               "max_rel_coef_error": ver.get("max_rel_coef_error")},
         "residual": per_axis,
     }
-
-
-# -- CLI -------------------------------------------------------------------------------------
-def add_arguments_replay(p) -> None:
-    p.add_argument("log", help="run log file, or with --offline a ROS 2 bag (directory or .mcap) of JointState")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--lockstep", action="store_true", help="virtual clock (default: as the log was run)")
-    mode.add_argument("--realtime", action="store_true", help="real-time loop")
-    mode.add_argument("--offline", action="store_true",
-                      help="no run: model torques at the logged states vs the logged torques")
-    p.add_argument("--machine", metavar="M", help="machine configuration (default: the log's)")
-    p.add_argument("--mass-scale", type=float, metavar="K", help="simulated plant's masses times K")
-    p.add_argument("--controller", choices=("ct", "pd"), help="controller (default: the log's)")
-    p.add_argument("--log", dest="out_log", metavar="FILE", help="keep the replay's own log here")
-    p.add_argument("--tree", metavar="TREE", help="--offline: model tree (default: the machine's controller tree)")
-    p.add_argument("--window", type=int, metavar="N", help="--offline: Savitzky-Golay window in samples "
-                                                           "(odd; default about 21 ms)")
-    p.add_argument("--topic", help="--offline of a bag: the JointState topic (default: /joint_states)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _text(r: dict) -> str:
-    if r["mode"] == "offline":
-        f = r["filter"]
-        L = [f"offline model check of {r['log']} with tree {r['tree']}",
-             f"derivatives: {f['kind']}, window {f['window']} samples ({f['window_s'] * 1e3:.1f} ms), "
-             f"order {f['polyorder']}, -3 dB at {f['cutoff_hz']:.1f} Hz; {r['cycles_used']} cycles used",
-             "residual tau - tau_model per axis:"]
-        for ax, v in r["residual"].items():
-            ff = v["friction_fit"]
-            L.append(f"  {ax:<6} rms {v['rms']:.4g}  max {v['max']:.4g}  mean {v['mean']:.4g} {v['unit']}"
-                     f"   (max |tau| {v['max_abs_tau']:.4g}); friction fit: viscous {ff['viscous']:.4g}, "
-                     f"coulomb {ff['coulomb']:.4g}, offset {ff['offset']:.4g} -> rms {ff['rms_after']:.4g}")
-        te = r["tree_stated_error"]
-        if te.get("max_rel_tau_error") is not None:
-            L.append(f"tree's stated max relative tau error: {te['max_rel_tau_error']:.3g}")
-        return "\n".join(L)
-    d = r["difference"]
-    L = [f"replay of {r['log']} ({r['mode']}) on {r['machine']}, controller {r['controller']}",
-         f"reference: {r['reference']['cycles']} cycles, {r['reference']['source']}; plant overrides "
-         f"{r['plant_overrides'] or 'none'}",
-         f"original: rms error {r['original']['rms_error']}, fault {r['original']['fault']}",
-         f"replay:   rms error {r['replay']['rms_error']}, fault {r['replay']['fault']}, "
-         f"overruns {r['replay']['overruns']}"]
-    if r["same_tree"] is False:
-        L.append("note: the machine's tree file is not the one the log was run with (hash differs)")
-    L.append(f"difference over {d['cycles_compared']} cycles (replay - original):")
-    for ax, v in d["axes"].items():
-        L.append(f"  {ax:<6} pos rms {v['pos_rms']:.4g} max {v['pos_max']:.4g} {v['pos_unit']}   "
-                 f"tau rms {v['tau_rms']:.4g} max {v['tau_max']:.4g} {v['tau_unit']}")
-    if "identical_torques" in d:
-        L.append("commanded torques identical" if d["identical_torques"] else "commanded torques differ")
-    return "\n".join(L)
-
-
-def run_replay(args) -> int:
-    from .rosbag import DEFAULT_TOPIC, is_bag, offline_bag
-
-    if is_bag(args.log):
-        if not args.offline:
-            raise UserError(f"{args.log}: a ROS 2 bag replays --offline only (to run its trajectory: "
-                            f"pkrt run --traj {args.log})")
-        if args.mass_scale is not None or args.out_log or args.controller:
-            raise UserError("--offline takes no --mass-scale, --log or --controller (nothing runs)")
-        r = offline_bag(args.log, machine=args.machine, tree_path=args.tree, window=args.window,
-                        topic=args.topic or DEFAULT_TOPIC)
-        emit(r, args.json, _text(r))
-        return 0
-    if args.topic:
-        raise UserError("--topic applies to a ROS 2 bag replayed --offline")
-    from .logcommands import warn_problems
-
-    log = read_log(args.log)
-    warn_problems(log)
-    if args.offline:
-        if args.mass_scale is not None or args.out_log or args.controller:
-            raise UserError("--offline takes no --mass-scale, --log or --controller (nothing runs)")
-        r = offline(log, machine=args.machine, tree_path=args.tree, window=args.window)
-        emit(r, args.json, _text(r))
-        return 0
-    if args.tree or args.window:
-        raise UserError("--tree and --window apply to --offline only")
-    if args.out_log:
-        check_outputs({"--log": args.out_log}, {"log being replayed": args.log})
-    lockstep = True if args.lockstep else False if args.realtime else None
-    r = replay(log, machine=args.machine, lockstep=lockstep, mass_scale=args.mass_scale,
-               controller=args.controller, out_log=args.out_log)
-    emit(r, args.json, _text(r))
-    if r["replay"]["fault"]:
-        raise Fault(f"the replay stopped on a fault: {r['replay']['fault']}")
-    return 0

@@ -3,7 +3,7 @@ shipped controller tree beside the paper's uniform 8^3 quadratic boxes (the tree
 before), same run, same plant (the shipped plant tree), nominal and 10 % heavier plant.
 
 Prints figures, asserts nothing. ``run_tracking_bench()`` returns them as a dict (used by
-``pkrt bench --only tracking``). Run: ``.venv/bin/python tests/bench/bench_tracking.py``.
+``pkrt bench --only tracking``). Run: ``.venv/bin/python -m pkrt.rt.bench.bench_tracking``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from pkrt.rt.cli import emit, vector
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import CheckFailed, UserError
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
@@ -17,31 +17,12 @@ def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
 
 
 def run_model_check(args) -> int:
-    from .mechanism import load_mechanism
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.reports import check_report
 
     mech = load_mechanism(args.model)
-    cfg = mech.ref_config
-    sigma = mech.singularity_measure(cfg, mech.theta_ref)
-    r = {
-        "model": mech.name,
-        "file": mech.description.path,
-        "content_hash": mech.content_hash,
-        "bodies": mech.n_bodies,
-        "joints": len(mech.description.joints),
-        "coordinates": mech.n_coords,
-        "constraints": mech.n_joint_rows,
-        "redundant_constraints": mech.n_redundant,
-        "independent_constraints": len(mech.independent) - len(mech.idle),
-        "idle_freedoms": len(mech.idle),
-        "idle": [{"body": f.body, "axis": f.axis} for f in mech.idle],
-        "mobility": mech.n_coords - len(mech.independent),
-        "actuators": [{"name": a.name, "joint": a.joint, "unit": a.unit, "range": list(a.range)}
-                      for a in mech.description.actuators],
-        "reference_theta": mech.theta_ref,
-        "singularity_measure": sigma,
-        "singular_threshold": mech.description.singular_threshold,
-        "tool": _tool_report(mech),
-    }
+    r = check_report(mech)
+    sigma = r["singularity_measure"]
     acts = ", ".join(f"{a['name']} ({a['joint']}, [{a['range'][0]:g}, {a['range'][1]:g}] {a['unit']})"
                      for a in r["actuators"])
     text = (f"model {mech.name} ({mech.description.path})\n"
@@ -56,17 +37,6 @@ def run_model_check(args) -> int:
             f"  ok")
     emit(r, args.json, text)
     return 0
-
-
-def _tool_report(mech) -> dict | None:
-    """The tool and its pose at the reference assembly (task coordinates, m and rad)."""
-    tool = mech.description.tool
-    if tool is None:
-        return None
-    from .taskspace import tool_pose
-
-    return {"body": tool.body, "point": tool.point, "coordinates": list(tool.coordinates),
-            "reference_pose": tool_pose(mech, mech.ref_config)}
 
 
 def _idle_text(mech) -> str:
@@ -119,10 +89,10 @@ def run_model_eval(args) -> int:
             # The values there are not trustworthy; report the condition, exit 1.
             if args.json:
                 emit({"error": warn, "theta": theta}, True)
-            raise Fault(warn)
+            raise CheckFailed(warn)
     else:
-        from .mechanism import load_mechanism
-        from .reduction import ExactModel
+        from pkrt.models.mechanism import load_mechanism
+        from pkrt.models.reduction import ExactModel
 
         mech = load_mechanism(args.model)
         s = mech.n_act
@@ -138,7 +108,7 @@ def run_model_eval(args) -> int:
         red = ExactModel(mech)(theta)
         H, D, p_ext = red.H, red.D, red.p_ext
         source = {"model": mech.name}
-    from .reduction import quadratic_velocities
+    from pkrt.models.reduction import quadratic_velocities
 
     r = {**source, "theta": theta, "H": H, "D": D, "p_ext": p_ext}
     if warn:
@@ -162,3 +132,7 @@ def _check(v: np.ndarray, s: int, name: str) -> np.ndarray:
     if not np.all(np.isfinite(v)):
         raise UserError(f"{name}: values must be finite")
     return v
+
+
+VERBS = {"model check": (add_arguments_model_check, run_model_check),
+         "model eval": (add_arguments_model_eval, run_model_eval)}

@@ -1,7 +1,7 @@
 """Benchmark: one exact reduction (assembly + reduce_at) of the Orthoglide, medians; and of
 every shipped machine, p50 and p99.
 
-Run: ``.venv/bin/python tests/bench/bench_reduction.py``. Prints figures; asserts nothing.
+Run: ``.venv/bin/python -m pkrt.rt.bench.bench_reduction``. Prints figures; asserts nothing.
 
 - ``warm_nearby_ms``: assemble at theta from the solution at a nearby theta (|dtheta| = 2 mm
   per axis, the spacing of a tree's sample points) and reduce; the tree builder's case.

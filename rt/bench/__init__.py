@@ -1,0 +1,30 @@
+"""Benchmarks (``pkrt bench``): figures, not assertions. Each section runs in this process, side
+by side, and reports medians; ratios are taken within the same run.
+
+Sections: ``reduction`` (exact reduction of every shipped machine), ``tree`` (tree tau
+evaluation, jitted loop along the demo and at random states, one Python call, beside the 8^3
+boxes, against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
+computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal and
+10 % heavier), ``loop`` (real-time 1 kHz run with a log: compute time split into drives,
+controller and loop overhead, overruns, wake latency beside a bare sleep-then-spin loop;
+lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
+the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
+cycle for 3 drives, emulator cost, a HIL pass), ``can_udp`` (round trip to the CiA 402 emulator
+in its own process over udp_multicast, without and with SCHED_FIFO), ``safestop`` (SIGKILL to
+``pkrt run`` -> torque off in the emulated drives).
+"""
+
+from __future__ import annotations
+
+SECTIONS = {
+    "reduction": ("pkrt.rt.bench.bench_reduction", "run_reduction_bench"),
+    "tree": ("pkrt.rt.bench.bench_tree", "run_tree_bench"),
+    "tracking": ("pkrt.rt.bench.bench_tracking", "run_tracking_bench"),
+    "loop": ("pkrt.rt.bench.bench_loop", "run_loop_bench"),
+    "logs": ("pkrt.rt.bench.bench_logs", "run_logs_bench"),
+    "formats": ("pkrt.rt.bench.bench_formats", "run_formats_bench"),
+    "can": ("pkrt.rt.bench.bench_can", "run_can_bench"),
+    "serial": ("pkrt.rt.bench.bench_serial", "run_serial_bench"),
+    "can_udp": ("pkrt.rt.bench.bench_can", "run_can_udp_bench"),
+    "safestop": ("pkrt.rt.bench.bench_safestop", "run_safestop_bench"),
+}

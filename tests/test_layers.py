@@ -1,0 +1,118 @@
+"""The layers of design.md ("Layout") hold: the import-linter contracts in .importlinter pass,
+every runtime module is placed in a layer, ``pkrt run`` on the simulated plant loads no
+``pkrt.models`` module, and ``pkrt bench`` runs from a wheel installed outside the source tree."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("rt", "models", "drivers", "hil")
+
+
+def _contracts() -> configparser.ConfigParser:
+    c = configparser.ConfigParser()
+    c.read(ROOT / ".importlinter")
+    return c
+
+
+def _modules(c: configparser.ConfigParser, contract: str, key: str) -> set[str]:
+    return set(c[f"importlinter:contract:{contract}"][key].split())
+
+
+def test_import_contracts_pass(tmp_path):
+    # grimp scans a package on disk; the editable install maps pkrt.* to four folders, so
+    # lay them out as one package (symbolic links) the way a wheel installs them
+    (tmp_path / "pkrt").mkdir()
+    for name in PACKAGES:
+        (tmp_path / "pkrt" / name).symlink_to(ROOT / name)
+    lint = Path(sys.executable).parent / "lint-imports"
+    r = subprocess.run([str(lint), "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    n = len([s for s in _contracts().sections() if s.startswith("importlinter:contract:")])
+    assert f"Contracts: {n} kept, 0 broken." in r.stdout
+
+
+def test_every_rt_module_has_a_layer():
+    c = _contracts()
+    core = _modules(c, "core", "source_modules")
+    runtime = _modules(c, "runtime", "source_modules")
+    assert not core & runtime
+    top = {"pkrt.rt.cli", "pkrt.rt.bench"}  # layer 6: may import everything
+    have = {f"pkrt.rt.{p.stem}" for p in (ROOT / "rt").glob("*.py") if p.stem != "__init__"}
+    have |= {f"pkrt.rt.{p.parent.name}" for p in (ROOT / "rt").glob("*/__init__.py")}
+    assert have == core | runtime | top, "place new modules of rt/ in a layer in .importlinter"
+    # every module the core and the runtime must not reach is listed where it is forbidden
+    assert _modules(c, "core", "forbidden_modules") >= runtime | top
+    assert _modules(c, "drivers", "forbidden_modules") >= runtime | top | {"pkrt.models", "pkrt.hil"}
+    assert _modules(c, "models", "forbidden_modules") >= runtime | top | {"pkrt.drivers", "pkrt.hil"}
+
+
+PROBE = """
+import sys
+from pkrt.rt.cli import main
+code = main(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.startswith("pkrt."))
+print(json.dumps({"code": code, "loaded": loaded}))
+"""
+
+
+def test_run_on_the_simulated_plant_imports_no_models():
+    r = subprocess.run([sys.executable, "-c", "import json\n" + PROBE, "run", "--lockstep", "--no-log",
+                        "--duration", "0.2", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0, r.stderr
+    assert "pkrt.rt.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
+    assert [m for m in out["loaded"] if m.startswith("pkrt.models")] == []
+
+
+def test_model_verbs_do_import_models():
+    """The probe sees imports: an offline verb loads pkrt.models."""
+    r = subprocess.run([sys.executable, "-c", "import json\n" + PROBE, "model", "check", "fourbar", "--json"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["code"] == 0, r.stderr
+    assert "pkrt.models.mechanism" in out["loaded"]
+
+
+@pytest.mark.slow
+def test_bench_runs_from_a_wheel_outside_the_source_tree(tmp_path):
+    src = tmp_path / "src"  # a copy, so that the build leaves nothing in the source tree
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(src)],
+                   check=True, capture_output=True, timeout=600, cwd=tmp_path)
+    (wheel,) = wheels.glob("pkrt-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=600)
+    site = next(venv.glob("lib/python*/site-packages"))
+    # the dependencies come from this venv's site-packages (a plain path: its .pth files, and so
+    # the editable pkrt, are not processed); pkrt itself only from the wheel
+    deps = next(Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+    (site / "deps.pth").write_text(f"{deps}\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, capture_output=True, timeout=600, cwd=tmp_path)
+    py = str(venv / "bin" / "python")
+    where = subprocess.run([py, "-c", "import pkrt.rt.bench; print(pkrt.rt.bench.__file__)"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(venv)
+    r = subprocess.run([str(venv / "bin" / "pkrt"), "bench", "--only", "reduction", "--json"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    red = json.loads(r.stdout)["reduction"]
+    assert set(red["machines"]) >= {"fourbar", "orthoglide"}
+    assert all(m["p50_ms"] > 0 for m in red["machines"].values())
