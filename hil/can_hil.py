@@ -78,16 +78,13 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     if interface not in INTERFACES:
         raise UserError(f"CAN HIL interface {interface!r}: expected one of {', '.join(INTERFACES)}")
     config = load_machine(machine)
-    if config.drives.get("backend") != "cia402":
-        raise UserError(f"{config.path}: [drives] backend is {config.drives.get('backend')!r}, not 'cia402'")
-    em_table = config.raw.get("emulator", {})
-    rate = rate_hz if rate_hz is not None else em_table.get("rate_hz", config.rate_hz)
+    if config.backend != "cia402":
+        raise UserError(f"{config.path}: [drives] backend is {config.backend!r}, not 'cia402'")
+    table = config.emulator  # validated by the schema (pkrt.rt.schema.CanEmulatorTable)
+    rate = rate_hz if rate_hz is not None else (table.rate_hz or config.rate_hz)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1.0 <= rate <= 100000.0:
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
-    priority = em_table.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 99:
-        raise UserError(f"{config.path}: [emulator], field 'priority': expected an integer in [0, 99], "
-                        f"got {priority!r}")
+    priority = table.priority
     config = dataclasses.replace(config, rate_hz=float(rate))
     options = {}
     if interface == "udp_multicast":
@@ -97,10 +94,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     tree = load_controller_tree(config)
     plan = plan_trajectory(config, tree, None, duration)
     overrides = {"interface": interface, "channel": channel, "bus_options": options}
-    if isinstance(em_table.get("tpdo_timeout"), (int, float)):
-        overrides["tpdo_timeout"] = min(em_table["tpdo_timeout"], 0.75 / config.rate_hz)
-    if "max_missed_cycles" in em_table:
-        overrides["max_missed_cycles"] = em_table["max_missed_cycles"]
+    if table.tpdo_timeout is not None:
+        overrides["tpdo_timeout"] = min(table.tpdo_timeout, 0.75 / config.rate_hz)
+    if table.max_missed_cycles is not None:
+        overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
     if interface == "virtual":
         from .cia402_emulator import CiA402Emulator

@@ -18,7 +18,7 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
-from .dynamixel_emulator import FAULT_KINDS, emulator_table
+from .dynamixel_emulator import FAULT_KINDS
 from .process import EmulatorProcess as _Process
 
 class EmulatorProcess(_Process):
@@ -41,9 +41,9 @@ class EmulatorProcess(_Process):
 
 def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
     config = load_machine(machine)
-    if config.drives.get("backend") != "dynamixel":
+    if config.backend != "dynamixel":
         raise UserError(f"{config.path}: [drives], field 'backend': serial HIL needs 'dynamixel', "
-                        f"got {config.drives.get('backend')!r}")
+                        f"got {config.backend!r}")
     if rate_hz is not None:
         if not 1 <= rate_hz <= 100000:
             raise UserError(f"--rate must be in [1, 100000] Hz, got {rate_hz}")
@@ -69,11 +69,10 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
-    table = emulator_table(config)  # and bad emulator settings
     rate = config.rate_hz
     inject = None
     if fault is not None:
-        inject = int(round(table["inject_after"] * rate))
+        inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
         emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate)
     else:

@@ -65,7 +65,7 @@ def is_orthoglide(config: MachineConfig) -> bool:
 
 
 def leg_length(config: MachineConfig) -> float:
-    return float(config.raw.get("cartesian", {}).get("leg_length", 0.31))
+    return config.cartesian.leg_length
 
 
 def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
@@ -192,8 +192,7 @@ def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajec
     if kind not in ("ct", "pd"):
         raise UserError(f"unknown controller '{kind}' (ct or pd)")
     c = config.controller
-    fric = config.raw.get("controller", {})
-    ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, fric.get("viscous", 0.0), fric.get("coulomb", 0.0))
+    ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
     sup = Supervisor(config.limits, axes, units)
     period = 1.0 / config.rate_hz
     N = plan.n

@@ -32,7 +32,7 @@ def test_hil_tracking_within_twice_the_lockstep_simulation():
     assert hil["fault"] is None, hil["fault"]
     assert hil["hil"]["emulator_error"] is None
     rate = hil["rate_hz"]
-    assert rate == load_machine("orthoglide-can").raw["emulator"]["rate_hz"]
+    assert rate == load_machine("orthoglide-can").emulator.rate_hz
     assert hil["hil"]["syncs"] == hil["cycles"] == hil["hil"]["emulator_cycles"]
     # the same machine, rate, controller and trajectory, simulated in lockstep on the same plant
     config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=rate)
