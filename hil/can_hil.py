@@ -13,7 +13,8 @@ arrive in sending order, one datagram each.
 Cycle numbers in the result are loop cycles (``run_session``'s k). The emulator counts SYNCs;
 every SYNC is mapped back to the loop cycle that sent it (the loop skips cycles after an
 overrun, so the two counts can differ). ``torque_off_cycle`` is measured in the emulator: the
-cycle from which no drive applied torque (the loop's own estimate is ``loop_torque_off_cycle``).
+cycle from which no drive applied torque (the loop's own estimate is ``host_torque_off_cycle``);
+the result is a ``HilResult`` (hil/result.py), the same keys as the serial HIL's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
 
 from .process import EmulatorProcess
+from .result import HilResult, cycles_run_between, hil_result
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("udp_multicast", "virtual")
@@ -67,11 +69,12 @@ class CanEmulatorProcess(EmulatorProcess):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "virtual") -> dict:
+                interface: str = "virtual") -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
-    with the ``[emulator] tpdo_timeout`` window); return run_session's summary plus ``injected_cycle``, the emulator's
-    ``torque_off_cycle`` and HIL figures (bus load, emulator response time, frames, late TPDOs).
+    with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
+    run's summary, the injection and torque-off cycles, the driver's figures (bus load, late
+    TPDOs, SYNCs) and the emulator's (response time, frames, drive states)).
     ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread)."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
@@ -110,8 +113,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
                                       fault, plan.pos[0], priority)
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
+    ran: list[int] = []  # the loop cycles run
 
     def on_cycle(k: int, t: float) -> None:
+        ran.append(k)
         j = drives.cycle + 1  # index of the SYNC this cycle's read will send
         if j < sync_cycle.shape[0]:
             sync_cycle[j] = k
@@ -138,17 +143,14 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
     base = loop_cycle(ev[0]) if ev is not None else None
     off = None if base is None else base + ev[1]
-    summary["loop_torque_off_cycle"] = summary.get("torque_off_cycle")
-    summary.update({
-        "bus": "can", "fault_kind": fault,
-        "injected_cycle": loop_cycle(em["injected_cycle"]),
-        "torque_off_cycle": off,
-        "hil": {"interface": interface, "channel": channel, "bus_options": options, "bus_load": drives.bus_load,
-                "emulator_process": interface != "virtual", "drive_watchdog": drives.watchdog_text(),
-                "heartbeat_events": em.get("heartbeat_events"),
-                "late_frames": drives.late_frames, "syncs": drives.cycle + 1,
-                "emulator_cycles": em["emulator_cycles"], "emulator_frames_rx": em["frames_rx"],
-                "emulator_frames_tx": em["frames_tx"], "emulator_response_us": em["emulator_response_us"],
-                "drive_states": em.get("drive_states"), "emulator_error": em.get("emulator_error")},
-    })
-    return summary
+    injected = loop_cycle(em["injected_cycle"])
+    return hil_result(
+        summary, bus="can", interface=interface, injected_fault=fault, injected_cycle=injected,
+        detection_cycles=cycles_run_between(ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
+        emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
+        driver={"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
+                "drive_watchdog": drives.watchdog_text(), "late_frames": drives.late_frames,
+                "syncs": drives.cycle + 1},
+        emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
+                  "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),
+                  "drive_states": em.get("drive_states")})

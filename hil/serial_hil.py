@@ -19,6 +19,7 @@ from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
 from .dynamixel_emulator import FAULT_KINDS
+from .result import HilResult, cycles_run_between, hil_result
 from .process import EmulatorProcess as _Process
 
 class EmulatorProcess(_Process):
@@ -53,12 +54,11 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
-                   emulator: EmulatorProcess | None = None) -> dict:
+                   emulator: EmulatorProcess | None = None) -> HilResult:
     """Run the machine's demo through driver + pty + emulator process; returns the
-    ``run_session`` summary plus ``injected_fault``, ``injected_cycle``, ``torque_off_cycle``
-    (measured in the emulator: the cycle at which every servo's torque was off),
-    ``detection_cycles`` (cycles run from the injection to the fault; loop indices also count
-    the cycles an overrun skipped),
+    ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
+    ``injected_cycle``, ``torque_off_cycle`` (measured in the emulator: the cycle at which every
+    servo's torque was off), ``detection_cycles`` (cycles run from the injection to the fault),
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
     running (otherwise one is started and stopped)."""
@@ -96,16 +96,11 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
             return ran[w]
         return (ran[-1] + 1) if ran else w
 
-    detection = None  # cycles run from the injection to the fault (skipped cycles not counted)
-    if report.get("injected_cycle") is not None and result.get("fault_cycle") in ran:
-        detection = ran.index(result["fault_cycle"]) - report["injected_cycle"]
-    out = dict(result)
-    out.update(bus="serial", injected_fault=fault, injected_cycle=loop_cycle(report.get("injected_cycle")),
-               detection_cycles=detection,
-               torque_off_cycle=loop_cycle(report.get("torque_off_cycle")),
-               torque_off_cycle_host=result.get("torque_off_cycle"),
-               driver=drives.info() if drives is not None else None, emulator=report)
-    return out
+    injected = loop_cycle(report.get("injected_cycle"))
+    return hil_result(result, bus="serial", interface="pty", injected_fault=fault, injected_cycle=injected,
+                      detection_cycles=cycles_run_between(ran, injected, result.get("fault_cycle")),
+                      torque_off_cycle=loop_cycle(report.get("torque_off_cycle")), emulator_process=True,
+                      emulator_error=report.get("error"), driver=drives.info(), emulator=report)
 
 
 def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float | None = 5.0,

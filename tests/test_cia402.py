@@ -22,6 +22,8 @@ from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import FAULT_KINDS, CiA402Emulator
 from pkrt.rt.config import load_machine
 
+pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
+
 RATE = 100.0  # Hz for the bus tests (the HIL rate): slack for a loaded, shared test machine
 PERIOD = 1.0 / RATE
 _ch = itertools.count()

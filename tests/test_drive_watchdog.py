@@ -30,6 +30,8 @@ from pkrt.rt.config import load_machine
 from tests.bench.bench_safestop import kill_run, machine_copy
 from tests.test_dynamixel import ThreadEmulator
 
+pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
+
 H = bytes.fromhex
 RATE = 100.0
 PERIOD = 1.0 / RATE

@@ -15,6 +15,10 @@ from pkrt.rt.cli import main
 from pkrt.rt.errors import UserError
 from pkrt.rt.logfile import read_log
 
+from .realtime import fault_preempted, hil_stalled, repeat
+
+pytestmark = pytest.mark.realtime
+
 MACHINE = "orthoglide-serial"
 
 
@@ -34,13 +38,16 @@ def test_tracking_within_2x_of_the_lockstep_simulation(emulator):
     ref = run_lockstep_reference(MACHINE, duration=4.0)
     assert ref["fault"] is None
     runs = []
-    for _ in range(3):
-        hil = run_serial_hil(MACHINE, duration=4.0, emulator=emulator)
-        assert hil["fault"] is None, hil["fault"]
-        runs.append(hil)
-        if hil["overruns"] == 0 and hil["emulator"]["skipped_periods"] == 0:
-            break
-    hil = min(runs, key=lambda r: (r["overruns"] + r["emulator"]["skipped_periods"], r["rms_error"]))
+
+    def run():
+        runs.append(run_serial_hil(MACHINE, duration=4.0, emulator=emulator))
+        return runs[-1]
+
+    last = repeat(run, hil_stalled)  # a stall-made timing fault (stale feedback ...) is a stall too
+    assert last["fault"] is None or hil_stalled(last), last["fault"]
+    assert not all(r["fault"] for r in runs), [r["fault"] for r in runs]
+    hil = min((r for r in runs if r["fault"] is None),
+              key=lambda r: (r["overruns"] + r["emulator"]["skipped_periods"], r["rms_error"]))
     assert hil["cycles"] + hil["emulator"]["skipped_periods"] >= 400
     assert hil["rms_error"] <= 2.0 * ref["rms_error"], (hil["rms_error"], ref["rms_error"], hil["overruns"],
                                                         hil["emulator"]["skips"], hil["driver"])
@@ -55,8 +62,15 @@ EXPECTED = {"drop": "servo 2 on", "delay": "servos 1, 2, 3 on", "corrupt": "serv
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_each_fault_detected_and_torque_off_within_3_cycles(kind, emulator, tmp_path):
-    log = tmp_path / "hil.pktlog"
-    r = run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log))
+    logs = iter(tmp_path / f"hil{i}.pktlog" for i in range(100))
+
+    def run():
+        nonlocal log
+        log = next(logs)
+        return run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log))
+
+    log = None
+    r = repeat(run, lambda r: fault_preempted(r, EXPECTED[kind]))
     assert r["injected_fault"] == kind
     assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
     assert r["fault"].startswith("drive: ")

@@ -119,6 +119,7 @@ def test_mass_mismatch_is_reported(fourbar, tmp_path, capsys):
     assert "commanded torques differ" in capsys.readouterr().out
 
 
+@pytest.mark.realtime
 def test_realtime_replay(fourbar, capsys):
     r = replay_json(capsys, fourbar["log"], "--realtime")
     assert r["mode"] == "realtime" and r["difference"]["cycles_compared"] > 0
@@ -353,6 +354,7 @@ def test_replay_runs_at_the_logged_rate(fourbar, tmp_path, capsys):
     assert d["cycles_compared"] == 1001 and d["identical_torques"] is True
 
 
+@pytest.mark.realtime
 def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_path, capsys):
     """A real-time run with skipped periods that the watchdog stopped mid-motion: the
     reference was rebuilt by a *clamped* spline (zero velocity forced at the end), whose

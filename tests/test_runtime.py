@@ -119,6 +119,7 @@ def test_out_of_domain_box_stops_the_run(config, tree):
         _run(config, bad, duration=0.5)
 
 
+@pytest.mark.realtime
 def test_watchdog_on_missed_cycles_in_real_time(config, tree):
     import time
 
@@ -213,6 +214,7 @@ def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, 
     assert sockets and all(s.fileno() == -1 for s in sockets)
 
 
+@pytest.mark.realtime
 def test_realtime_factor_counts_skipped_periods(config, tree):
     """A real-time run that skips periods after overruns still covers loop time at the wall
     clock's pace: the factor was executed cycles * period / wall, below 1 by the skipped share."""
