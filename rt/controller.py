@@ -11,6 +11,8 @@ One numba call a cycle; the workspace arrays are preallocated.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -18,6 +20,26 @@ from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, w
 
 CT, PD = 0, 1
 FLAG_SATURATED, FLAG_TREE, FLAG_OVERRUN, FLAG_STALE = 1, 2, 4, 8
+V_EPS = 1e-3  # m/s or rad/s, velocity scale of the Coulomb feedforward's tanh
+
+
+class Gains(NamedTuple):
+    """The controller's per-axis gains, each a float array (s,); a numba-friendly named tuple
+    (the kernel reads ``gains.kp[i]``; built once, passed as is every cycle)."""
+
+    kp: np.ndarray  # 1/s^2
+    kd: np.ndarray  # 1/s
+    tau_max: np.ndarray  # N or N m, saturation
+    h0: np.ndarray  # nominal inertia: diagonal of H at the centre of the tree's box (PD)
+    viscous: np.ndarray  # N s/m or N m s/rad, friction feedforward
+    coulomb: np.ndarray  # N or N m, friction feedforward
+    v_eps: np.ndarray  # m/s or rad/s, tanh velocity scale of the Coulomb term
+
+
+def make_gains(s: int, kp, kd, tau_max, h0, viscous=0.0, coulomb=0.0, v_eps=V_EPS) -> Gains:
+    """Gains from numbers or per-axis sequences, as contiguous float arrays (s,)."""
+    return Gains(*(np.ascontiguousarray(np.broadcast_to(np.asarray(x, float), (s,))).copy()
+                   for x in (kp, kd, tau_max, h0, viscous, coulomb, v_eps)))
 
 
 @njit(cache=True)
@@ -26,7 +48,7 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
     """Fill tau_model (before saturation) and tau; return (flags, tree status). Allocates
     nothing: H, D, p, w, v and ``work`` (tree scratch) are preallocated.
 
-    gains rows: 0 kp, 1 kd, 2 tau_max, 3 H0 diagonal, 4 viscous, 5 coulomb, 6 v_eps.
+    ``gains``: a ``Gains`` named tuple.
     """
     s = theta.shape[0]
     status = eval_model_w(T, theta, H, D, p, work)
@@ -35,19 +57,19 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
     if status != 0:
         flags |= FLAG_TREE
     for i in range(s):
-        fb = gains[1, i] * (ref_vel[i] - theta_dot[i]) + gains[0, i] * (ref_pos[i] - theta[i])
+        fb = gains.kd[i] * (ref_vel[i] - theta_dot[i]) + gains.kp[i] * (ref_pos[i] - theta[i])
         v[i] = ref_acc[i] + fb if kind == CT else fb
     for i in range(s):
-        acc = -p[i] + gains[4, i] * ref_vel[i] + gains[5, i] * np.tanh(ref_vel[i] / gains[6, i])
+        acc = -p[i] + gains.viscous[i] * ref_vel[i] + gains.coulomb[i] * np.tanh(ref_vel[i] / gains.v_eps[i])
         if kind == CT:
             for j in range(s):
                 acc += H[i, j] * v[j]
             for c in range(w.shape[0]):
                 acc += D[i, c] * w[c]
         else:
-            acc += gains[3, i] * v[i]
+            acc += gains.h0[i] * v[i]
         tau_model[i] = acc
-        lim = gains[2, i]
+        lim = gains.tau_max[i]
         if acc > lim:
             acc = lim
             flags |= FLAG_SATURATED
@@ -81,8 +103,7 @@ class Controller:
         centre = 0.5 * (tree.lo + tree.hi)
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
-        self.gains = np.vstack([np.broadcast_to(np.asarray(x, float), (s,)) for x in
-                                (kp, kd, tau_max, np.diag(H0), viscous, coulomb, 1e-3)]).copy()
+        self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""
@@ -91,5 +112,5 @@ class Controller:
                        self.work)
 
 
-__all__ = ["Controller", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
+__all__ = ["Controller", "Gains", "make_gains", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
            "FLAG_STALE", "CLAMPED", "OUT_OF_DOMAIN"]
