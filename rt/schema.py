@@ -22,6 +22,12 @@ import numpy as np
 from .errors import UserError
 
 
+def field_message(path, where: str, name: str | None, what: str) -> str:
+    """The one-line form of every configuration error: ``{file}: {where}, field '{name}': {what}``
+    (``where``: the table, e.g. ``[controller]``); machine descriptions use it too."""
+    return f"{path}: {where}" + (f", field '{name}'" if name else "") + f": {what}"
+
+
 class ConfigError(UserError):
     """A bad value in a machine configuration (exit 2), one line:
     ``{file}: [{table}], field '{name}': {what}`` (``at``); drivers raise it for relations only
@@ -33,8 +39,7 @@ class ConfigError(UserError):
 
     @classmethod
     def at(cls, path, table: str, name: str | None, what: str) -> "ConfigError":
-        where = f"{path}: [{table}]" + (f", field '{name}'" if name else "")
-        return cls(f"{where}: {what}", str(path), table, name)
+        return cls(field_message(path, f"[{table}]", name, what), str(path), table, name)
 
 
 @dataclass(frozen=True, kw_only=True)
