@@ -155,3 +155,17 @@ def test_cli_overrides_are_validated_by_the_schema(tmp_path):
 def test_readme_lists_every_table_and_field():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert schema.markdown() in readme, "README.md: regenerate the table list with pkrt.rt.schema.markdown()"
+
+
+def test_no_reads_around_the_schema():
+    """Readers use the typed tables: ``raw`` (the file as read) only goes into the log header."""
+    root = Path(__file__).resolve().parent.parent
+    uses = []
+    for folder in ("rt", "drivers", "hil", "models"):
+        for f in sorted((root / folder).rglob("*.py")):
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                if ".raw" in line and ("config.raw" in line or "self.raw" in line):
+                    uses.append(f"{f.relative_to(root)}:{n}: {line.strip()}")
+    allowed = [u for u in uses if u.startswith("rt/config.py:") or '"machine": config.raw' in u]
+    assert uses == allowed, "\n".join(set(uses) - set(allowed))
+    assert any('"machine": config.raw' in u for u in uses)  # the log header keeps the file as read
