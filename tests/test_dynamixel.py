@@ -330,6 +330,7 @@ def test_retries_recover_lost_and_corrupted_answers(emulator, config):
     def attempt(kind):
         emulator.emu.arm(kind, 0, config.rate_hz)
         emulator.emu.fault_period = 2  # every second status packet of servo 2
+        before = dict(emulator.emu.counts)
         drives = DynamixelDrives.from_config(config, {"port": emulator.port})
         try:
             drives.configure()
@@ -339,15 +340,21 @@ def test_retries_recover_lost_and_corrupted_answers(emulator, config):
                 fresh.append(drives.read(k * 0.01).fresh)
                 drives.write(np.zeros(3))
             drives.disable()
-            return fresh, dict(drives.stats)
-        except DriveError as e:  # a stall long enough for fail_cycles: judged by the late answers
-            return [str(e)], dict(drives.stats)
+            return fresh, dict(drives.stats), {k: v - before.get(k, 0) for k, v in emulator.emu.counts.items()}
+        except DriveError as e:  # a stall long enough for fail_cycles: judged by the counters
+            return [str(e)], dict(drives.stats), {k: v - before.get(k, 0) for k, v in emulator.emu.counts.items()}
         finally:
             drives.close()
 
+    def stalled(r) -> bool:
+        """Answers late, or more timeouts than the packets the emulator dropped or corrupted:
+        the emulator thread did not run in time (a stall, not the injected fault)."""
+        _, stats, counts = r
+        return stats["late_answers"] > 0 or stats["timeouts"] > counts["dropped"] + counts["corrupted"]
+
     try:
         for kind in ("drop", "corrupt"):
-            fresh, stats = repeat(lambda: attempt(kind), lambda r: r[1]["late_answers"] > 0)
+            fresh, stats, _ = repeat(lambda: attempt(kind), stalled)
             assert all(f is True for f in fresh), (kind, fresh, stats)
             assert stats["retries"] >= 5
             if kind == "corrupt":
