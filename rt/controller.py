@@ -24,8 +24,9 @@ V_EPS = 1e-3  # m/s or rad/s, velocity scale of the Coulomb feedforward's tanh
 
 
 class Gains(NamedTuple):
-    """The controller's per-axis gains, each a float array (s,); a numba-friendly named tuple
-    (the kernel reads ``gains.kp[i]``; built once, passed as is every cycle)."""
+    """The controller's per-axis gains by name, each a float array (s,): the rows of one (7, s)
+    array (``make_gains``), which the kernel takes (one array: no per-call cost of unboxing a
+    tuple of arrays, 2 us a cycle measured) and reads by the row names ``ROW`` below."""
 
     kp: np.ndarray  # 1/s^2
     kd: np.ndarray  # 1/s
@@ -36,10 +37,16 @@ class Gains(NamedTuple):
     v_eps: np.ndarray  # m/s or rad/s, tanh velocity scale of the Coulomb term
 
 
-def make_gains(s: int, kp, kd, tau_max, h0, viscous=0.0, coulomb=0.0, v_eps=V_EPS) -> Gains:
-    """Gains from numbers or per-axis sequences, as contiguous float arrays (s,)."""
-    return Gains(*(np.ascontiguousarray(np.broadcast_to(np.asarray(x, float), (s,))).copy()
-                   for x in (kp, kd, tau_max, h0, viscous, coulomb, v_eps)))
+# the row of each gain in the kernel's (7, s) array (compile-time constants in numba)
+KP, KD, TAU_MAX, H0, VISCOUS, COULOMB, VEPS = range(7)
+assert Gains._fields.index("v_eps") == VEPS and Gains._fields.index("kd") == KD
+
+
+def make_gains(s: int, kp, kd, tau_max, h0, viscous=0.0, coulomb=0.0, v_eps=V_EPS) -> np.ndarray:
+    """The (7, s) gains array, rows in ``Gains`` order, from numbers or per-axis sequences;
+    ``Gains(*array)`` names its rows."""
+    return np.vstack([np.broadcast_to(np.asarray(x, float), (s,))
+                      for x in (kp, kd, tau_max, h0, viscous, coulomb, v_eps)]).copy()
 
 
 @njit(cache=True)
@@ -48,7 +55,7 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
     """Fill tau_model (before saturation) and tau; return (flags, tree status). Allocates
     nothing: H, D, p, w, v and ``work`` (tree scratch) are preallocated.
 
-    ``gains``: a ``Gains`` named tuple.
+    ``gains``: the (7, s) array of ``make_gains``, read by the row names (``gains[KP, i]``).
     """
     s = theta.shape[0]
     status = eval_model_w(T, theta, H, D, p, work)
@@ -57,19 +64,19 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
     if status != 0:
         flags |= FLAG_TREE
     for i in range(s):
-        fb = gains.kd[i] * (ref_vel[i] - theta_dot[i]) + gains.kp[i] * (ref_pos[i] - theta[i])
+        fb = gains[KD, i] * (ref_vel[i] - theta_dot[i]) + gains[KP, i] * (ref_pos[i] - theta[i])
         v[i] = ref_acc[i] + fb if kind == CT else fb
     for i in range(s):
-        acc = -p[i] + gains.viscous[i] * ref_vel[i] + gains.coulomb[i] * np.tanh(ref_vel[i] / gains.v_eps[i])
+        acc = -p[i] + gains[VISCOUS, i] * ref_vel[i] + gains[COULOMB, i] * np.tanh(ref_vel[i] / gains[VEPS, i])
         if kind == CT:
             for j in range(s):
                 acc += H[i, j] * v[j]
             for c in range(w.shape[0]):
                 acc += D[i, c] * w[c]
         else:
-            acc += gains.h0[i] * v[i]
+            acc += gains[H0, i] * v[i]
         tau_model[i] = acc
-        lim = gains.tau_max[i]
+        lim = gains[TAU_MAX, i]
         if acc > lim:
             acc = lim
             flags |= FLAG_SATURATED
@@ -103,7 +110,12 @@ class Controller:
         centre = 0.5 * (tree.lo + tree.hi)
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
-        self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)
+        self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)  # (7, s)
+
+    @property
+    def named_gains(self) -> Gains:
+        """The gains by name (views of the kernel's array)."""
+        return Gains(*self.gains)
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""

@@ -298,3 +298,16 @@ def test_sim_plant_integrates_skipped_periods_at_its_step(config):
     b.read(0.040)
     np.testing.assert_allclose(b.feedback.position, a.feedback.position, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.feedback.velocity, a.feedback.velocity, rtol=0, atol=1e-10)
+
+
+def test_controller_gains_are_named_rows_of_the_kernel_array(config, tree):
+    """The kernel takes one (7, s) array (no per-call unboxing); ``Gains`` names its rows."""
+    from pkrt.rt.controller import COULOMB, KP, Controller, Gains
+
+    c = config.controller
+    ctrl = Controller(tree, "ct", c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+    g = ctrl.named_gains
+    assert isinstance(g, Gains) and ctrl.gains.shape == (len(Gains._fields), tree.s)
+    assert np.array_equal(g.kp, c.kp) and np.array_equal(g.coulomb, c.coulomb) and np.array_equal(g.tau_max, c.tau_max)
+    assert np.shares_memory(g.kp, ctrl.gains) and np.array_equal(ctrl.gains[KP], c.kp)
+    assert np.array_equal(ctrl.gains[COULOMB], c.coulomb)
