@@ -39,7 +39,7 @@ def fault_preempted(r: dict, expected: str) -> bool:
 
 
 # setup transactions a stall can time out (the drives were never enabled: nothing to judge)
-SETUP_TIMEOUTS = ("No SDO response", "no valid answer to")
+SETUP_TIMEOUTS = ("No SDO response", "no valid answer to", "Write timeout")
 
 
 def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = ATTEMPTS) -> T:
