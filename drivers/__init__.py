@@ -22,7 +22,7 @@ BACKENDS = {
 def open_drives(config, overrides: dict | None = None) -> Drives:
     """Drives for a ``pkrt.rt.config.MachineConfig``; ``overrides`` replace entries of its
     ``[drives]`` table (e.g. ``{"interface": "virtual", "channel": "hil0"}`` or a port)."""
-    name = config.drives.get("backend")
+    name = config.drives.backend  # validated by the configuration's schema
     if name not in BACKENDS:
         raise DriveConfigError(f"{config.path}: [drives], field 'backend': unknown backend {name!r} "
                                f"(known: {', '.join(BACKENDS)})")

@@ -14,7 +14,8 @@ import enum
 
 import numpy as np
 
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.errors import Fault
+from pkrt.rt.schema import ConfigError
 
 
 class DriveState(enum.Enum):
@@ -29,9 +30,7 @@ class DriveError(Fault):
     """A drive or bus fault at run time (the loop stops safely, exit 1)."""
 
 
-class DriveConfigError(UserError):
-    """Bad drive settings in a machine configuration (exit 2)."""
-
+DriveConfigError = ConfigError  # bad drive settings in a machine configuration (exit 2)
 
 class Feedback:
     """Preallocated feedback of one read: positions (m or rad), velocities (m/s or rad/s),

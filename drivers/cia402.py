@@ -144,71 +144,21 @@ class CiA402Drives(Drives):
     def from_config(cls, config, overrides: dict) -> "CiA402Drives":
         """The drives of a machine configuration's ``[drives]`` table; ``overrides`` (e.g.
         ``interface``, ``channel``, ``bitrate``) replace its keys."""
-        d = {**config.drives, **(overrides or {})}
-        where = f"{config.path}: [drives], field"
-        s = len(config.controller.tau_max)
-
-        def per_axis(key: str) -> np.ndarray:
-            v = d.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                v = [v] * s
-            try:
-                a = np.asarray(v, float)
-            except (TypeError, ValueError):
-                a = np.zeros(0)
-            if a.shape != (s,) or not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise DriveConfigError(f"{where} '{key}': expected a positive number or a list of {s}, got {v!r}")
-            return a
-
-        def number(key: str, default, lo: float, hi: float, integer: bool = False):
-            v = d.get(key, default)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
-            if not ok or (integer and v != int(v)):
-                kind = "an integer" if integer else "a number"
-                raise DriveConfigError(f"{where} '{key}': expected {kind} in [{lo:g}, {hi:g}], got {v!r}")
-            return int(v) if integer else float(v)
-
-        ids = d.get("node_ids")
-        if (not isinstance(ids, list) or len(ids) != s
-                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 127 for n in ids)
-                or len(set(ids)) != s):
-            raise DriveConfigError(f"{where} 'node_ids': expected {s} distinct integers in [1, 127], got {ids!r}")
-        interface = d.get("interface", "socketcan")
-        if interface not in can.VALID_INTERFACES:
-            raise DriveConfigError(f"{where} 'interface': unknown python-can interface {interface!r}")
-        channel = d.get("channel", "can0")
-        if not isinstance(channel, (str, int)) or isinstance(channel, bool):
-            raise DriveConfigError(f"{where} 'channel': expected a string, got {channel!r}")
-        period = 1.0 / config.rate_hz
-        heartbeat = number("heartbeat_ms", 10, 0, 0xFFFF, integer=True)
-        consumer = number("consumer_timeout_ms", 50, 1, 0xFFFF, integer=True)
-        if heartbeat and consumer < 2 * heartbeat:
-            raise DriveConfigError(f"{where} 'consumer_timeout_ms': {consumer} ms is less than twice heartbeat_ms "
-                                   f"= {heartbeat} ms (a drive must tolerate one late heartbeat)")
-        master = number("master_node_id", 127, 1, 127, integer=True)
-        if master in ids:
-            raise DriveConfigError(f"{where} 'master_node_id': {master} is also a drive's node id (node_ids {ids})")
-        abort = d.get("abort_connection", "quick-stop")
-        if abort not in p.ABORT_CODES:
-            raise DriveConfigError(f"{where} 'abort_connection': expected one of {', '.join(map(repr, p.ABORT_CODES))},"
-                                   f" got {abort!r}")
-        options = d.get("bus_options", {})
-        if not isinstance(options, dict) or not all(
-                isinstance(v, (str, int, float, bool)) and k not in ("interface", "channel", "bitrate")
-                for k, v in options.items()):
-            raise DriveConfigError(f"{where} 'bus_options': expected a table of python-can bus settings (other than "
-                                   f"interface, channel, bitrate), got {options!r}")
-        drives = cls(ids, per_axis("rated_torque"), per_axis("increments_per_unit"), config.rate_hz,
-                     interface=interface, channel=channel,
-                     bitrate=number("bitrate", 1000000, 10000, 1000000, integer=True),
-                     tpdo_timeout=number("tpdo_timeout", 0.5 * period, 1e-5, 0.95 * period),
-                     max_missed_cycles=number("max_missed_cycles", 1, 0, 2, integer=True),
-                     sdo_timeout=number("sdo_timeout", 0.3, 0.001, 10.0),
-                     enable_timeout=number("enable_timeout", 2.0, 0.01, 60.0),
-                     heartbeat_ms=heartbeat, consumer_timeout_ms=consumer, abort_connection=abort,
-                     master_node_id=master, bus_options=options)
+        if config.backend != "cia402":
+            raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'cia402', got {config.backend!r}")
+        config = config.with_drives(overrides)  # validated by the schema (pkrt.rt.schema.CiA402DrivesTable)
+        d = config.drives
+        if d.interface not in can.VALID_INTERFACES:
+            raise DriveConfigError(f"{config.path}: [drives], field 'interface': unknown python-can interface "
+                                   f"{d.interface!r}")
+        drives = cls(list(d.node_ids), d.rated_torque, d.increments_per_unit, config.rate_hz,
+                     interface=d.interface, channel=d.channel, bitrate=d.bitrate, tpdo_timeout=d.tpdo_timeout,
+                     max_missed_cycles=d.max_missed_cycles, sdo_timeout=d.sdo_timeout,
+                     enable_timeout=d.enable_timeout, heartbeat_ms=d.heartbeat_ms,
+                     consumer_timeout_ms=d.consumer_timeout_ms, abort_connection=d.abort_connection,
+                     master_node_id=d.master_node_id, bus_options=dict(d.bus_options))
         if drives.bus_load > 1.0:
-            raise DriveConfigError(f"{where} 'bitrate': {s} drives at {config.rate_hz:g} Hz need "
+            raise DriveConfigError(f"{config.path}: [drives], field 'bitrate': {drives.n_axes} drives at {config.rate_hz:g} Hz need "
                                    f"{drives.bus_load:.0%} of {drives.bitrate} bit/s")
         return drives
 

@@ -38,13 +38,14 @@ import math
 import os
 import struct
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import serial
 import serial.rs485
 
 from . import dynamixel_protocol as dxp
+from pkrt.rt.schema import BUS_WATCHDOG_UNIT_MS, DynamixelSettings  # noqa: F401 (BUS_WATCHDOG_UNIT_MS re-exported)
+
 from .base import DriveConfigError, DriveError, Drives
 
 # X-series (XM430 / XM540) control table
@@ -54,7 +55,6 @@ ADDR_CURRENT_LIMIT = 38
 ADDR_TORQUE_ENABLE = 64
 ADDR_HARDWARE_ERROR = 70
 ADDR_BUS_WATCHDOG = 98  # 1 byte: 0 off / clear error, 1..127 x 20 ms, 0xFF (-1) watchdog error
-BUS_WATCHDOG_UNIT_MS = 20
 BUS_WATCHDOG_ERROR = 0xFF
 ADDR_GOAL_CURRENT = 102
 ADDR_REALTIME_TICK = 120
@@ -70,135 +70,16 @@ FEEDBACK_FMT = "<HBBhhii"
 STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with the block, unstuffed
 TICK_WRAP = 32768.0  # ms
 READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
-READ_SLICES_WORST = 1.0 + 1.0 / READ_SLICES  # this many timeouts
+# READ_SLICES_WORST (pkrt.rt.schema) = 1 + 1 / READ_SLICES timeouts
 SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
 
 
-@dataclass(frozen=True)
-class DynamixelSettings:
-    """The ``[drives]`` table of a ``dynamixel`` machine, validated (per-axis tuples)."""
-
-    port: str
-    baudrate: int
-    ids: tuple[int, ...]
-    current_unit: tuple[float, ...]  # A / LSB
-    torque_constant: tuple[float, ...]  # N m / A
-    position_resolution: tuple[float, ...]  # pulses / rev
-    velocity_unit: tuple[float, ...]  # rev/min / LSB
-    lead: tuple[float, ...]  # m / rev (0: rotary)
-    gear_ratio: tuple[float, ...]  # motor rev / axis rev (rotary axes)
-    direction: tuple[float, ...]  # +1 / -1
-    zero: tuple[float, ...]  # pulses at theta = 0
-    current_limit: tuple[int, ...]  # LSB, Goal Current clamp
-    timeout: float  # s, one transaction
-    retries: int  # extra attempts within a cycle
-    fail_cycles: int  # consecutive incomplete cycles -> fault
-    position_margin: float  # m or rad beyond the position limits still plausible
-    max_velocity: tuple[float, ...]  # m/s or rad/s, beyond: implausible feedback
-    low_latency: bool
-    rs485: bool
-    bus_watchdog_ms: int = 60  # Bus Watchdog while torque is on (ms, a multiple of 20; 0 = off)
-
-    @property
-    def bus_watchdog_units(self) -> int:
-        """The Bus Watchdog register value (units of 20 ms)."""
-        return self.bus_watchdog_ms // BUS_WATCHDOG_UNIT_MS
-
-    def scale(self, i: int) -> float:
-        """Actuator units (m or rad) per motor revolution of axis i."""
-        return self.lead[i] if self.lead[i] > 0 else 2.0 * math.pi / self.gear_ratio[i]
-
-    def force_per_lsb(self, i: int) -> float:
-        """Actuator force or torque (N or N m) per Goal Current LSB of axis i (ideal
-        transmission: motor torque = force * scale / 2 pi)."""
-        return self.current_unit[i] * self.torque_constant[i] * 2.0 * math.pi / self.scale(i)
-
-
 def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
-    """Validate a machine configuration's ``[drives]`` table (with ``overrides`` applied)."""
-    d = {**config.drives, **(overrides or {})}
-    s = int(config.limits.position.shape[0])
-    where = f"{config.path}: [drives], field"
-
-    def bad(key, what):
-        return DriveConfigError(f"{where} '{key}': expected {what}, got {d.get(key)!r}")
-
-    def per_axis(key, default, positive=True, allow_zero=False):
-        v = d.get(key, default)
-        if v is None:
-            raise DriveConfigError(f"{where} '{key}': missing")
-        vals = v if isinstance(v, list) else [v] * s
-        ok = len(vals) == s and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                    and math.isfinite(x) for x in vals)
-        if ok and positive:
-            ok = all(x > 0 or (allow_zero and x == 0) for x in vals)
-        if not ok:
-            sign = ("a number >= 0" if allow_zero else "a positive number") if positive else "a number"
-            raise bad(key, f"{sign} or a list of {s}")
-        return tuple(float(x) for x in vals)
-
-    port = d.get("port")
-    if not isinstance(port, str) or not port:
-        raise bad("port", "a serial port or pyserial URL")
-    baud = d.get("baudrate", 57600)
-    if isinstance(baud, bool) or not isinstance(baud, int) or baud <= 0:
-        raise bad("baudrate", "a positive integer")
-    ids = d.get("ids")
-    if (not isinstance(ids, list) or len(ids) != s or len(set(ids)) != s
-            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= dxp.MAX_ID for i in ids)):
-        raise bad("ids", f"a list of {s} distinct servo IDs in 0..{dxp.MAX_ID}")
-    direction = per_axis("direction", 1.0, positive=False)
-    if any(x not in (1.0, -1.0) for x in direction):
-        raise bad("direction", "+1 or -1 per axis")
-    limit = per_axis("current_limit", 2047.0)
-    if any(x != int(x) or x > 32767 for x in limit):
-        raise bad("current_limit", "integer LSB counts in 1..32767")
-    ints = {}
-    for key, default, lo in (("retries", 1, 0), ("fail_cycles", 2, 1)):
-        v = d.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise bad(key, f"an integer >= {lo}")
-        ints[key] = v
-    timeout = d.get("timeout", 0.002)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 1:
-        raise bad("timeout", "a number of seconds in (0, 1]")
-    period = 1.0 / config.rate_hz
-    worst = READ_SLICES_WORST * timeout * (1 + ints["retries"])
-    if worst > period:
-        raise DriveConfigError(
-            f"{where} 'timeout': {timeout} s with {ints['retries']} retries can take "
-            f"{1e3 * worst:.2f} ms, more than the {1e3 * period:.2f} ms period at {config.rate_hz:g} Hz "
-            f"(lower the timeout or the retries)")
-    margin = d.get("position_margin", 0.05)
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0:
-        raise bad("position_margin", "a number >= 0 (m or rad)")
-    for key in ("low_latency", "rs485"):
-        if not isinstance(d.get(key, False), bool):
-            raise bad(key, "true or false")
-    wd = d.get("bus_watchdog_ms", 60)
-    if (isinstance(wd, bool) or not isinstance(wd, int) or wd % BUS_WATCHDOG_UNIT_MS
-            or not 0 <= wd <= 127 * BUS_WATCHDOG_UNIT_MS):
-        raise bad("bus_watchdog_ms", f"0 (off) or a multiple of {BUS_WATCHDOG_UNIT_MS} ms up to "
-                  f"{127 * BUS_WATCHDOG_UNIT_MS}")
-    if wd and wd < 2e3 * period:
-        raise DriveConfigError(f"{where} 'bus_watchdog_ms': {wd} ms is less than two loop periods "
-                               f"({2e3 * period:g} ms at {config.rate_hz:g} Hz): the servos would stop in a normal run")
-    vmax_default = list(10.0 * config.limits.velocity)
-    return DynamixelSettings(
-        port=port, baudrate=baud, ids=tuple(ids),
-        current_unit=per_axis("current_unit", 2.69e-3),
-        torque_constant=per_axis("torque_constant", None),
-        position_resolution=per_axis("position_resolution", 4096.0),
-        velocity_unit=per_axis("velocity_unit", 0.229),
-        lead=per_axis("lead", 0.0, allow_zero=True),
-        gear_ratio=per_axis("gear_ratio", 1.0),
-        direction=direction,
-        zero=per_axis("zero", 0.0, positive=False),
-        current_limit=tuple(int(x) for x in limit),
-        timeout=float(timeout), retries=ints["retries"], fail_cycles=ints["fail_cycles"],
-        position_margin=float(margin),
-        max_velocity=per_axis("max_velocity", vmax_default),
-        low_latency=bool(d.get("low_latency", True)), rs485=bool(d.get("rs485", False)), bus_watchdog_ms=wd)
+    """The machine configuration's ``[drives]`` table with ``overrides`` applied, validated by
+    its schema (``pkrt.rt.schema.DynamixelSettings``)."""
+    if config.backend != "dynamixel":
+        raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'dynamixel', got {config.backend!r}")
+    return config.with_drives(overrides).drives
 
 
 class DynamixelDrives(Drives):
@@ -222,7 +103,7 @@ class DynamixelDrives(Drives):
         self._k_pos = [st.direction[i] * st.scale(i) / st.position_resolution[i] for i in range(s)]
         self._k_vel = [st.direction[i] * st.velocity_unit[i] / 60.0 * st.scale(i) for i in range(s)]
         self._k_cur = [st.direction[i] / st.force_per_lsb(i) for i in range(s)]
-        self._limit = list(st.current_limit)
+        self._limit = [int(x) for x in st.current_limit]
         lo = (position_limits[:, 0] - st.position_margin)
         hi = (position_limits[:, 1] + st.position_margin)
         raw = [sorted((lo[i] / self._k_pos[i] + st.zero[i], hi[i] / self._k_pos[i] + st.zero[i]))
@@ -403,7 +284,7 @@ class DynamixelDrives(Drives):
                 raise DriveError(f"servo {dxl_id}: operating mode is {mode} after setting current mode (0)")
             lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
                                                     "current limit read"))[0]
-            self._limit[i] = min(self.settings.current_limit[i], lim)
+            self._limit[i] = min(int(self.settings.current_limit[i]), lim)
             self._clear_watchdog(dxl_id)
         for _ in range(self.settings.fail_cycles):  # feedback holds the machine's position from here on
             if self._read(0.0).fresh:

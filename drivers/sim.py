@@ -165,29 +165,19 @@ class Plant:
         """The plant of a machine configuration's ``[drives]`` table (``plant_tree`` ...)."""
         from pkrt.rt.treefile import load_tree
 
-        d = config.drives
-        if "plant_tree" not in d and "plant_tree" not in config.raw.get("emulator", {}):
-            raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': missing")
-        path = config.resolve(d.get("plant_tree") or config.raw["emulator"]["plant_tree"])
+        d = config.plant_table()  # [drives] of sim, else [emulator] (validated by the schema)
+        table = "drives" if d is config.drives else "emulator"
+        path = config.resolve(d.plant_tree)
         if Path(path).resolve() == Path(config.tree).resolve():
-            raise DriveConfigError(f"{config.path}: [drives], field 'plant_tree': the plant must not use the "
+            raise DriveConfigError(f"{config.path}: [{table}], field 'plant_tree': the plant must not use the "
                                    f"controller's own tree (give a finer tree)")
         tree = load_tree(path)
         tree.header["path"] = path
         tree.header["file_hash"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        src = {**config.raw.get("emulator", {}), **d}
-
-        def num(key, default):
-            v = src.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-                raise DriveConfigError(f"{config.path}: [drives], field '{key}': expected a number >= 0, got {v!r}")
-            return float(v)
-
-        ms = num("mass_scale", 1.0) if mass_scale is None else float(mass_scale)
-        if ms <= 0:
+        ms = d.mass_scale if mass_scale is None else float(mass_scale)
+        if not ms > 0:
             raise DriveConfigError(f"{config.path}: mass scale must be positive, got {ms}")
-        return cls(tree, num("viscous", 0.0), num("coulomb", 0.0), num("force_limit", 1e9), ms,
-                   int(num("substeps", 4)) or 1)
+        return cls(tree, d.viscous, d.coulomb, d.force_limit, ms, d.substeps)
 
 
 class SimDrives(Drives):
@@ -212,21 +202,10 @@ class SimDrives(Drives):
 
     @classmethod
     def from_config(cls, config, overrides: dict) -> "SimDrives":
-        d = {**config.drives, **overrides}
-
-        def setting(key, default, whole=False):
-            v = d.get(key, default)
-            ok = (not isinstance(v, bool) and isinstance(v, int if whole else (int, float))
-                  and np.isfinite(v) and v >= 0)
-            if not ok:
-                what = "a whole number >= 0" if whole else "a number >= 0"
-                raise DriveConfigError(f"{config.path}: [drives], field '{key}': expected {what}, got {v!r}")
-            return v
-
-        noise, quant = float(setting("noise", 0.0)), float(setting("quantization", 0.0))
-        delay, seed = setting("delay_cycles", 0, True), setting("seed", 0, True)
-        plant = Plant.from_config(config, mass_scale=d.get("mass_scale"))
-        drives = cls(plant, noise, quant, delay, seed)
+        config = config.with_drives(overrides) if overrides else config
+        d = config.drives
+        plant = Plant.from_config(config)
+        drives = cls(plant, d.noise, d.quantization, d.delay_cycles, d.seed)
         drives.period = 1.0 / float(config.rate_hz)
         return drives
 

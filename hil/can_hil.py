@@ -18,7 +18,8 @@ memory locked; the driver polls the TPDO window instead of sleeping in it (see C
 Cycle numbers in the result are loop cycles (``run_session``'s k). The emulator counts SYNCs;
 every SYNC is mapped back to the loop cycle that sent it (the loop skips cycles after an
 overrun, so the two counts can differ). ``torque_off_cycle`` is measured in the emulator: the
-cycle from which no drive applied torque (the loop's own estimate is ``loop_torque_off_cycle``).
+cycle from which no drive applied torque (the loop's own estimate is ``host_torque_off_cycle``);
+the result is a ``HilResult`` (hil/result.py), the same keys as the serial HIL's.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pkrt.rt.errors import Fault, UserError
 from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
 
 from .process import EmulatorProcess
+from .result import HilResult, cycles_run_between, hil_result
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("udp_multicast", "virtual")
@@ -82,11 +84,12 @@ def emulator_cpu(controller_cpu: int) -> int:
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "udp_multicast") -> dict:
+                interface: str = "udp_multicast") -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
-    with the ``[emulator] tpdo_timeout`` window); return run_session's summary plus ``injected_cycle``, the emulator's
-    ``torque_off_cycle`` and HIL figures (bus load, emulator response time, frames, late TPDOs).
+    with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
+    run's summary, the injection and torque-off cycles, the driver's figures (bus load, late
+    TPDOs, SYNCs) and the emulator's (response time, frames, drive states)).
     ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread: one
     process, one GIL; unit tests at a lower rate, it does not hold 1 kHz)."""
     if fault is not None and fault not in FAULT_KINDS:
@@ -94,16 +97,13 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     if interface not in INTERFACES:
         raise UserError(f"CAN HIL interface {interface!r}: expected one of {', '.join(INTERFACES)}")
     config = load_machine(machine)
-    if config.drives.get("backend") != "cia402":
-        raise UserError(f"{config.path}: [drives] backend is {config.drives.get('backend')!r}, not 'cia402'")
-    em_table = config.raw.get("emulator", {})
-    rate = rate_hz if rate_hz is not None else em_table.get("rate_hz", config.rate_hz)
+    if config.backend != "cia402":
+        raise UserError(f"{config.path}: [drives] backend is {config.backend!r}, not 'cia402'")
+    table = config.emulator  # validated by the schema (pkrt.rt.schema.CanEmulatorTable)
+    rate = rate_hz if rate_hz is not None else (table.rate_hz or config.rate_hz)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1.0 <= rate <= 100000.0:
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
-    priority = em_table.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 99:
-        raise UserError(f"{config.path}: [emulator], field 'priority': expected an integer in [0, 99], "
-                        f"got {priority!r}")
+    priority = table.priority
     config = dataclasses.replace(config, rate_hz=float(rate))
     options = {}
     if interface == "udp_multicast":
@@ -113,10 +113,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     tree = load_controller_tree(config)
     plan = plan_trajectory(config, tree, None, duration)
     overrides = {"interface": interface, "channel": channel, "bus_options": options}
-    if isinstance(em_table.get("tpdo_timeout"), (int, float)):
-        overrides["tpdo_timeout"] = min(em_table["tpdo_timeout"], 0.75 / config.rate_hz)
-    if "max_missed_cycles" in em_table:
-        overrides["max_missed_cycles"] = em_table["max_missed_cycles"]
+    if table.tpdo_timeout is not None:
+        overrides["tpdo_timeout"] = min(table.tpdo_timeout, 0.75 / config.rate_hz)
+    if table.max_missed_cycles is not None:
+        overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
     if interface == "virtual":
         from .cia402_emulator import CiA402Emulator
@@ -129,8 +129,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
                                       fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu))
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
+    ran: list[int] = []  # the loop cycles run
 
     def on_cycle(k: int, t: float) -> None:
+        ran.append(k)
         j = drives.cycle + 1  # index of the SYNC this cycle's read will send
         if j < sync_cycle.shape[0]:
             sync_cycle[j] = k
@@ -157,20 +159,16 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
     base = loop_cycle(ev[0]) if ev is not None else None
     off = None if base is None else base + ev[1]
-    summary["loop_torque_off_cycle"] = summary.get("torque_off_cycle")
-    summary.update({
-        "bus": "can", "fault_kind": fault,
-        "injected_cycle": loop_cycle(em["injected_cycle"]),
-        "torque_off_cycle": off,
-        "hil": {"interface": interface, "channel": channel, "bus_options": options, "bus_load": drives.bus_load,
-                "emulator_process": interface != "virtual", "drive_watchdog": drives.watchdog_text(),
-                "heartbeat_events": em.get("heartbeat_events"),
-                "late_frames": drives.late_frames, "syncs": drives.cycle + 1,
-                "emulator_cycles": em["emulator_cycles"], "emulator_frames_rx": em["frames_rx"],
-                "emulator_frames_tx": em["frames_tx"], "emulator_response_us": em["emulator_response_us"],
-                "emulator_cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
-                "emulator_sync_wait_us_max": em.get("sync_wait_us_max"),
-                "emulator_scheduling": em.get("scheduling"),
-                "drive_states": em.get("drive_states"), "emulator_error": em.get("emulator_error")},
-    })
-    return summary
+    injected = loop_cycle(em["injected_cycle"])
+    return hil_result(
+        summary, bus="can", interface=interface, injected_fault=fault, injected_cycle=injected,
+        detection_cycles=cycles_run_between(ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
+        emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
+        driver={"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
+                "drive_watchdog": drives.watchdog_text(), "late_frames": drives.late_frames,
+                "syncs": drives.cycle + 1},
+        emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
+                  "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),
+                  "cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
+                  "sync_wait_us_max": em.get("sync_wait_us_max"), "scheduling": em.get("scheduling"),
+                  "drive_states": em.get("drive_states")})

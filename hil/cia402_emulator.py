@@ -204,20 +204,11 @@ class CiA402Emulator:
         from pkrt.drivers.sim import Plant
 
         ref = CiA402Drives.from_config(config, {"interface": "virtual", "channel": channel})
-        em = config.raw.get("emulator", {})
-        where = f"{config.path}: [emulator], field"
-
-        def num(key, default, lo, hi):
-            v = em.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-                raise DriveConfigError(f"{where} '{key}': expected a number in [{lo:g}, {hi:g}], got {v!r}")
-            return float(v)
-
-        inject = num("inject_after", 0.5, 0.0, 1e6)
+        em = config.emulator  # validated by the schema (pkrt.rt.schema.CanEmulatorTable)
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
-                   int(round(inject * config.rate_hz)) if fault else None,
-                   num("sync_timeout_cycles", 3.5, 1.0, 1e9), num("delay_cycles", 0.7, 0.0, 1000.0), bus_options)
+                   int(round(em.inject_after * config.rate_hz)) if fault else None,
+                   em.sync_timeout_cycles, em.delay_cycles, bus_options)
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):

@@ -170,6 +170,7 @@ class DynamixelEmulator:
             raise UserError(f"emulator clock must be 'wall' or 'cycle', got {clock!r}")
         self.st = settings
         self.plant = plant
+        self.priority = 0  # SCHED_FIFO priority of the emulator process (0: do not ask)
         self.clock = clock
         self.theta0 = np.array(plant.theta if theta0 is None else theta0, dtype=float)
         self.fault_servo = settings.ids[min(1, len(settings.ids) - 1)] if fault_servo is None else fault_servo
@@ -195,7 +196,7 @@ class DynamixelEmulator:
         self.fault = fault
         self.inject_cycle = int(inject_cycle)
         self.plant.reset(self.theta0)
-        self.servos = {i: Servo(i, lim) for i, lim in zip(self.st.ids, self.st.current_limit)}
+        self.servos = {i: Servo(i, int(lim)) for i, lim in zip(self.st.ids, self.st.current_limit)}
         self.parser.clear()
         self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
@@ -515,38 +516,6 @@ def open_pty() -> tuple[int, int, str]:
     return master, slave, os.ttyname(slave)
 
 
-def emulator_table(config) -> dict:
-    """The ``[emulator]`` table of a serial machine configuration, validated (bad values are
-    one ``UserError`` naming the file, table and field, exit 2)."""
-    em = config.raw.get("emulator", {})
-    where = f"{config.path}: [emulator]"
-    if not isinstance(em, dict):
-        raise UserError(f"{where}: expected a table")
-    ids = list(config.drives.get("ids") or [])
-
-    def num(key, default, lo, hi, integer=False):
-        v = em.get(key, default)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
-        if not ok or (integer and v != int(v)):
-            kind = "an integer" if integer else "a number"
-            raise UserError(f"{where}, field '{key}': expected {kind} in [{lo:g}, {hi:g}], got {v!r}")
-        return int(v) if integer else float(v)
-
-    out = {"inject_after": num("inject_after", 0.5, 0.0, 1e6),
-           "fault_period": num("fault_period", 1, 1, 10 ** 6, integer=True),
-           "delay": num("delay", 0.02, 0.0, 60.0),
-           "priority": num("priority", 0, 0, 99, integer=True)}
-    fs = em.get("fault_servo")
-    if fs is not None and (isinstance(fs, bool) or fs not in ids):
-        raise UserError(f"{where}, field 'fault_servo': expected one of the servo IDs {ids}, got {fs!r}")
-    out["fault_servo"] = fs
-    clock = em.get("clock", "cycle")
-    if clock not in ("wall", "cycle"):
-        raise UserError(f"{where}, field 'clock': expected 'cycle' or 'wall', got {clock!r}")
-    out["clock"] = clock
-    return out
-
-
 def build(machine: str, fault: str | None = None, inject_cycle: int | None = None, rate_hz: float | None = None,
           fault_servo: int | None = None, fault_period: int | None = None,
           clock: str | None = None) -> DynamixelEmulator:
@@ -555,27 +524,28 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
     from pkrt.rt.config import load_machine
 
     config = load_machine(machine)
-    em = config.raw.get("emulator", {})
-    table = emulator_table(config)
+    em = serial_emulator_table(config)
     rate = float(rate_hz or config.rate_hz)
     settings = load_settings(config, {"port": "emulator"})
     plant = Plant.from_config(config)
-    theta0 = np.asarray(em.get("theta0", plant.theta), dtype=float)
-    if theta0.shape != plant.theta.shape or not np.all(np.isfinite(theta0)):
-        raise UserError(f"{config.path}: [emulator], field 'theta0': expected {plant.s} finite numbers")
+    theta0 = np.array(plant.theta if em.theta0 is None else em.theta0, dtype=float)
     if inject_cycle is None:
-        inject_cycle = int(round(table["inject_after"] * rate))
-    return DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
-                             fault_servo if fault_servo is not None else table["fault_servo"],
-                             fault_period if fault_period is not None else table["fault_period"],
-                             table["delay"], clock or table["clock"], theta0)
+        inject_cycle = int(round(em.inject_after * rate))
+    emu = DynamixelEmulator(settings, plant, rate, fault, inject_cycle,
+                            fault_servo if fault_servo is not None else em.fault_servo,
+                            fault_period if fault_period is not None else em.fault_period,
+                            em.delay, clock or em.clock, theta0)
+    emu.priority = em.priority  # the process's SCHED_FIFO priority (applied by main)
+    return emu
 
 
-def load_machine_raw(machine: str) -> dict:
-    """The ``[emulator]`` table of a machine configuration."""
-    from pkrt.rt.config import load_machine
-
-    return load_machine(machine).raw.get("emulator", {})
+def serial_emulator_table(config):
+    """The validated ``[emulator]`` table of a serial machine configuration
+    (``pkrt.rt.schema.SerialEmulatorTable``)."""
+    if config.drives.backend != "dynamixel":
+        raise UserError(f"{config.path}: [drives], field 'backend': the servo emulator needs 'dynamixel', "
+                        f"got {config.drives.backend!r}")
+    return config.emulator
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -596,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"dynamixel_emulator: error: {e}", file=sys.stderr)
         return 2
-    prio = a.priority if a.priority is not None else int(load_machine_raw(a.machine).get("priority", 0) or 0)
+    prio = a.priority if a.priority is not None else emu.priority
     # memory locked with a priority: a page fault stalls a real-time process for milliseconds
     sched = apply_realtime(prio, a.cpu, prio > 0, gc_freeze=False)
     sched.pop("gc_freeze", None)

@@ -19,7 +19,9 @@ from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
 from .can_hil import emulator_cpu
-from .dynamixel_emulator import FAULT_KINDS, emulator_table
+from .dynamixel_emulator import FAULT_KINDS
+from .dynamixel_emulator import FAULT_KINDS
+from .result import HilResult, cycles_run_between, hil_result
 from .process import EmulatorProcess as _Process
 
 class EmulatorProcess(_Process):
@@ -43,9 +45,9 @@ class EmulatorProcess(_Process):
 
 def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
     config = load_machine(machine)
-    if config.drives.get("backend") != "dynamixel":
+    if config.backend != "dynamixel":
         raise UserError(f"{config.path}: [drives], field 'backend': serial HIL needs 'dynamixel', "
-                        f"got {config.drives.get('backend')!r}")
+                        f"got {config.backend!r}")
     if rate_hz is not None:
         if not 1 <= rate_hz <= 100000:
             raise UserError(f"--rate must be in [1, 100000] Hz, got {rate_hz}")
@@ -55,12 +57,11 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
-                   emulator: EmulatorProcess | None = None) -> dict:
+                   emulator: EmulatorProcess | None = None) -> HilResult:
     """Run the machine's demo through driver + pty + emulator process; returns the
-    ``run_session`` summary plus ``injected_fault``, ``injected_cycle``, ``torque_off_cycle``
-    (measured in the emulator: the cycle at which every servo's torque was off),
-    ``detection_cycles`` (cycles run from the injection to the fault; loop indices also count
-    the cycles an overrun skipped),
+    ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
+    ``injected_cycle``, ``torque_off_cycle`` (measured in the emulator: the cycle at which every
+    servo's torque was off), ``detection_cycles`` (cycles run from the injection to the fault),
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
     running (otherwise one is started and stopped)."""
@@ -71,11 +72,10 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
-    table = emulator_table(config)  # and bad emulator settings
     rate = config.rate_hz
     inject = None
     if fault is not None:
-        inject = int(round(table["inject_after"] * rate))
+        inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
         emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate, emulator_cpu(config.realtime.cpu))
     else:
@@ -99,16 +99,11 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
             return ran[w]
         return (ran[-1] + 1) if ran else w
 
-    detection = None  # cycles run from the injection to the fault (skipped cycles not counted)
-    if report.get("injected_cycle") is not None and result.get("fault_cycle") in ran:
-        detection = ran.index(result["fault_cycle"]) - report["injected_cycle"]
-    out = dict(result)
-    out.update(bus="serial", injected_fault=fault, injected_cycle=loop_cycle(report.get("injected_cycle")),
-               detection_cycles=detection,
-               torque_off_cycle=loop_cycle(report.get("torque_off_cycle")),
-               torque_off_cycle_host=result.get("torque_off_cycle"),
-               driver=drives.info() if drives is not None else None, emulator=report)
-    return out
+    injected = loop_cycle(report.get("injected_cycle"))
+    return hil_result(result, bus="serial", interface="pty", injected_fault=fault, injected_cycle=injected,
+                      detection_cycles=cycles_run_between(ran, injected, result.get("fault_cycle")),
+                      torque_off_cycle=loop_cycle(report.get("torque_off_cycle")), emulator_process=True,
+                      emulator_error=report.get("error"), driver=drives.info(), emulator=report)
 
 
 def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float | None = 5.0,

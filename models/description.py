@@ -19,6 +19,7 @@ import numpy as np
 
 from pkrt.rt.errors import UserError
 from pkrt.rt.filekind import MODEL, expect
+from pkrt.rt.schema import field_message
 
 from .joints import ACTUATABLE, JOINT_TYPES
 
@@ -131,8 +132,7 @@ class _Reader:
         self.path = path
 
     def fail(self, where: str, field: str | None, msg: str):
-        loc = f"{self.path}: {where}" + (f", field '{field}'" if field else "")
-        raise ModelError(f"{loc}: {msg}")
+        raise ModelError(field_message(self.path, where, field, msg))
 
     def number(self, tbl, where, field, default=None, positive=False):
         if field not in tbl:

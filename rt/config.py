@@ -2,47 +2,26 @@
 
 Paths inside a configuration are relative to the configuration file. A machine argument is a
 path or a built-in name (``orthoglide`` means ``models/machines/orthoglide-sim.toml``).
+Every table is validated by its schema (``pkrt.rt.schema``, which documents every field);
+readers use the typed tables, ``raw`` is kept only for the log header.
 Units: SI at the actuators (m or rad, N or N m), Hz, s.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 from pathlib import Path
 
 import numpy as np
 
+from . import schema
 from .errors import UserError
 from .filekind import MACHINE, expect
+from .schema import ConfigError, ControllerConfig, Limits, RealtimeConfig  # noqa: F401 (re-exported)
 
 MACHINES_DIR = Path(__file__).resolve().parent.parent / "models" / "machines"
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    kind: str  # "ct" (computed torque) or "pd" (PD plus gravity)
-    kp: np.ndarray  # 1/s^2, per axis
-    kd: np.ndarray  # 1/s, per axis
-    tau_max: np.ndarray  # N or N m, per axis
-
-
-@dataclass(frozen=True)
-class Limits:
-    position: np.ndarray  # (s, 2) m or rad
-    velocity: np.ndarray  # (s,) m/s or rad/s
-    acceleration: np.ndarray  # (s,) for trajectories
-    following_error: np.ndarray  # (s,)
-    stale_cycles: int  # feedback not fresh this many cycles in a row -> fault
-    watchdog_cycles: int  # this many consecutive overruns -> fault
-
-
-@dataclass(frozen=True)
-class RealtimeConfig:
-    priority: int = 0  # SCHED_FIFO priority, 0 = do not ask
-    cpu: int = -1  # CPU affinity, -1 = do not pin
-    mlockall: bool = False
-    gc_freeze: bool = True
 
 
 @dataclass(frozen=True)
@@ -54,9 +33,36 @@ class MachineConfig:
     rate_hz: float
     controller: ControllerConfig
     limits: Limits
-    drives: dict  # the [drives] table, passed to the backend as is
+    drives: Any  # the [drives] table of its backend (schema.DRIVES_TABLES)
     realtime: RealtimeConfig
-    raw: dict = field(repr=False, default_factory=dict)
+    raw: dict = field(repr=False, default_factory=dict)  # the file as read: for the log header only
+    emulator: Any = None  # the [emulator] table of a HIL bus (schema.EMULATOR_TABLES), else None
+    cartesian: schema.CartesianTable = field(default_factory=schema.CartesianTable)
+
+    @property
+    def backend(self) -> str:
+        return self.drives.backend
+
+    def context(self, table: str) -> schema.Context:
+        return schema.Context(path=self.path, table=table, s=self.limits.position.shape[0], rate_hz=self.rate_hz,
+                              ranges=self.limits.position,
+                              tables={"limits": self.limits, "drives": self.drives})
+
+    def with_drives(self, overrides: dict | None = None) -> "MachineConfig":
+        """This configuration with ``overrides`` (e.g. ``{"port": ...}``, the CLI's
+        ``--interface``) replacing fields of ``[drives]``, validated again at this rate."""
+        known = {f.name for f in schema.fields(type(self.drives))}  # other backends' settings do not apply
+        table = {**self.raw.get("drives", {}), **{k: v for k, v in (overrides or {}).items() if k in known}}
+        drives = schema.validate(type(self.drives), table, self.context("drives"))
+        return replace(self, drives=drives)
+
+    def plant_table(self) -> schema.PlantTable:
+        """The simulated plant's table: ``[drives]`` of ``sim``, else the HIL ``[emulator]``."""
+        if isinstance(self.drives, schema.PlantTable):
+            return self.drives
+        if isinstance(self.emulator, schema.PlantTable):
+            return self.emulator
+        raise ConfigError.at(self.path, "emulator", "plant_tree", "missing (no simulated plant in this configuration)")
 
     @property
     def directory(self) -> Path:
@@ -85,32 +91,6 @@ def resolve_machine_path(name_or_path: str) -> Path:
     raise UserError(f"{name_or_path}: no such machine configuration file or built-in machine")
 
 
-def _vec(tbl, key, s, where, path, default=None, positive=True) -> np.ndarray:
-    if key not in tbl:
-        if default is None:
-            raise UserError(f"{path}: [{where}], field '{key}': missing")
-        v = default
-    else:
-        v = tbl[key]
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        v = [v] * s
-    try:
-        a = np.asarray(v, dtype=float)
-    except (TypeError, ValueError):
-        a = np.zeros(0)
-    if a.shape != (s,) or not np.all(np.isfinite(a)) or (positive and np.any(a <= 0)):
-        raise UserError(f"{path}: [{where}], field '{key}': expected {'a positive number' if positive else 'a number'}"
-                        f" or a list of {s}, got {v!r}")
-    return a
-
-
-def _int(tbl, key, default, where, path, lowest) -> int:
-    v = tbl.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
-        raise UserError(f"{path}: [{where}], field '{key}': expected a whole number >= {lowest}, got {v!r}")
-    return v
-
-
 def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarray | None = None) -> MachineConfig:
     """Read a machine configuration. ``n_axes`` and ``ranges`` (from the model) size the
     per-axis values and default the position limits; without them they come from the
@@ -122,56 +102,44 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
         doc = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a valid TOML file: {e}") from None
-    m = doc.get("machine")
-    if not isinstance(m, dict):
+    if not isinstance(doc.get("machine"), dict):
         raise UserError(f"{path}: [machine] table missing")
-    for key in ("name", "model", "tree"):
-        if not isinstance(m.get(key), str):
-            raise UserError(f"{path}: [machine], field '{key}': missing or not a string")
-    model = m["model"]
+    drives_doc = doc.get("drives")
+    if not isinstance(drives_doc, dict):
+        raise ConfigError.at(str(path), "drives", None, "table missing")
+    backend = drives_doc.get("backend")
+    if backend not in schema.DRIVES_TABLES:
+        what = "missing" if backend is None else f"unknown backend {backend!r}"
+        raise ConfigError.at(str(path), "drives", "backend", f"{what} (known: {', '.join(schema.DRIVES_TABLES)})")
+    tables = dict(schema.tables_of(backend))
+    for name in doc:
+        if name not in tables:
+            raise ConfigError.at(str(path), name, None, f"unknown table for a '{backend}' machine (known: "
+                                                     f"{', '.join(tables)})")
+
+    def ctx(table: str, **kw) -> schema.Context:
+        return schema.Context(path=str(path), table=table, s=s, **kw)
+
+    s = 0
+    m = schema.validate(schema.MachineTable, doc["machine"], ctx("machine"))
+    model = m.model
     if "/" in model or Path(model).suffix:  # a file (any extension), relative to this one
         model = str(path.parent / model) if not Path(model).is_absolute() else model
     if n_axes is None or ranges is None:  # the runtime's view of the model: its tree's header
         from .treefile import load_tree
-        ranges = np.array(load_tree(path.parent / m["tree"]).header["actuators"]["ranges"], float)
+        tree_path = path.parent / m.tree
+        try:
+            header = load_tree(tree_path).header
+        except OSError as e:
+            raise ConfigError.at(str(path), "machine", "tree", f"cannot read {tree_path}: {e.strerror}") from None
+        ranges = np.array(header["actuators"]["ranges"], float)
         n_axes = len(ranges)
     s = n_axes
-    rate = m.get("rate_hz", 1000.0)
-    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 1 <= rate <= 100000:
-        raise UserError(f"{path}: [machine], field 'rate_hz': expected a number in [1, 100000], got {rate!r}")
-
-    c = doc.get("controller", {})
-    kind = c.get("kind", "ct")
-    if kind not in ("ct", "pd"):
-        raise UserError(f"{path}: [controller], field 'kind': expected 'ct' or 'pd', got {kind!r}")
-    bw = _vec(c, "bandwidth_hz", s, "controller", path, default=10.0)
-    w = 2 * np.pi * bw
-    kp = _vec(c, "kp", s, "controller", path, default=list(w * w))
-    kd = _vec(c, "kd", s, "controller", path, default=list(2.0 * w))  # critically damped
-    tau_max = _vec(c, "tau_max", s, "controller", path)
-    ctrl = ControllerConfig(kind, kp, kd, tau_max)
-
-    lim = doc.get("limits", {})
-    try:
-        pos = np.asarray(lim.get("position", ranges), dtype=float)
-    except (TypeError, ValueError):
-        pos = np.zeros(0)
-    if pos.shape != (s, 2) or not np.all(np.isfinite(pos)) or np.any(pos[:, 0] >= pos[:, 1]):
-        raise UserError(f"{path}: [limits], field 'position': expected {s} [low, high] pairs")
-    limits = Limits(pos, _vec(lim, "velocity", s, "limits", path),
-                    _vec(lim, "acceleration", s, "limits", path),
-                    _vec(lim, "following_error", s, "limits", path),
-                    _int(lim, "stale_cycles", 3, "limits", path, 1),
-                    _int(lim, "watchdog_cycles", 5, "limits", path, 1))
-    drives = doc.get("drives")
-    if not isinstance(drives, dict) or not isinstance(drives.get("backend"), str):
-        raise UserError(f"{path}: [drives], field 'backend': missing")
-    rt = doc.get("realtime", {})
-    for key in ("mlockall", "gc_freeze"):
-        if not isinstance(rt.get(key, False), bool):
-            raise UserError(f"{path}: [realtime], field '{key}': expected true or false")
-    realtime = RealtimeConfig(_int(rt, "priority", 0, "realtime", path, 0),
-                              _int(rt, "cpu", -1, "realtime", path, -1),
-                              rt.get("mlockall", False), rt.get("gc_freeze", True))
-    return MachineConfig(str(path), m["name"], model, str(path.parent / m["tree"]), float(rate),
-                         ctrl, limits, drives, realtime, doc)
+    rate = m.rate_hz
+    got = {"machine": m}
+    for name in ("controller", "limits", "realtime", "cartesian", "drives", "emulator"):
+        if name in tables:
+            got[name] = schema.validate(tables[name], doc.get(name), ctx(name, rate_hz=rate, ranges=ranges,
+                                                                         tables=dict(got)))
+    return MachineConfig(str(path), m.name, model, str(path.parent / m.tree), rate, got["controller"], got["limits"],
+                         got["drives"], got["realtime"], doc, got.get("emulator"), got["cartesian"])

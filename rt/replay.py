@@ -145,7 +145,7 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
     ``--mass-scale``; only for a ``sim`` backend."""
     out: dict = {}
     plant = log.header.get("plant")
-    if config.drives.get("backend") == "sim" and isinstance(plant, dict) and plant.get("backend", "sim") == "sim":
+    if config.backend == "sim" and isinstance(plant, dict) and plant.get("backend", "sim") == "sim":
         for k in SIM_PLANT_KEYS:
             v = plant.get(k)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -153,7 +153,7 @@ def plant_overrides(log: Log, config, mass_scale: float | None) -> dict:
     if mass_scale is not None:
         if not (mass_scale > 0 and math.isfinite(mass_scale)):
             raise UserError(f"--mass-scale must be positive and finite, got {mass_scale}")
-        if config.drives.get("backend") != "sim":
+        if config.backend != "sim":
             raise UserError("--mass-scale applies to the simulated plant only (backend 'sim')")
         out["mass_scale"] = float(mass_scale)
     return out

@@ -65,7 +65,7 @@ def is_orthoglide(config: MachineConfig) -> bool:
 
 
 def leg_length(config: MachineConfig) -> float:
-    return float(config.raw.get("cartesian", {}).get("leg_length", 0.31))
+    return config.cartesian.leg_length
 
 
 def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
@@ -176,235 +176,280 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     run stop it at the next cycle boundary the same way (``StopSignals``).
     """
     with StopSignals() as stop:
-        return _session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
-                        log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                        tree=tree, realtime=realtime)
+        session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
+                          log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
+                          tree=tree, realtime=realtime)
+        return session.run()
 
 
-def _session(config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
-             lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-             tree: Tree | None, realtime: bool) -> dict:
-    tree = tree if tree is not None else load_controller_tree(config)
-    s = tree.s
-    plan = plan_trajectory(config, tree, trajectory, duration)
-    axes, units = tree_axes(tree)
-    kind = controller or config.controller.kind
-    if kind not in ("ct", "pd"):
-        raise UserError(f"unknown controller '{kind}' (ct or pd)")
-    c = config.controller
-    fric = config.raw.get("controller", {})
-    ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, fric.get("viscous", 0.0), fric.get("coulomb", 0.0))
-    sup = Supervisor(config.limits, axes, units)
-    period = 1.0 / config.rate_hz
-    N = plan.n
-    ref_pos, ref_vel, ref_acc = plan.pos, plan.vel, plan.acc
+class Session:
+    """One controlled run: planned and checked at construction (tree, reference, controller,
+    log), then ``start`` (real-time settings, then the drives up), ``cycle`` (read -> safety ->
+    controller -> write -> log/telemetry staging) until the reference ends or a fault, ``stop``
+    (torque off, real-time settings restored) and ``summary`` (the log closed with it).
+    Every way a run ends early goes through ``fault``: a drive error, a safety reason, the
+    watchdog, a stop signal, an unexpected exception."""
 
-    # preallocated per-cycle records
-    wake = np.zeros(N)
-    comp = np.zeros(N)
-    # the cycle's parts (s): in the drivers (read + write), in the controller, and the whole
-    # cycle with log and telemetry staging; the rest is the loop's own overhead
-    drive_t = np.zeros(N)
-    ctrl_t = np.zeros(N)
-    cycle_t = np.zeros(N)
-    err = np.zeros((N, s))
-    ran = np.zeros(N, dtype=bool)
+    def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
+                 lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
+                 tree: Tree | None, realtime: bool):
+        self.config, self.drives, self.stop_signals = config, drives, stop
+        self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
+        self.realtime = realtime
+        tree = tree if tree is not None else load_controller_tree(config)
+        s = tree.s
+        self.plan = plan = plan_trajectory(config, tree, trajectory, duration)
+        self.axes, self.units = axes, units = tree_axes(tree)
+        self.kind = kind = controller or config.controller.kind
+        if kind not in ("ct", "pd"):
+            raise UserError(f"unknown controller '{kind}' (ct or pd)")
+        c = config.controller
+        self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+        self.sup = Supervisor(config.limits, axes, units)
+        self.period = 1.0 / config.rate_hz
+        N = plan.n
+        # preallocated per-cycle records
+        self.wake = np.zeros(N)
+        self.comp = np.zeros(N)
+        # the cycle's parts (s): in the drivers (read + write), in the controller, and the whole
+        # cycle with log and telemetry staging; the rest is the loop's own overhead
+        self.drive_t = np.zeros(N)
+        self.ctrl_t = np.zeros(N)
+        self.cycle_t = np.zeros(N)
+        self.err = np.zeros((N, s))
+        self.ran = np.zeros(N, dtype=bool)
+        self.writer = None
+        self.row = self.slices = self.views = None
+        if log_path:
+            from .logfile import LogWriter
+            from .outputs import check_output
 
-    writer = None
-    if log_path:
-        from .logfile import LogWriter
-        from .outputs import check_output
+            check_output(log_path, "log", run_inputs(config, trajectory))
+            stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed
+            header = {"machine": config.raw, "machine_path": config.path,
+                      "model_name": tree.header.get("model", {}).get("name"),
+                      "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
+                      "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
+                      "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
+                                                     "tau_max": c.tau_max.tolist()},
+                      "trajectory": plan.description, "lockstep": lockstep,
+                      "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
+            self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
+            self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
+        elif telemetry is not None:  # no log: the same staging row, for telemetry only
+            sl, n = {}, 0
+            for name, width, _ in channel_list(s, units[0]):
+                sl[name], n = slice(n, n + width), n + width
+            self.row, self.slices = np.zeros(n), sl
+            self.views = {name: self.row[x] for name, x in sl.items()}
+        self.rt_report: dict = {}
+        self.fault_reason: str | None = None
+        self.fault_cycle = self.torque_off_cycle = None
+        self.overruns = self.saturated = self.cycles = 0
+        self.clock = VirtualClock() if lockstep else RealClock()
+        self.fb = drives.feedback  # the last reading, even if the first read fails
+        self.wall = 0.0
 
-        check_output(log_path, "log", run_inputs(config, trajectory))
-        stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed
-        header = {"machine": config.raw, "machine_path": config.path, "model_name": tree.header.get("model", {}).get("name"),
-                  "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
-                  "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
-                  "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
-                                                 "tau_max": c.tau_max.tolist()},
-                  "trajectory": plan.description, "lockstep": lockstep, "versions": software_versions(("pkrt", "numpy", "numba")),
-                  "plant": drives.describe()}
-        writer = LogWriter(log_path, header, channel_list(s, units[0]))
-        row, sl, v = writer.row, writer.slices, writer.views
-    elif telemetry is not None:  # no log: the same staging row, for telemetry only
-        sl, c = {}, 0
-        for name, width, _ in channel_list(s, units[0]):
-            sl[name], c = slice(c, c + width), c + width
-        row = np.zeros(c)
-        v = {name: row[x] for name, x in sl.items()}
+    # -- the one fault path ------------------------------------------------------------------------
+    def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
+        """Stop the run at cycle k for ``reason``: torque off first (``drives.fault`` for a
+        fault, ``drives.disable`` for a stop signal or an internal error), then the log's event."""
+        self.fault_reason, self.fault_cycle = reason, k
+        if drive_fault:
+            self.drives.fault(reason)
+        else:
+            self.drives.disable()
+        if not self.drives.torque_on:
+            self.torque_off_cycle = k
+        if self.writer:
+            self.writer.event(k, "fault", reason)
 
-    rt_report = {}
-    fault = None
-    fault_cycle = torque_off_cycle = None
-    overruns = saturated = cycles = 0
-    clock = VirtualClock() if lockstep else RealClock()
-    if not lockstep and realtime:  # before enabling: the full collection of gc_freeze holds the GIL
-        r = config.realtime        # for tens of ms, which would starve the drives' heartbeat thread
-        rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
-    stop.abort = True
-    try:
-        if stop.reason is not None:  # asked while the log opened
-            raise Stopped(stop.reason)
-        # warm up the kernels (compile or load from cache) before the first deadline
-        ctrl.update(ref_pos[0], ref_vel[0], ref_pos[0], ref_vel[0], ref_acc[0])
-        sup.check(_Probe(ref_pos[0], ref_vel[0]), ref_pos[0])
-        sup.stale = 0
-        drives.prepare(ref_pos[0].copy())
-        drives.configure()
-        drives.enable()
-    except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
-        stop.abort = False
-        drives.disable()
-        if rt_report:
-            restore_realtime(rt_report)
-        if writer:
-            writer.event(0, "fault", f"drives not enabled: {exc}")
-            writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
-        raise
-    stop.abort = False  # torque may be on: from here a signal is seen by the loop (at cycle 0 at the latest)
-    wall0 = time.perf_counter()
-    k = 0
-    fb = drives.feedback  # the last reading, even if the first read fails
-    try:
-        stop.in_loop = True
-        if not lockstep:
-            clock.t0 = time.monotonic() + 2 * period  # start on a clean boundary
-        while k < N:
-            wake_s = clock.wait_until(k * period)
-            if stop.reason is not None:  # a stop signal: torque off before anything else
-                fault, fault_cycle = stop.reason, k
-                drives.disable()
-                torque_off_cycle = k if not drives.torque_on else None
-                if writer:
-                    writer.event(k, "fault", fault)
-                break
-            t_start = time.perf_counter()
-            t = k * period
-            if on_cycle is not None:
-                on_cycle(k, t)
-            flags = 0
-            t_c = t_w = t_d = 0.0
-            try:
-                t_r = time.perf_counter()
-                fb = drives.read(t)
-                t_d = time.perf_counter() - t_r
-                reason = sup.check(fb, ref_pos[k])
-                if not fb.fresh:
-                    flags |= FLAG_STALE
-                if reason is None:
-                    t_c = time.perf_counter()
-                    f, status = ctrl.update(fb.position, fb.velocity, ref_pos[k], ref_vel[k], ref_acc[k])
-                    t_c = time.perf_counter() - t_c
-                    flags |= f
-                    if status == OUT_OF_DOMAIN:
-                        reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
-                                  f"tree box marked out of domain")
-                    elif f & FLAG_NONFINITE:
-                        reason = "controller produced a non-finite torque"
-                if reason is None:
-                    t_w = time.perf_counter()
-                    drives.write(ctrl.tau)
-                    t_w = time.perf_counter() - t_w
-            except DriveError as e:
-                reason = f"drive: {e}"
-            if reason is not None:
-                fault, fault_cycle = reason, k
-                drives.fault(reason)
-                if not drives.torque_on:
-                    torque_off_cycle = k
-                if writer:
-                    writer.event(k, "fault", reason)
-            saturated += flags & 1
-            np.subtract(ref_pos[k], fb.position, out=err[k])
-            wake[k] = wake_s
-            ran[k] = True
-            cycles += 1
-            late = False
-            nxt = k + 1
-            if not lockstep:
-                now = clock.now()
-                if now > nxt * period:
-                    late = True
-                    overruns += 1
-                    flags |= FLAG_OVERRUN
-                    nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
-            comp[k] = time.perf_counter() - t_start
-            if writer or telemetry is not None:
-                v["t"][0] = t
-                v["ref_pos"][...] = ref_pos[k]
-                v["ref_vel"][...] = ref_vel[k]
-                v["ref_acc"][...] = ref_acc[k]
-                v["pos"][...] = fb.position
-                v["vel"][...] = fb.velocity
-                v["tau"][...] = ctrl.tau if drives.torque_on else 0.0
-                v["tau_model"][...] = ctrl.tau_model
-                v["wake_us"][0] = wake_s * 1e6
-                v["compute_us"][0] = comp[k] * 1e6
-                v["flags"][0] = flags
-                if writer:
-                    writer.commit()
-                if telemetry is not None:
-                    telemetry.maybe_send(k, t, row, sl)
-            drive_t[k], ctrl_t[k] = t_d + t_w, t_c
-            cycle_t[k] = time.perf_counter() - t_start
-            if fault is not None:
-                break
-            wd = sup.overrun(late)
-            if wd is not None:
-                fault, fault_cycle = wd, k
-                drives.fault(wd)
-                torque_off_cycle = k if not drives.torque_on else None
-                if writer:
-                    writer.event(k, "fault", wd)
-                break
-            k = nxt
-    except KeyboardInterrupt:
-        fault, fault_cycle = stop.reason or "interrupted by the user", k
-        drives.disable()  # torque off now, before anything else
-        torque_off_cycle = k if not drives.torque_on else None
-        if writer:
-            writer.event(k, "fault", fault)
-    except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
-        drives.disable()
-        if writer:
-            writer.event(k, "fault", f"internal error: {type(exc).__name__}: {exc}")
-            writer.close({"fault": f"internal error: {exc}", "cycles": cycles})
-        raise
-    finally:
-        stop.in_loop = False
-        drives.disable()
-        wall = time.perf_counter() - wall0
-        if rt_report:
-            restore_realtime(rt_report)
-    e = err[ran]
-    e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
-    summary = {
-        "machine": config.name, "controller": kind, "lockstep": lockstep, "rate_hz": config.rate_hz,
-        "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
-        "overruns": overruns, "faults": int(fault is not None), "fault": fault,
-        "fault_cycle": fault_cycle, "torque_off_cycle": torque_off_cycle,
-        "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
-        "max_error": float(np.max(np.abs(e))) if len(e) else None,
-        "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
-        "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
-        "units": units, "saturated_cycles": saturated,
-        "compute_us": percentiles_us(comp[ran]), "wake_latency_us": percentiles_us(wake[ran]),
-        # the cycle's parts: drivers (read + write: the bus or the simulated plant), controller,
-        # and the loop's own overhead (safety, bookkeeping, log and telemetry staging)
-        "drive_us": percentiles_us(drive_t[ran]), "controller_us": percentiles_us(ctrl_t[ran]),
-        "loop_overhead_us": percentiles_us((cycle_t - drive_t - ctrl_t)[ran]),
-        "cycle_without_drives_us": percentiles_us((cycle_t - drive_t)[ran]),
-        # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
-        "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
-        "realtime": rt_report or {"mode": "lockstep" if lockstep else "not requested"},
-        "trajectory": plan.description.get("kind"), "log": log_path, "drives": drives.describe(),
-    }
-    if writer:
-        counts = writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
-        summary["log_dropped_blocks"] = counts.get("dropped_blocks")
-        summary["log_rows_written"] = counts.get("rows_written")
-        summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
-    return summary
+    # -- start ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Real-time settings, kernel warm-up, drives configured and enabled. On any failure
+        (or a stop signal) the drives are disabled, the log closed with the reason, and the
+        exception raised."""
+        stop, drives, plan = self.stop_signals, self.drives, self.plan
+        if not self.lockstep and self.realtime:  # before enabling: the full collection of gc_freeze holds
+            r = self.config.realtime             # the GIL for tens of ms, which would starve the drives'
+            self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)  # heartbeat thread
+        stop.abort = True
+        try:
+            if stop.reason is not None:  # asked while the log opened
+                raise Stopped(stop.reason)
+            # warm up the kernels (compile or load from cache) before the first deadline
+            self.ctrl.update(plan.pos[0], plan.vel[0], plan.pos[0], plan.vel[0], plan.acc[0])
+            self.sup.check(_Probe(plan.pos[0], plan.vel[0]), plan.pos[0])
+            self.sup.stale = 0
+            drives.prepare(plan.pos[0].copy())
+            drives.configure()
+            drives.enable()
+        except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
+            stop.abort = False
+            drives.disable()
+            if self.rt_report:
+                restore_realtime(self.rt_report)
+            if self.writer:
+                self.writer.event(0, "fault", f"drives not enabled: {exc}")
+                self.writer.close({"fault": f"drives not enabled: {exc}", "cycles": 0})
+            raise
+        stop.abort = False  # torque may be on: from here a signal is seen by the loop (at cycle 0 at the latest)
+
+    # -- cycle ----------------------------------------------------------------------------------
+    def cycle(self, k: int) -> int | None:
+        """Cycle k: wait for its deadline, read -> safety -> controller -> write -> staging;
+        returns the next cycle (past a period skipped by an overrun), None when the run stops."""
+        drives, ctrl, sup, plan, period = self.drives, self.ctrl, self.sup, self.plan, self.period
+        wake_s = self.clock.wait_until(k * period)
+        if self.stop_signals.reason is not None:  # a stop signal: torque off before anything else
+            self.fault(k, self.stop_signals.reason, drive_fault=False)
+            return None
+        t_start = time.perf_counter()
+        t = k * period
+        if self.on_cycle is not None:
+            self.on_cycle(k, t)
+        flags = 0
+        ref_pos = plan.pos[k]
+        t_c = t_w = t_d = 0.0
+        try:
+            t_r = time.perf_counter()
+            fb = self.fb = drives.read(t)
+            t_d = time.perf_counter() - t_r
+            reason = sup.check(fb, ref_pos)
+            if not fb.fresh:
+                flags |= FLAG_STALE
+            if reason is None:
+                t_c = time.perf_counter()
+                f, status = ctrl.update(fb.position, fb.velocity, ref_pos, plan.vel[k], plan.acc[k])
+                t_c = time.perf_counter() - t_c
+                flags |= f
+                if status == OUT_OF_DOMAIN:
+                    reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
+                              f"tree box marked out of domain")
+                elif f & FLAG_NONFINITE:
+                    reason = "controller produced a non-finite torque"
+            if reason is None:
+                t_w = time.perf_counter()
+                drives.write(ctrl.tau)
+                t_w = time.perf_counter() - t_w
+        except DriveError as e:
+            reason = f"drive: {e}"
+        fb = self.fb
+        if reason is not None:
+            self.fault(k, reason)
+        self.saturated += flags & 1
+        np.subtract(ref_pos, fb.position, out=self.err[k])
+        self.wake[k] = wake_s
+        self.ran[k] = True
+        self.cycles += 1
+        late = False
+        nxt = k + 1
+        if not self.lockstep:
+            now = self.clock.now()
+            if now > nxt * period:
+                late = True
+                self.overruns += 1
+                flags |= FLAG_OVERRUN
+                nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
+        self.comp[k] = time.perf_counter() - t_start
+        if self.views is not None:
+            self._stage(k, t, fb, wake_s, flags)
+        self.drive_t[k], self.ctrl_t[k] = t_d + t_w, t_c
+        self.cycle_t[k] = time.perf_counter() - t_start
+        if reason is not None:
+            return None
+        wd = sup.overrun(late)
+        if wd is not None:
+            self.fault(k, wd)
+            return None
+        return nxt
+
+    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int) -> None:
+        """The cycle's log row and telemetry sample (preallocated staging row)."""
+        v, plan = self.views, self.plan
+        v["t"][0] = t
+        v["ref_pos"][...] = plan.pos[k]
+        v["ref_vel"][...] = plan.vel[k]
+        v["ref_acc"][...] = plan.acc[k]
+        v["pos"][...] = fb.position
+        v["vel"][...] = fb.velocity
+        v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
+        v["tau_model"][...] = self.ctrl.tau_model
+        v["wake_us"][0] = wake_s * 1e6
+        v["compute_us"][0] = self.comp[k] * 1e6
+        v["flags"][0] = flags
+        if self.writer:
+            self.writer.commit()
+        if self.telemetry is not None:
+            self.telemetry.maybe_send(k, t, self.row, self.slices)
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> dict:
+        """start, cycles until the end of the reference or a fault, stop, summary."""
+        self.start()
+        stop = self.stop_signals
+        wall0 = time.perf_counter()
+        k = 0
+        try:
+            stop.in_loop = True
+            if not self.lockstep:
+                self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
+            while k is not None and k < self.plan.n:
+                k = self.cycle(k)
+        except KeyboardInterrupt:  # a second stop signal while stuck in a driver call
+            self.fault(k, stop.reason or "interrupted by the user", drive_fault=False)
+        except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
+            self.fault(k, f"internal error: {type(exc).__name__}: {exc}", drive_fault=False)
+            if self.writer:
+                self.writer.close({"fault": f"internal error: {exc}", "cycles": self.cycles})
+            raise
+        finally:
+            self.stop(wall0)
+        return self.summary()
+
+    def stop(self, wall0: float) -> None:
+        """Torque off (idempotent), loop time measured, real-time settings restored."""
+        self.stop_signals.in_loop = False
+        self.drives.disable()
+        self.wall = time.perf_counter() - wall0
+        if self.rt_report:
+            restore_realtime(self.rt_report)
+
+    def summary(self) -> dict:
+        """The run's summary; the log is closed with it."""
+        ran, period, cycles, wall = self.ran, self.period, self.cycles, self.wall
+        e = self.err[ran]
+        e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
+        fault = self.fault_reason
+        summary = {
+            "machine": self.config.name, "controller": self.kind, "lockstep": self.lockstep,
+            "rate_hz": self.config.rate_hz,
+            "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
+            "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
+            "fault_cycle": self.fault_cycle, "torque_off_cycle": self.torque_off_cycle,
+            "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
+            "max_error": float(np.max(np.abs(e))) if len(e) else None,
+            "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
+            "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
+            "units": self.units, "saturated_cycles": self.saturated,
+            "compute_us": percentiles_us(self.comp[ran]), "wake_latency_us": percentiles_us(self.wake[ran]),
+            # the cycle's parts: drivers (read + write: the bus or the simulated plant), controller,
+            # and the loop's own overhead (safety, bookkeeping, log and telemetry staging)
+            "drive_us": percentiles_us(self.drive_t[ran]), "controller_us": percentiles_us(self.ctrl_t[ran]),
+            "loop_overhead_us": percentiles_us((self.cycle_t - self.drive_t - self.ctrl_t)[ran]),
+            "cycle_without_drives_us": percentiles_us((self.cycle_t - self.drive_t)[ran]),
+            # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
+            "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
+            "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
+            "trajectory": self.plan.description.get("kind"), "log": self.log_path,
+            "drives": self.drives.describe(),
+        }
+        if self.writer:
+            counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
+            summary["log_dropped_blocks"] = counts.get("dropped_blocks")
+            summary["log_rows_written"] = counts.get("rows_written")
+            summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
+        return summary
 
 
 class _Probe:

@@ -15,6 +15,8 @@ from pkrt.hil.serial_hil import EmulatorProcess, serial_config
 from pkrt.rt.logfile import read_log
 from tests.processes import child, stop, wait_until
 
+pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
+
 MACHINE = "orthoglide-serial"
 
 

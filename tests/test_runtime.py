@@ -133,6 +133,7 @@ def test_out_of_domain_box_stops_the_run(config):
         _run(config, bad, duration=0.5)
 
 
+@pytest.mark.realtime
 def test_watchdog_on_missed_cycles_in_real_time(config, tree):
     import time
 
@@ -171,9 +172,8 @@ def test_sensor_options_degrade_tracking_but_run(config, tree):
 def test_plant_never_uses_the_controller_tree(config):
     from pkrt.drivers.base import DriveConfigError
 
-    same = dataclasses.replace(config, drives={**config.drives, "plant_tree": "orthoglide.pkt"})
     with pytest.raises(DriveConfigError, match="controller's own tree"):
-        open_drives(same)
+        open_drives(config, {"plant_tree": "orthoglide.pkt"})
 
 
 def test_drives_that_cannot_be_enabled_leave_a_complete_log(tmp_path):
@@ -228,6 +228,7 @@ def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, 
     assert sockets and all(s.fileno() == -1 for s in sockets)
 
 
+@pytest.mark.realtime
 def test_realtime_factor_counts_skipped_periods(config, tree):
     """A real-time run that skips periods after overruns still covers loop time at the wall
     clock's pace: the factor was executed cycles * period / wall, below 1 by the skipped share."""
@@ -250,11 +251,10 @@ def test_realtime_factor_counts_skipped_periods(config, tree):
 def test_sim_sensor_settings_are_validated(config, field, value):
     """The sim backend's sensor settings went through float()/int() unchecked: a string gave a
     traceback, a negative delay or noise was silently taken."""
-    from pkrt.drivers.base import DriveConfigError
+    from pkrt.rt.schema import ConfigError
 
-    bad = dataclasses.replace(config, drives={**config.drives, field: value})
-    with pytest.raises(DriveConfigError, match=field):
-        open_drives(bad)
+    with pytest.raises(ConfigError, match=rf"\[drives\], field '{field}'"):
+        open_drives(config, {field: value})
 
 
 def test_a_log_write_failure_is_reported_in_the_summary(config, tree, tmp_path, monkeypatch):
@@ -312,3 +312,16 @@ def test_sim_plant_integrates_skipped_periods_at_its_step(config):
     b.read(0.040)
     np.testing.assert_allclose(b.feedback.position, a.feedback.position, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.feedback.velocity, a.feedback.velocity, rtol=0, atol=1e-10)
+
+
+def test_controller_gains_are_named_rows_of_the_kernel_array(config, tree):
+    """The kernel takes one (7, s) array (no per-call unboxing); ``Gains`` names its rows."""
+    from pkrt.rt.controller import COULOMB, KP, Controller, Gains
+
+    c = config.controller
+    ctrl = Controller(tree, "ct", c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+    g = ctrl.named_gains
+    assert isinstance(g, Gains) and ctrl.gains.shape == (len(Gains._fields), tree.s)
+    assert np.array_equal(g.kp, c.kp) and np.array_equal(g.coulomb, c.coulomb) and np.array_equal(g.tau_max, c.tau_max)
+    assert np.shares_memory(g.kp, ctrl.gains) and np.array_equal(ctrl.gains[KP], c.kp)
+    assert np.array_equal(ctrl.gains[COULOMB], c.coulomb)

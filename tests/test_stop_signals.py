@@ -22,6 +22,8 @@ from pkrt.rt.errors import Stopped
 from pkrt.rt.run import STOP_SIGNALS, StopSignals, load_controller_tree, run_session
 from tests.processes import child, log_has_cycles, stop, wait_until
 
+pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
+
 PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
 
 

@@ -82,7 +82,7 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
 
     # encode/decode only: the same bytes, no line
     answers = b"".join(dxp.status(i, 0, struct.pack(FEEDBACK_FMT, 1000 + i, 0, 0, 0, 12, 345, -10240))
-                       for i in config.drives["ids"])
+                       for i in config.drives.ids)
     codec = np.empty(cycles)
     tau = np.array([10.0, -20.0, 60.0])
     for k in range(cycles):
@@ -100,7 +100,7 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
 
     # the emulator's handling, in this process
     e = build(MACHINE)
-    ids = config.drives["ids"]
+    ids = config.drives.ids
     sr = dxp.sync_read(ids, FEEDBACK_ADDR, FEEDBACK_LEN)
     for i in ids:
         e.handle(dxp.write(i, 11, b"\0"))

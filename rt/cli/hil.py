@@ -11,6 +11,8 @@ import argparse
 from pkrt.rt.cli import emit, positive_number
 from pkrt.rt.errors import CheckFailed, Fault, UserError
 
+from .result import HilResult
+
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 
@@ -47,15 +49,16 @@ def run_hil(args) -> int:
     else:
         from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
-    r = run(machine, **kw)
+    r: HilResult = run(machine, **kw)  # the same keys for both buses (hil/result.py)
     rms, mx = r.get("rms_error"), r.get("max_error")
     text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz: {r.get('cycles')} cycles, overruns {r.get('overruns')}"
             + (f", tracking error RMS {rms * 1e3:.4f} mm, max {mx * 1e3:.4f} mm" if rms is not None else ""))
     if (r.get("drives") or {}).get("drive_watchdog"):
         text += f"\n  drive watchdog: {r['drives']['drive_watchdog']}"
     if r.get("fault"):
-        text += (f"\n  fault: {r['fault']}\n  injected at cycle {r.get('injected_cycle')}, detected at cycle "
-                 f"{r.get('fault_cycle')}, torque off at cycle {r.get('torque_off_cycle')}")
+        text += (f"\n  fault: {r['fault']}\n  injected at cycle {r['injected_cycle']}, detected at cycle "
+                 f"{r['fault_cycle']} ({r['detection_cycles']} cycles run later), torque off at cycle "
+                 f"{r['torque_off_cycle']}")
     else:
         text += "\n  no faults"
     emit(r, args.json, text)

@@ -1,0 +1,503 @@
+"""The schema of machine configuration files: one dataclass per table, one validator.
+
+Every field of every table is declared here once, with its default, unit, constraints and
+documentation (``spec``); ``validate`` checks a TOML table against its class and returns the
+typed instance. Every bad value is one ``ConfigError`` line naming the file, the table and the
+field (exit 2). Per-axis fields ("axes") take one number for every axis or a list of s numbers
+and become float arrays of shape (s,). Units: SI at the actuators (m or rad, N or N m), Hz, s.
+
+This module imports only numpy and ``pkrt.rt.errors`` (the core): drivers and emulators read
+their typed tables from ``MachineConfig`` (``pkrt.rt.config``) without importing the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import UserError
+
+
+def field_message(path, where: str, name: str | None, what: str) -> str:
+    """The one-line form of every configuration error: ``{file}: {where}, field '{name}': {what}``
+    (``where``: the table, e.g. ``[controller]``); machine descriptions use it too."""
+    return f"{path}: {where}" + (f", field '{name}'" if name else "") + f": {what}"
+
+
+class ConfigError(UserError):
+    """A bad value in a machine configuration (exit 2), one line:
+    ``{file}: [{table}], field '{name}': {what}`` (``at``); drivers raise it for relations only
+    they can check (``pkrt.drivers.base.DriveConfigError`` is this class)."""
+
+    def __init__(self, message: str, path: str | None = None, table: str | None = None, name: str | None = None):
+        super().__init__(message)
+        self.path, self.table, self.field = path, table, name
+
+    @classmethod
+    def at(cls, path, table: str, name: str | None, what: str) -> "ConfigError":
+        return cls(field_message(path, f"[{table}]", name, what), str(path), table, name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """What a table's validation needs from outside it: the file, the number of axes s, the
+    loop rate (Hz), the actuator ranges ((s, 2), for the default position limits) and the
+    tables validated before (``tables``: name -> instance)."""
+
+    path: str
+    table: str
+    s: int
+    rate_hz: float = 1000.0
+    ranges: np.ndarray | None = None
+    tables: dict = dataclasses.field(default_factory=dict)
+
+    def error(self, name: str | None, what: str) -> ConfigError:
+        return ConfigError.at(self.path, self.table, name, what)
+
+
+REQUIRED = dataclasses.MISSING
+
+# field kinds
+NUMBER, INTEGER, BOOL, STRING, AXES, IDS, PAIRS, TABLE, CHANNEL = (
+    "number", "integer", "bool", "string", "axes", "ids", "pairs", "table", "channel")
+
+
+def spec(kind: str, doc: str, default: Any = REQUIRED, *, unit: str = "", lo: float | None = None,
+         hi: float | None = None, lo_open: bool = False, choices: tuple | None = None, integer: bool = False,
+         derive: Callable[[dict, Context], Any] | None = None) -> Any:
+    """A schema field. ``kind``: number, integer, bool, string, axes (a number or a list of s
+    numbers), ids (a list of s distinct integers), pairs (s [low, high] pairs), table (a table of
+    plain values), channel (a string or an integer >= 0). ``lo``/``hi``: inclusive bounds (``lo_open``:
+    > lo); ``integer``: axes of whole numbers; ``derive(values, ctx)``: the default computed from
+    the fields before this one (the field may then be missing); ``default=None``: optional."""
+    meta = dict(kind=kind, doc=doc, unit=unit, lo=lo, hi=hi, lo_open=lo_open, choices=choices,
+                integer=integer, derive=derive)
+    if derive is not None:
+        default = None
+    if default is REQUIRED:
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def describe_constraint(meta: dict, s: int | str = "s") -> str:
+    """The expected value of a field in words (the error message and the README)."""
+    kind, lo, hi = meta["kind"], meta["lo"], meta["hi"]
+    if meta["choices"]:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    base = {NUMBER: "a number", INTEGER: "an integer", BOOL: "true or false", STRING: "a string",
+            AXES: "a whole number" if meta["integer"] else "a number", IDS: f"a list of {s} distinct integers",
+            PAIRS: f"a list of {s} [low, high] pairs (low < high)", TABLE: "a table of plain values",
+            CHANNEL: "a string or an integer >= 0"}[kind]
+    if lo is not None and hi is not None:
+        base += f" in {'(' if meta['lo_open'] else '['}{lo:g}, {hi:g}]"
+    elif lo is not None:
+        base += f" {'>' if meta['lo_open'] else '>='} {lo:g}"
+    elif hi is not None:
+        base += f" <= {hi:g}"
+    if kind == AXES:
+        base += f" (or a list of {s})"
+    return base
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _in_bounds(x: float, meta: dict) -> bool:
+    lo, hi = meta["lo"], meta["hi"]
+    if lo is not None and (x <= lo if meta["lo_open"] else x < lo):
+        return False
+    return hi is None or x <= hi
+
+
+def _check_value(v, meta: dict, ctx: Context):
+    """The typed value, or None when ``v`` is not acceptable."""
+    kind, s = meta["kind"], ctx.s
+    if kind in (NUMBER, INTEGER):
+        if not _real(v) or (kind == INTEGER and not isinstance(v, int)) or not math.isfinite(v):
+            return None
+        return (int(v) if kind == INTEGER else float(v)) if _in_bounds(v, meta) else None
+    if kind == BOOL:
+        return v if isinstance(v, bool) else None
+    if kind == STRING:
+        if not isinstance(v, str) or not v or (meta["choices"] and v not in meta["choices"]):
+            return None
+        return v
+    if kind == CHANNEL:
+        return v if (isinstance(v, str) and v) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) else None
+    if kind == AXES:
+        vals = v if isinstance(v, list) else [v] * s
+        if len(vals) != s or not all(_real(x) and math.isfinite(x) and _in_bounds(x, meta) for x in vals):
+            return None
+        if meta["integer"] and any(x != int(x) for x in vals):
+            return None
+        return np.array(vals, dtype=float)
+    if kind == IDS:
+        if (not isinstance(v, list) or len(v) != s or len(set(v)) != s
+                or not all(isinstance(x, int) and not isinstance(x, bool) and _in_bounds(x, meta) for x in v)):
+            return None
+        return tuple(v)
+    if kind == PAIRS:
+        if not isinstance(v, list) or len(v) != s or not all(
+                isinstance(p, list) and len(p) == 2 and all(_real(x) and math.isfinite(x) for x in p) and p[0] < p[1]
+                for p in v):
+            return None
+        return np.array(v, dtype=float)
+    if kind == TABLE:
+        if not isinstance(v, dict) or not all(isinstance(x, (str, int, float, bool)) for x in v.values()):
+            return None
+        return dict(v)
+    raise AssertionError(kind)
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A field's default (``REQUIRED`` when it has none; derived fields: None)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def fields(cls) -> list[dataclasses.Field]:
+    """The schema fields of a table class, in declaration order."""
+    return [f for f in dataclasses.fields(cls) if "kind" in f.metadata]
+
+
+def validate(cls, table: Any, ctx: Context):
+    """The instance of table class ``cls`` for the TOML table ``table`` (a dict; None: absent).
+    Unknown fields, missing required fields and bad values raise ``ConfigError``; then the
+    class's ``check(ctx)`` (relations between fields) runs."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ctx.error(None, f"expected a table, got {table!r}")
+    known = {f.name for f in fields(cls)}
+    for key in table:
+        if key not in known:
+            raise ctx.error(key, f"unknown field (known: {', '.join(sorted(known))})")
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        meta = f.metadata
+        if f.name not in table:
+            if meta["derive"] is not None:
+                values[f.name] = meta["derive"](values, ctx)
+                continue
+            if default_of(f) is REQUIRED:
+                raise ctx.error(f.name, f"missing (expected {describe_constraint(meta, ctx.s)})")
+            d = default_of(f)
+            values[f.name] = d if d is None else _check_value(d, meta, ctx)  # e.g. one number -> s axes
+            continue
+        v = table[f.name]
+        typed = _check_value(v, meta, ctx)
+        if typed is None:
+            raise ctx.error(f.name, f"expected {describe_constraint(meta, ctx.s)}, got {v!r}")
+        values[f.name] = typed
+    inst = cls(**values)
+    check = getattr(inst, "check", None)
+    if check is not None:
+        check(ctx)
+    return inst
+
+
+def _ranges(values: dict, ctx: Context) -> np.ndarray:
+    if ctx.ranges is None:
+        raise ctx.error("position", "missing (and no actuator ranges to default to)")
+    return np.array(ctx.ranges, dtype=float)
+
+
+def _bandwidth_kp(values: dict, ctx: Context) -> np.ndarray:
+    w = 2 * np.pi * values["bandwidth_hz"]
+    return w * w
+
+
+def _bandwidth_kd(values: dict, ctx: Context) -> np.ndarray:
+    return 2.0 * (2 * np.pi * values["bandwidth_hz"])  # critically damped
+
+
+# -- the tables --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class MachineTable:
+    """``[machine]``: what the machine is and how fast its loop runs."""
+
+    name: str = spec(STRING, "the machine's name (logs, summaries)")
+    model: str = spec(STRING, "model file (relative to this file) or built-in model name")
+    tree: str = spec(STRING, "the controller's reduced-dynamics tree file (relative to this file)")
+    rate_hz: float = spec(NUMBER, "control loop rate", 1000.0, unit="Hz", lo=1.0, hi=100000.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """``[controller]``: the controller and its per-axis gains."""
+
+    kind: str = spec(STRING, "ct: computed torque; pd: PD plus gravity", "ct", choices=("ct", "pd"))
+    bandwidth_hz: np.ndarray = spec(AXES, "closed-loop bandwidth: the default kp = (2 pi f)^2, kd = 2 (2 pi f)",
+                                    10.0, unit="Hz", lo=0.0, lo_open=True)
+    kp: np.ndarray = spec(AXES, "position gain", unit="1/s^2", lo=0.0, lo_open=True, derive=_bandwidth_kp)
+    kd: np.ndarray = spec(AXES, "velocity gain", unit="1/s", lo=0.0, lo_open=True, derive=_bandwidth_kd)
+    tau_max: np.ndarray = spec(AXES, "saturation of the commanded force or torque", unit="N or N m",
+                               lo=0.0, lo_open=True)
+    viscous: np.ndarray = spec(AXES, "viscous friction feedforward", 0.0, unit="N s/m or N m s/rad", lo=0.0)
+    coulomb: np.ndarray = spec(AXES, "Coulomb friction feedforward", 0.0, unit="N or N m", lo=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """``[limits]``: what the safety supervisor and the trajectory check enforce."""
+
+    position: np.ndarray = spec(PAIRS, "[low, high] per axis (default: the model's actuator ranges)",
+                                unit="m or rad", derive=_ranges)
+    velocity: np.ndarray = spec(AXES, "velocity limit", unit="m/s or rad/s", lo=0.0, lo_open=True)
+    acceleration: np.ndarray = spec(AXES, "acceleration limit (trajectories beyond it are refused)",
+                                    unit="m/s^2 or rad/s^2", lo=0.0, lo_open=True)
+    following_error: np.ndarray = spec(AXES, "following error limit", unit="m or rad", lo=0.0, lo_open=True)
+    stale_cycles: int = spec(INTEGER, "feedback not fresh this many cycles in a row: fault", 3, lo=1)
+    watchdog_cycles: int = spec(INTEGER, "this many overruns in a row: fault", 5, lo=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealtimeConfig:
+    """``[realtime]``: real-time settings asked for by real-time runs (each reported)."""
+
+    priority: int = spec(INTEGER, "SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
+    cpu: int = spec(INTEGER, "pin the loop to this CPU (-1: do not pin)", -1, lo=-1)
+    mlockall: bool = spec(BOOL, "lock the process's memory", False)
+    gc_freeze: bool = spec(BOOL, "collect then freeze the garbage collector before the loop", True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CartesianTable:
+    """``[cartesian]``: the Orthoglide's Cartesian geometry (demo and CSV inverse kinematics)."""
+
+    leg_length: float = spec(NUMBER, "leg length of the Orthoglide", 0.31, unit="m", lo=0.0, lo_open=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlantTable:
+    """The simulated plant's fields (``[drives]`` of ``sim``, ``[emulator]`` of the HIL buses)."""
+
+    plant_tree: str = spec(STRING, "the plant's tree file, finer than the controller's (relative to this file)")
+    viscous: float = spec(NUMBER, "plant viscous friction per actuator", 0.0, unit="N s/m or N m s/rad", lo=0.0)
+    coulomb: float = spec(NUMBER, "plant Coulomb friction per actuator", 0.0, unit="N or N m", lo=0.0)
+    force_limit: float = spec(NUMBER, "plant actuator force limit", 1e9, unit="N or N m", lo=0.0, lo_open=True)
+    substeps: int = spec(INTEGER, "RK4 substeps per cycle", 4, lo=1, hi=1000)
+    mass_scale: float = spec(NUMBER, "model mismatch: the plant's masses times this", 1.0, lo=0.0, lo_open=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimDrivesTable(PlantTable):
+    """``[drives]`` with ``backend = "sim"``: the simulated plant and its sensors."""
+
+    backend: str = spec(STRING, "drive backend", choices=("sim",))
+    noise: float = spec(NUMBER, "position noise, standard deviation", 0.0, unit="m or rad", lo=0.0)
+    quantization: float = spec(NUMBER, "position quantum (0: none)", 0.0, unit="m or rad", lo=0.0)
+    delay_cycles: int = spec(INTEGER, "transport delay of the feedback", 0, unit="cycles", lo=0, hi=10000)
+    seed: int = spec(INTEGER, "noise generator seed", 0, lo=0)
+
+
+ABORT_CONNECTION = ("quick-stop", "disable-voltage", "fault")  # 0x6007 options (drivers/cia402_protocol.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CiA402DrivesTable:
+    """``[drives]`` with ``backend = "cia402"``: CiA 402 drives over CANopen (python-can)."""
+
+    backend: str = spec(STRING, "drive backend", choices=("cia402",))
+    node_ids: tuple = spec(IDS, "CANopen node ids, actuator order", lo=1, hi=127)
+    rated_torque: np.ndarray = spec(AXES, "rated force or torque of each drive (0x6076)", unit="N or N m",
+                                    lo=0.0, lo_open=True)
+    increments_per_unit: np.ndarray = spec(AXES, "encoder increments per m or rad", unit="1/m or 1/rad",
+                                           lo=0.0, lo_open=True)
+    interface: str = spec(STRING, "python-can interface (socketcan, pcan, virtual, ...)", "socketcan")
+    channel: Any = spec(CHANNEL, "python-can channel", "can0")
+    bitrate: int = spec(INTEGER, "bus bit rate", 1000000, unit="bit/s", lo=10000, hi=1000000)
+    tpdo_timeout: float = spec(NUMBER, "time after SYNC by which every TPDO must have arrived (at most "
+                               "0.95 period; default half a period)", unit="s", lo=1e-5, hi=1.0,
+                               derive=lambda values, ctx: 0.5 / ctx.rate_hz)
+    max_missed_cycles: int = spec(INTEGER, "cycles in a row without every TPDO tolerated", 1, lo=0, hi=2)
+    sdo_timeout: float = spec(NUMBER, "per SDO transfer at configuration time", 0.3, unit="s", lo=0.001, hi=10.0)
+    enable_timeout: float = spec(NUMBER, "for every drive to reach Operation enabled", 2.0, unit="s",
+                                 lo=0.01, hi=60.0)
+    heartbeat_ms: int = spec(INTEGER, "pkrt's heartbeat period (0: off)", 10, unit="ms", lo=0, hi=0xFFFF)
+    consumer_timeout_ms: int = spec(INTEGER, "the drives' heartbeat consumer time (>= 2 heartbeat_ms)", 50,
+                                    unit="ms", lo=1, hi=0xFFFF)
+    abort_connection: str = spec(STRING, "the drives' reaction to a lost heartbeat (0x6007)", "quick-stop",
+                                 choices=ABORT_CONNECTION)
+    master_node_id: int = spec(INTEGER, "pkrt's node id (heartbeat producer)", 127, lo=1, hi=127)
+    bus_options: dict = spec(TABLE, "more python-can bus settings (not interface, channel, bitrate)",
+                             {})
+
+    def check(self, ctx: Context) -> None:
+        if not self.tpdo_timeout <= 0.95 / ctx.rate_hz:
+            raise ctx.error("tpdo_timeout", f"{self.tpdo_timeout:g} s is more than 0.95 of the "
+                                            f"{1 / ctx.rate_hz:g} s period at {ctx.rate_hz:g} Hz")
+        if self.heartbeat_ms and self.consumer_timeout_ms < 2 * self.heartbeat_ms:
+            raise ctx.error("consumer_timeout_ms", f"{self.consumer_timeout_ms} ms is less than twice heartbeat_ms "
+                                                   f"= {self.heartbeat_ms} ms (a drive must tolerate one late heartbeat)")
+        if self.master_node_id in self.node_ids:
+            raise ctx.error("master_node_id", f"{self.master_node_id} is also a drive's node id "
+                                              f"(node_ids {list(self.node_ids)})")
+        for k in ("interface", "channel", "bitrate"):
+            if k in self.bus_options:
+                raise ctx.error("bus_options", f"'{k}' is a field of [drives] itself, not a bus option")
+
+
+DYNAMIXEL_MAX_ID = 252
+BUS_WATCHDOG_UNIT_MS = 20
+READ_SLICES_WORST = 1.25  # a serial transaction lasts at most this many timeouts (drivers/dynamixel.py)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamixelSettings:
+    """``[drives]`` with ``backend = "dynamixel"``: Dynamixel X-series servos (Protocol 2.0) in
+    current mode over a serial port."""
+
+    backend: str = spec(STRING, "drive backend", choices=("dynamixel",))
+    port: str = spec(STRING, "serial port or pyserial URL (`pkrt run --port` overrides it)")
+    ids: tuple = spec(IDS, "servo IDs, actuator order", lo=0, hi=DYNAMIXEL_MAX_ID)
+    torque_constant: np.ndarray = spec(AXES, "motor torque constant", unit="N m/A", lo=0.0, lo_open=True)
+    baudrate: int = spec(INTEGER, "serial bit rate", 57600, unit="bit/s", lo=1)
+    current_unit: np.ndarray = spec(AXES, "current per Goal/Present Current LSB", 2.69e-3, unit="A",
+                                    lo=0.0, lo_open=True)
+    position_resolution: np.ndarray = spec(AXES, "pulses per motor revolution", 4096.0, lo=0.0, lo_open=True)
+    velocity_unit: np.ndarray = spec(AXES, "rev/min per Present Velocity LSB", 0.229, unit="rev/min",
+                                     lo=0.0, lo_open=True)
+    lead: np.ndarray = spec(AXES, "actuator travel per motor revolution, linear axis (0: rotary)", 0.0,
+                            unit="m", lo=0.0)
+    gear_ratio: np.ndarray = spec(AXES, "motor revolutions per axis revolution (rotary axes)", 1.0,
+                                  lo=0.0, lo_open=True)
+    direction: np.ndarray = spec(AXES, "+1: positive current pushes the actuator coordinate positive; -1",
+                                 1.0, lo=-1.0, hi=1.0)
+    zero: np.ndarray = spec(AXES, "Present Position at actuator coordinate 0 (from homing; signed)", 0.0,
+                            unit="pulses")
+    current_limit: np.ndarray = spec(AXES, "Goal Current clamp", 2047.0, unit="LSB", lo=1.0, hi=32767.0,
+                                     integer=True)
+    timeout: float = spec(NUMBER, "per transaction; 1.25 timeout (1 + retries) must fit a period", 0.002,
+                          unit="s", lo=0.0, lo_open=True, hi=1.0)
+    retries: int = spec(INTEGER, "extra attempts within a cycle for missing or corrupt answers", 1, lo=0)
+    fail_cycles: int = spec(INTEGER, "cycles in a row without full feedback: fault", 2, lo=1)
+    position_margin: float = spec(NUMBER, "beyond the position limits still plausible feedback", 0.05,
+                                  unit="m or rad", lo=0.0)
+    max_velocity: np.ndarray = spec(AXES, "faster reported velocity is implausible: fault (default 10 x "
+                                    "[limits] velocity)", unit="m/s or rad/s", lo=0.0, lo_open=True,
+                                    derive=lambda values, ctx: 10.0 * ctx.tables["limits"].velocity)
+    low_latency: bool = spec(BOOL, "ASYNC_LOW_LATENCY / FTDI latency timer where possible", True)
+    rs485: bool = spec(BOOL, "RTS-driven RS-485 direction", False)
+    bus_watchdog_ms: int = spec(INTEGER, "servo Bus Watchdog while torque is on (multiple of 20 ms, 0: off)",
+                                60, unit="ms", lo=0, hi=127 * BUS_WATCHDOG_UNIT_MS)
+
+    def check(self, ctx: Context) -> None:
+        if any(x not in (1.0, -1.0) for x in self.direction):
+            raise ctx.error("direction", f"expected +1 or -1 per axis, got {self.direction.tolist()}")
+        period = 1.0 / ctx.rate_hz
+        worst = READ_SLICES_WORST * self.timeout * (1 + self.retries)
+        if worst > period:
+            raise ctx.error("timeout", f"{self.timeout} s with {self.retries} retries can take {1e3 * worst:.2f} ms, "
+                                       f"more than the {1e3 * period:.2f} ms period at {ctx.rate_hz:g} Hz "
+                                       f"(lower the timeout or the retries)")
+        wd = self.bus_watchdog_ms
+        if wd % BUS_WATCHDOG_UNIT_MS:
+            raise ctx.error("bus_watchdog_ms", f"expected 0 (off) or a multiple of {BUS_WATCHDOG_UNIT_MS} ms up to "
+                                               f"{127 * BUS_WATCHDOG_UNIT_MS}, got {wd}")
+        if wd and wd < 2e3 * period:
+            raise ctx.error("bus_watchdog_ms", f"{wd} ms is less than two loop periods ({2e3 * period:g} ms at "
+                                               f"{ctx.rate_hz:g} Hz): the servos would stop in a normal run")
+
+    @property
+    def bus_watchdog_units(self) -> int:
+        """The Bus Watchdog register value (units of 20 ms)."""
+        return self.bus_watchdog_ms // BUS_WATCHDOG_UNIT_MS
+
+    def scale(self, i: int) -> float:
+        """Actuator units (m or rad) per motor revolution of axis i."""
+        return float(self.lead[i]) if self.lead[i] > 0 else 2.0 * math.pi / float(self.gear_ratio[i])
+
+    def force_per_lsb(self, i: int) -> float:
+        """Actuator force or torque (N or N m) per Goal Current LSB of axis i (ideal
+        transmission: motor torque = force * scale / 2 pi)."""
+        return float(self.current_unit[i] * self.torque_constant[i]) * 2.0 * math.pi / self.scale(i)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanEmulatorTable(PlantTable):
+    """``[emulator]`` of a ``cia402`` machine: `pkrt hil --bus can` (CiA 402 drive emulator)."""
+
+    rate_hz: float = spec(NUMBER, "HIL loop rate (pkrt hil --rate overrides it; default: [machine] rate_hz)",
+                          None, unit="Hz", lo=1.0, hi=100000.0)
+    tpdo_timeout: float = spec(NUMBER, "the driver's TPDO window in HIL (at most 3/4 period)", None, unit="s",
+                               lo=1e-5, hi=1.0)
+    max_missed_cycles: int = spec(INTEGER, "the driver's missed-cycle tolerance in HIL", None, lo=0, hi=2)
+    inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
+    sync_timeout_cycles: float = spec(NUMBER, "a drive without SYNC this many periods goes to Fault", 3.5,
+                                      unit="periods", lo=1.0, hi=1e9)
+    delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.7, unit="periods",
+                               lo=0.0, hi=1000.0)
+    priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SerialEmulatorTable(PlantTable):
+    """``[emulator]`` of a ``dynamixel`` machine: `pkrt hil --bus serial` (servo emulator)."""
+
+    theta0: np.ndarray = spec(AXES, "where the machine stands at power-up (default: the plant's start; signed)",
+                              None, unit="m or rad")
+    inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
+    fault_servo: int = spec(INTEGER, "servo ID hit by drop / corrupt / drive-fault (default: the second)", None,
+                            lo=0, hi=DYNAMIXEL_MAX_ID)
+    fault_period: int = spec(INTEGER, "drop / corrupt every n-th status packet of that servo", 1, lo=1, hi=10 ** 6)
+    delay: float = spec(NUMBER, "answer delay of the `delay` fault", 0.02, unit="s", lo=0.0, hi=60.0)
+    clock: str = spec(STRING, "plant clock: cycle (one period per Goal Current write) or wall", "cycle",
+                      choices=("cycle", "wall"))
+    priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
+
+    def check(self, ctx: Context) -> None:
+        ids = list(ctx.tables["drives"].ids)
+        if self.fault_servo is not None and self.fault_servo not in ids:
+            raise ctx.error("fault_servo", f"expected one of the servo IDs {ids}, got {self.fault_servo}")
+
+
+# backend -> [drives] table class; backend -> [emulator] table class (HIL buses)
+DRIVES_TABLES = {"sim": SimDrivesTable, "cia402": CiA402DrivesTable, "dynamixel": DynamixelSettings}
+EMULATOR_TABLES = {"cia402": CanEmulatorTable, "dynamixel": SerialEmulatorTable}
+# the tables every machine file has, in file order (name, class)
+COMMON_TABLES = (("machine", MachineTable), ("controller", ControllerConfig), ("limits", Limits),
+                 ("realtime", RealtimeConfig), ("cartesian", CartesianTable))
+
+
+def tables_of(backend: str) -> list[tuple[str, type]]:
+    """The tables of a machine with this drive backend: (name, class)."""
+    out = list(COMMON_TABLES) + [("drives", DRIVES_TABLES[backend])]
+    if backend in EMULATOR_TABLES:
+        out.append(("emulator", EMULATOR_TABLES[backend]))
+    return out
+
+
+def markdown() -> str:
+    """The tables and fields as Markdown (the README's configuration section)."""
+    lines = []
+    seen = set()
+    for backend in DRIVES_TABLES:
+        for name, cls in tables_of(backend):
+            if cls in seen:
+                continue
+            seen.add(cls)
+            lines += ["", f"{cls.__doc__.splitlines()[0]}", "", "| field | unit | default | expected | meaning |",
+                      "|---|---|---|---|---|"]
+            for f in fields(cls):
+                m = f.metadata
+                if m["derive"] is not None:
+                    default = "derived"
+                elif default_of(f) is REQUIRED:
+                    default = "required"
+                elif default_of(f) is None:
+                    default = "optional"
+                else:
+                    d = default_of(f)
+                    default = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", '"')
+                lines.append(f"| `{f.name}` | {m['unit']} | {default} | {describe_constraint(m)} | {m['doc']} |")
+    return "\n".join(lines[1:]) + "\n"
