@@ -11,7 +11,7 @@ import argparse
 from pkrt.rt.cli import emit, positive_number
 from pkrt.rt.errors import CheckFailed, Fault, UserError
 
-from .result import HilResult
+from pkrt.hil.result import HilResult
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
