@@ -169,7 +169,7 @@ class DaskPool:
             if scheduler == LOCAL:
                 self.cluster = distributed.LocalCluster(
                     n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-                    processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+                    processes=True, dashboard_address=":0", silence_logs=logging.ERROR)
                 self.client = distributed.Client(self.cluster)
             else:
                 _probe(scheduler, timeout)

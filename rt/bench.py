@@ -6,7 +6,8 @@ jitted loop and Python call, against the exact reduction; 512-box build time), `
 (real-time 1 kHz run: compute time, overruns, wake latency beside a bare sleep-then-spin loop;
 lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
 the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
-cycle for 3 drives).
+cycle for 3 drives), ``dask`` (a tree built in one process, on the process pool and on Dask
+LocalClusters of 1 and 2 workers, same bytes; peak memory of the client, scheduler and workers).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SECTIONS = {
     "formats": ("tests.bench.bench_formats", "run_formats_bench"),
     "can": ("tests.bench.bench_can", "run_can_bench"),
     "serial": ("tests.bench.bench_serial", "run_serial_bench"),
+    "dask": ("tests.bench.bench_dask", "run_dask_bench"),
 }
 
 

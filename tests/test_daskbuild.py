@@ -206,3 +206,28 @@ def test_tree_verify_on_the_cluster_same_report(cluster, tmp_path):
         reports.append(json.loads(r.stdout))
     assert reports[0] == reports[1]
     assert reports[0]["compared"] > 1500
+
+
+def test_scheduler_lost_mid_build_one_line_exit_1(tmp_path):
+    """SIGKILL the scheduler while batches run: after Dask's reconnection timeout (3 s here)
+    the build stops with one line, exit 1, and writes no tree."""
+    with ProcessCluster(1, tmp_path / "logs") as c:
+        out = tmp_path / "tree.pkt"
+        env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
+        proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *BUILD, "--scheduler", c.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(str(k).startswith("run_batch") for keys in c.client.processing().values()
+                          for k in keys):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.01)
+            c.scheduler.kill()
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, stderr
+    assert stderr.count("\n") == 1 and "lost the Dask scheduler at" in stderr, stderr
+    assert "Traceback" not in stderr and not out.exists()
