@@ -231,3 +231,64 @@ def test_scheduler_lost_mid_build_one_line_exit_1(tmp_path):
     assert proc.returncode == 1, stderr
     assert stderr.count("\n") == 1 and "lost the Dask scheduler at" in stderr, stderr
     assert "Traceback" not in stderr and not out.exists()
+
+
+@pytest.mark.parametrize("what", ["versions", "content hash"])
+def test_worker_that_differs_from_the_client_is_refused(cluster, what):
+    """The plugin compares the worker's versions and its reading of the model with what the
+    client sent; a batch on a worker that differs raises WorkerMismatch naming it."""
+    from pkrt.models.daskeval import NUMERICS, ModelPlugin, WorkerMismatch, run_batch
+    from pkrt.rt.versions import software_versions
+
+    address, client = cluster
+    mech = load_mechanism("fivebar")
+    raw = Path(mech.description.path).read_bytes()
+    versions = software_versions(NUMERICS)
+    content_hash = mech.content_hash
+    if what == "versions":
+        versions = {**versions, "numpy": "0.0.1"}
+    else:
+        content_hash = "0" * 64
+    name = f"test-mismatch-{what.replace(' ', '-')}"
+    client.register_plugin(ModelPlugin(name, raw, content_hash, versions), name=name)
+    try:
+        fut = client.submit(run_batch, name, [mech.theta_ref[None, :]], pure=False)
+        with pytest.raises(WorkerMismatch, match=r"worker tcp://127\.0\.0\.1:\d+ ") as e:
+            fut.result(timeout=60)
+        assert ("numpy" in str(e.value) and "(client 0.0.1)" in str(e.value)) == (what == "versions")
+        assert ("content hash" in str(e.value)) == (what == "content hash")
+    finally:
+        client.unregister_worker_plugin(name)
+        fut.release()
+
+
+def test_ctrl_c_cancels_the_batches(cluster, tmp_path):
+    """SIGINT while batches run: exit 130, one line, and no pkrt task left on the scheduler."""
+    address, client = cluster
+    out = tmp_path / "tree.pkt"
+    proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *BUILD, "--scheduler", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(str(k).startswith("run_batch") for keys in client.processing().values()
+                      for k in keys):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and stderr == "pkrt: interrupted\n", stderr
+    assert not out.exists()
+
+    def pkrt_tasks(dask_scheduler) -> int:
+        """Batches still wanted (queued, running or held); other tests' erred ones aside."""
+        return sum(1 for k, ts in dask_scheduler.tasks.items()
+                   if str(k).startswith("run_batch") and ts.state != "erred")
+
+    deadline = time.monotonic() + 20
+    while client.run_on_scheduler(pkrt_tasks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(pkrt_tasks) == 0
