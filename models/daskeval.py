@@ -55,11 +55,15 @@ _mechs: dict[str, Mechanism | str] = {}  # plugin name -> Mechanism, or why it i
 _local = threading.local()  # per worker thread: plugin name -> ExactModel
 
 
-def _pkrt_mechanism_from_bytes(name: str, raw: bytes, directory: str) -> Mechanism:
-    """Compile a model from its file's bytes (written to ``directory``: the loader reads files)."""
+def _mechanism_from_bytes(name: str, raw: bytes, directory: str) -> Mechanism:
+    """Compile a model from its file's bytes (the loader reads files: one in ``directory``
+    for the time of the loading)."""
     path = Path(directory) / f"{name}.toml"
     path.write_bytes(raw)
-    return load_mechanism(str(path))
+    try:
+        return load_mechanism(str(path))
+    finally:
+        path.unlink(missing_ok=True)
 
 
 class ModelPlugin(distributed.WorkerPlugin):
@@ -79,7 +83,7 @@ class ModelPlugin(distributed.WorkerPlugin):
             _mechs[self.name] = f"worker {worker.address} has {diff}: install the same versions"
             return
         try:
-            mech = _pkrt_mechanism_from_bytes(self.name, self.raw, worker.local_directory)
+            mech = _mechanism_from_bytes(self.name, self.raw, worker.local_directory)
         except Exception as e:  # noqa: BLE001 -- reported to the client by every task
             _mechs[self.name] = f"worker {worker.address} cannot load the model: {e}"
             return
@@ -171,6 +175,7 @@ class DaskPool:
                     n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
                     processes=True, dashboard_address=":0", silence_logs=logging.ERROR)
                 self.client = distributed.Client(self.cluster)
+                self.address = self.cluster.scheduler_address
             else:
                 _probe(scheduler, timeout)
                 try:
@@ -211,11 +216,10 @@ class DaskPool:
             self._cancel(futures)
             limit = dask.config.get("distributed.scheduler.allowed-failures")
             raise Fault(f"the Dask cluster at {self.address}: workers died running the same batch "
-                        f"more than {limit} times (distributed.scheduler.allowed-failures); "
-                        f"no tree written") from None
+                        f"more than {limit} times (distributed.scheduler.allowed-failures)") from None
         except (FutureCancelledError, distributed.CancelledError, OSError) as e:
-            raise Fault(f"lost the Dask scheduler at {self.address} mid-build "
-                        f"({type(e).__name__}); no tree written") from None
+            raise Fault(f"lost the Dask scheduler at {self.address} while sampling the model "
+                        f"({type(e).__name__})") from None
         except BaseException:  # Ctrl-C, or the caller stopped reading
             self._cancel(futures)
             raise

@@ -292,3 +292,14 @@ def test_ctrl_c_cancels_the_batches(cluster, tmp_path):
     while client.run_on_scheduler(pkrt_tasks) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert client.run_on_scheduler(pkrt_tasks) == 0
+
+
+def test_without_dask_installed_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    """Where dask.distributed cannot be imported, --scheduler says what to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "pkrt.models.daskeval", raising=False)
+    code, err, out = _main(capsys, tmp_path, "--scheduler", "local")
+    assert code == 2 and err == "pkrt: error: --scheduler needs dask.distributed: pip install 'pkrt[dask]'\n"
+    assert not out.exists()
