@@ -327,8 +327,9 @@ class BuildSettings:
 
 
 def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None,
-               progress: bool | None = None) -> tuple[Tree, dict]:
-    """Build, verify and return (tree, stats). Deterministic for any ``jobs``."""
+               progress: bool | None = None, scheduler: str | None = None) -> tuple[Tree, dict]:
+    """Build, verify and return (tree, stats). Deterministic for any ``jobs`` and
+    ``scheduler`` (a Dask scheduler's address or ``local``: see ``SampleEvaluator``)."""
     s = mech.n_act
     settings.check(s)
     t0 = time.perf_counter()
@@ -337,7 +338,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
     zero, one = tuple([Fraction(0)] * s), tuple([Fraction(1)] * s)
     root = Node(zero, one)
     rounds = 0
-    with SampleEvaluator(mech, jobs, progress, desc="build") as ev:
+    with SampleEvaluator(mech, jobs, progress, desc="build", scheduler=scheduler) as ev:
         smp = _Samples(mech, ev)
         if settings.kind == "spline":
             from .splinebuild import build_spline

@@ -72,23 +72,35 @@ def _worker_chunk(thetas: np.ndarray):
 
 class SampleEvaluator:
     """Exact model over processes: ``evaluate(thetas)`` -> (F, sing). Use as a context
-    manager; ``jobs=1`` runs in this process. Progress goes to a tqdm bar on stderr only when
-    stderr is a terminal (or ``progress`` says otherwise)."""
+    manager; ``jobs=1`` runs in this process. ``scheduler``: on a Dask cluster instead
+    (``daskeval.DaskPool``: a scheduler's address, or ``local`` for a LocalCluster of ``jobs``
+    worker processes), same chunks, same results. Progress goes to a tqdm bar on stderr only
+    when stderr is a terminal (or ``progress`` says otherwise)."""
 
     def __init__(self, mech: Mechanism, jobs: int | None = None, progress: bool | None = None,
-                 desc: str = "exact model"):
+                 desc: str = "exact model", scheduler: str | None = None):
         self.mech = mech
         cores = os.cpu_count() or 1
         # results do not depend on jobs: more processes than a few per core only cost forks
         self.jobs = max(1, min(jobs or cores, 4 * max(2, cores)))
+        self.scheduler, self.dask_workers = scheduler, jobs
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.desc = desc
         self.pool: ProcessPoolExecutor | None = None
+        self.dask = None  # daskeval.DaskPool
         self.model: ExactModel | None = None
         self.n_evaluated = 0
 
     def __enter__(self) -> "SampleEvaluator":
-        if self.jobs > 1:
+        if self.scheduler is not None:
+            try:
+                from .daskeval import DaskPool
+            except ModuleNotFoundError as e:
+                if (e.name or "").split(".")[0] not in ("dask", "distributed"):
+                    raise
+                raise UserError("--scheduler needs dask.distributed: pip install 'pkrt[dask]'") from None
+            self.dask = DaskPool(self.mech, self.scheduler, self.dask_workers)
+        elif self.jobs > 1:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self.pool = ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_init_worker,
@@ -98,6 +110,9 @@ class SampleEvaluator:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.dask is not None:
+            self.dask.close()
+            self.dask = None
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
             self.pool = None
@@ -112,17 +127,9 @@ class SampleEvaluator:
                    leave=False)
         results: list = [None] * len(chunks)
         try:
-            if self.pool is None:
-                for k, c in enumerate(chunks):
-                    results[k] = eval_chunk(self.model, c)
-                    bar.update(len(c))
-            else:
-                futures = {self.pool.submit(_worker_chunk, c): k for k, c in enumerate(chunks)}
-                from concurrent.futures import as_completed
-                for fut in as_completed(futures):
-                    k = futures[fut]
-                    results[k] = fut.result()
-                    bar.update(len(chunks[k]))
+            for k, r in self._completed(chunks):
+                results[k] = r
+                bar.update(len(chunks[k]))
         finally:
             bar.close()
         self.n_evaluated += n
@@ -130,6 +137,19 @@ class SampleEvaluator:
         if not results:
             return np.zeros((0, n_out)), np.zeros(0)
         return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
+
+    def _completed(self, chunks: list[np.ndarray]):
+        """(chunk index, eval_chunk result) per chunk, in completion order."""
+        if self.dask is not None:
+            yield from self.dask.run(chunks)
+        elif self.pool is None:
+            for k, c in enumerate(chunks):
+                yield k, eval_chunk(self.model, c)
+        else:
+            from concurrent.futures import as_completed
+            futures = {self.pool.submit(_worker_chunk, c): k for k, c in enumerate(chunks)}
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
 
 
 def spatial_order(thetas: np.ndarray, lo: np.ndarray, hi: np.ndarray, cells: int = 8) -> np.ndarray:

@@ -11,7 +11,9 @@ lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loo
 the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
 cycle for 3 drives, emulator cost, a HIL pass), ``can_udp`` (round trip to the CiA 402 emulator
 in its own process over udp_multicast, without and with SCHED_FIFO), ``safestop`` (SIGKILL to
-``pkrt run`` -> torque off in the emulated drives).
+``pkrt run`` -> torque off in the emulated drives), ``dask`` (a tree built in one process, on
+the process pool and on Dask LocalClusters of 1 and 2 workers, same bytes; peak memory of the
+client, scheduler and workers).
 """
 
 from __future__ import annotations
@@ -27,4 +29,5 @@ SECTIONS = {
     "serial": ("pkrt.rt.bench.bench_serial", "run_serial_bench"),
     "can_udp": ("pkrt.rt.bench.bench_can", "run_can_udp_bench"),
     "safestop": ("pkrt.rt.bench.bench_safestop", "run_safestop_bench"),
+    "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
 }

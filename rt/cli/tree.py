@@ -50,7 +50,9 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sing-threshold", type=float, default=None, metavar="X",
                    help="out of domain below this singularity measure (default: the model's)")
     p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
-                   help="processes (default: all cores); the result does not depend on it")
+                   help="processes, or workers with --scheduler local (default: all cores); "
+                        "the result does not depend on it")
+    add_scheduler_argument(p)
     p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="verification seed")
     p.add_argument("--verify-samples", type=whole_number(0), default=1000, metavar="N",
                    help="random states for the verification stored in the file (default 1000)")
@@ -58,6 +60,10 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_TOL = 0.005
+def add_scheduler_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="sample the model on a Dask cluster: its scheduler tcp://HOST:PORT, or "
+                        "'local' for --jobs worker processes here (needs pkrt[dask]); same result")
 
 
 def run_build(args) -> int:
@@ -75,14 +81,14 @@ def run_build(args) -> int:
     fallback = None
     if args.kind is None:  # spline when the whole box is in the model's domain, else boxes
         try:
-            tree, stats = build_tree(mech, settings("spline"), jobs=args.jobs)
+            tree, stats = build_tree(mech, settings("spline"), jobs=args.jobs, scheduler=args.scheduler)
         except BuildError as e:
             if "--kind boxes" not in str(e):
                 raise
             fallback = str(e)
-            tree, stats = build_tree(mech, settings("boxes"), jobs=args.jobs)
+            tree, stats = build_tree(mech, settings("boxes"), jobs=args.jobs, scheduler=args.scheduler)
     else:
-        tree, stats = build_tree(mech, settings(args.kind), jobs=args.jobs)
+        tree, stats = build_tree(mech, settings(args.kind), jobs=args.jobs, scheduler=args.scheduler)
     if tree.kind_name == "boxes" and not tree.leaf_ok.any():
         raise CheckFailed(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
                     f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
@@ -164,7 +170,8 @@ def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--diagonal", action="store_true",
                    help="only the region's diagonal, --samples points (the paper's Figure 5)")
     p.add_argument("--jobs", type=whole_number(1), default=None, metavar="N",
-                   help="processes (default: all cores)")
+                   help="processes, or workers with --scheduler local (default: all cores)")
+    add_scheduler_argument(p)
     p.add_argument("--max-error", type=positive_number, default=None, metavar="REL",
                    help="exit 1 if max_rel_coef_error exceeds REL")
     p.add_argument("--max-jump", type=positive_number, default=None, metavar="REL",
@@ -214,14 +221,15 @@ def verify_text(path: str, model: str, r: dict) -> str:
 
 
 def run_tree_verify(args) -> int:
-    from pkrt.models.treeverify import verify_tree
+    from pkrt.models.treeverify import SampleEvaluator, verify_tree
     tree = load_tree(args.tree)
     model = args.model or tree.header["model"]["name"]
     mech = load_mechanism(model)
     check_tree_matches_model(tree, mech.content_hash, model)
-    r = verify_tree(tree, mech, args.samples, args.seed, region=args.region, jobs=args.jobs,
-                    diagonal=args.diagonal, stress=args.stress,
-                    diagonal_samples=args.diagonal_samples)
+    with SampleEvaluator(mech, args.jobs, desc="verify", scheduler=args.scheduler) as ev:
+        r = verify_tree(tree, mech, args.samples, args.seed, region=args.region, evaluator=ev,
+                        diagonal=args.diagonal, stress=args.stress,
+                        diagonal_samples=args.diagonal_samples)
     failed = []
     if args.max_error is not None:
         e = r.get("max_rel_coef_error")
