@@ -55,11 +55,11 @@ _mechs: dict[str, Mechanism | str] = {}  # plugin name -> Mechanism, or why it i
 _local = threading.local()  # per worker thread: plugin name -> ExactModel
 
 
-def _mechanism_from_bytes(name: str, raw: bytes, directory: str) -> Mechanism:
+def _mechanism_from_bytes(name: str, model_bytes: bytes, directory: str) -> Mechanism:
     """Compile a model from its file's bytes (the loader reads files: one in ``directory``
     for the time of the loading)."""
     path = Path(directory) / f"{name}.toml"
-    path.write_bytes(raw)
+    path.write_bytes(model_bytes)
     try:
         return load_mechanism(str(path))
     finally:
@@ -72,8 +72,8 @@ class ModelPlugin(distributed.WorkerPlugin):
 
     idempotent = False
 
-    def __init__(self, name: str, raw: bytes, content_hash: str, versions: dict):
-        self.name, self.raw, self.content_hash, self.versions = name, raw, content_hash, versions
+    def __init__(self, name: str, model_bytes: bytes, content_hash: str, versions: dict):
+        self.name, self.model_bytes, self.content_hash, self.versions = name, model_bytes, content_hash, versions
 
     def setup(self, worker) -> None:
         mine = software_versions(NUMERICS)
@@ -83,7 +83,7 @@ class ModelPlugin(distributed.WorkerPlugin):
             _mechs[self.name] = f"worker {worker.address} has {diff}: install the same versions"
             return
         try:
-            mech = _mechanism_from_bytes(self.name, self.raw, worker.local_directory)
+            mech = _mechanism_from_bytes(self.name, self.model_bytes, worker.local_directory)
         except Exception as e:  # noqa: BLE001 -- reported to the client by every task
             _mechs[self.name] = f"worker {worker.address} cannot load the model: {e}"
             return

@@ -174,7 +174,9 @@ def plot_tree(tree: Tree, data: dict, out_path, title: str) -> dict:
 
 def default_title(path: str, tree: Tree) -> str:
     b = tree.header.get("build", {})
-    return (f"{Path(path).name}: {tree.header['model']['name']}, {tree.n_leaves} leaves "
+    cells = (f"spline, {'x'.join(map(str, tree.grid_points))} grid points" if tree.kind_name == "spline"
+             else f"{tree.n_leaves} boxes")
+    return (f"{Path(path).name}: {tree.header['model']['name']}, {cells} "
             f"({b.get('mode', '?')}), exact (solid) vs tree (dashed) along the box's diagonal")
 
 

@@ -24,7 +24,7 @@ from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, free_port  # noqa: E4
 
 PKRT = [str(BIN / "pkrt")]
 # the Orthoglide, 4^3 boxes: 1,325 exact samples and 1,501 for the verification, ~1 s of one core
-MODEL, BUILD = "orthoglide", ["--boxes", "4", "--verify-samples", "300"]
+MODEL, BUILD = "orthoglide", ["--kind", "boxes", "--boxes", "4", "--verify-samples", "300"]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def _main(capsys, tmp_path: Path, *opts: str) -> tuple[int, str, Path]:
     from pkrt.rt.cli import main
 
     out = tmp_path / "tree.pkt"
-    code = main(["build", "fivebar", "-o", str(out), "--boxes", "2", *opts])
+    code = main(["build", "fivebar", "-o", str(out), "--kind", "boxes", "--boxes", "2", *opts])
     return code, capsys.readouterr().err, out
 
 
@@ -195,7 +195,7 @@ def test_jobs_with_a_cluster_address_is_refused(cluster, capsys, tmp_path):
 def test_tree_verify_on_the_cluster_same_report(cluster, tmp_path):
     address, _ = cluster
     tree = tmp_path / "fivebar.pkt"
-    r = subprocess.run(PKRT + ["build", "fivebar", "-o", str(tree), "--boxes", "4",
+    r = subprocess.run(PKRT + ["build", "fivebar", "-o", str(tree), "--kind", "boxes", "--boxes", "4",
                                "--verify-samples", "0", "--jobs", "1"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     reports = []

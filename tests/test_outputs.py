@@ -74,7 +74,7 @@ VERBS = {
     "log export --traj": (lambda i, o, t: ["log", "export", str(i["log"]), "--traj", str(o)], "log"),
     "log plot -o": (lambda i, o, t: ["log", "plot", str(i["log"]), "-o", str(o)], "log"),
     "replay --log": (lambda i, o, t: ["replay", str(i["log"]), "--lockstep", "--log", str(o)], "log"),
-    "build -o": (lambda i, o, t: ["build", str(i["model"]), "-o", str(o), "--boxes", "1", "--jobs", "1",
+    "build -o": (lambda i, o, t: ["build", str(i["model"]), "-o", str(o), "--kind", "boxes", "--boxes", "1", "--jobs", "1",
                                   "--verify-samples", "0"], "model"),
     # the drives' own log (rt/cli/hil.py, not this module's): a disk that fills during the run is
     # reported in the summary's log_error only, so the full disk here is full from the start

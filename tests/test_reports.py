@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reports import check_report, tree_depth, tree_summary
+from pkrt.models.treebuild import BuildSettings, build_tree
 from pkrt.rt.config import MACHINES_DIR
 from pkrt.rt.treefile import load_tree
 
@@ -16,9 +17,18 @@ def test_check_report_of_the_fourbar():
     assert r["singularity_measure"] > r["singular_threshold"]
 
 
-def test_tree_summary_of_the_uniform_orthoglide_tree():
+def test_tree_summary_of_the_shipped_orthoglide_spline():
     tree = load_tree(MACHINES_DIR / "orthoglide.pkt")
     r = tree_summary(tree)
-    assert r["leaves"] == 512 and r["nodes"] == 1023 and r["s"] == 3
-    assert r["depth"] == tree_depth(tree) == 9  # 8 x 8 x 8 boxes by halving: 3 x 3 splits
+    assert r["kind"] == "spline" and r["s"] == 3 and r["grid_points"] == tree.grid_points
+    assert len(r["grid_points"]) == 3 and "leaves" not in r
+    assert r["file_bytes"] > r["array_bytes"] > 0
+
+
+def test_tree_summary_of_a_uniform_box_tree():
+    tree, _ = build_tree(load_mechanism("fivebar"), BuildSettings(kind="boxes", boxes=4, verify_samples=0),
+                         jobs=1, progress=False)
+    r = tree_summary(tree)
+    assert r["kind"] == "boxes" and r["leaves"] == 16 and r["nodes"] == 31 and r["s"] == 2
+    assert r["depth"] == tree_depth(tree) == 4  # 4 x 4 boxes by halving: 2 x 2 splits
     assert r["file_bytes"] > r["array_bytes"] > 0
