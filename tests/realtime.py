@@ -14,7 +14,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 # faults a stall can cause by itself: feedback late or missing, a drive's own watchdog
-TIMING_FAULTS = ("TPDO timeout", "EMCY 0x8130", "stale feedback", "no valid feedback", "answers arriving late")
+TIMING_FAULTS = ("TPDO timeout", "EMCY 0x8130", "stale feedback", "no valid feedback", "answers arriving late",
+                 "this process stalled")
 ATTEMPTS = 5
 
 

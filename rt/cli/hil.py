@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from pkrt.rt.cli import emit, positive_number
-from pkrt.rt.errors import CheckFailed, Fault, UserError
+from pkrt.rt.errors import CheckFailed, Fault, OutputError, UserError
 
 from pkrt.hil.result import HilResult
 
@@ -61,6 +61,8 @@ def run_hil(args) -> int:
                  f"{r['torque_off_cycle']}")
     else:
         text += "\n  no faults"
+    if r.get("log_error"):
+        text += f"\n  log incomplete: {r['log_error']}"
     emit(r, args.json, text)
     if r.get("fault") and not args.fault:
         raise Fault(f"HIL run stopped at cycle {r.get('fault_cycle')}: {r['fault']}")
@@ -76,6 +78,8 @@ def run_hil(args) -> int:
         if off is None or at is None or off - at > 3:
             raise CheckFailed(f"injected fault '{args.fault}': torque not off within 3 cycles of the fault "
                         f"(fault cycle {at}, torque off cycle {off})")
+    if r.get("log_error"):  # e.g. disk full: the summary above says where the log stops
+        raise OutputError(f"log incomplete: {r['log_error']}")
     return 0
 
 
