@@ -21,7 +21,7 @@ from .controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
-from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
+from .trajectory import Planned, load_trajectory_csv, validate
 from .tree import OUT_OF_DOMAIN, Tree, find_leaf
 from .versions import software_versions
 
@@ -60,34 +60,20 @@ def tree_axes(tree: Tree) -> tuple[list[str], list[str]]:
     return (list(a.get("names", [f"q{i + 1}" for i in range(s)])), list(a.get("units", ["m"] * s)))
 
 
-def is_orthoglide(config: MachineConfig) -> bool:
-    return Path(config.model_path).stem == "orthoglide"
-
-
-def leg_length(config: MachineConfig) -> float:
-    return config.cartesian.leg_length
-
-
 def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
                     duration: float | None) -> Planned:
-    """The reference at the loop rate: the Orthoglide demo, a CSV file or a given plan;
+    """The reference at the loop rate: a plan made before (the demo and task-space paths are
+    planned from the model in the CLI layer, ``pkrt.rt.cli.reference``) or an actuator CSV file;
     validated against ranges, domain and limits before anything moves."""
     rate = config.rate_hz
     axes, _ = tree_axes(tree)
     if isinstance(traj, Planned):
         plan = traj
     elif traj is None or traj == "demo":
-        if not is_orthoglide(config):
-            raise UserError(f"{config.path}: no demo trajectory for this machine; give --traj FILE.csv")
-        plan = orthoglide_demo(rate, L=leg_length(config))
+        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
+                        f"run (pkrt.rt.cli.reference.plan_reference)")
     else:
-        ik = None
-        if is_orthoglide(config):
-            L = leg_length(config)
-
-            def ik(P, Pd, Pdd):
-                return orthoglide_ik(P, Pd, Pdd, L)
-        plan = load_trajectory_csv(traj, rate, axes, ik)
+        plan = load_trajectory_csv(traj, rate, axes)
     if abs(plan.rate_hz - rate) > 1e-9:
         raise UserError(f"trajectory planned at {plan.rate_hz} Hz, loop runs at {rate} Hz")
     if duration is not None:

@@ -19,8 +19,9 @@ SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
-    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z) or ROS 2 bag "
-                                  "(directory or .mcap, sensor_msgs/JointState); default: the demo")
+    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or the tool's task coordinates: "
+                                  "t,x,y,z[,roll,pitch,yaw]) or ROS 2 bag (directory or .mcap, "
+                                  "sensor_msgs/JointState); default: the configuration's [demo]")
     p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
@@ -119,6 +120,10 @@ def run(args) -> int:
             traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
         elif args.topic:
             raise UserError("--topic applies to a ROS 2 bag given with --traj")
+        else:  # the demo or a task-space CSV: planned from the model here, before the run
+            from .reference import plan_reference
+
+            traj = plan_reference(config, traj, axes=tree_axes(tree)[0])
         summary = run_session(config, drives, trajectory=traj, duration=args.duration,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
                               telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
