@@ -139,15 +139,24 @@ def run(args) -> int:
     if live is not None:
         summary["foxglove"] = live.stats()
     if log:
+        data = None
         try:
             from ..logstats import plot_log
             from ..logfile import read_log
 
-            plot_log(read_log(log), plot)
+            data = read_log(log)
+            plot_log(data, plot)
             summary["plot"] = plot
         except (ImportError, OSError, UserError, OutputError) as e:
             summary["plot"] = None
             summary["plot_error"] = str(e)
+        if data is not None and summary["cycles"]:  # after the run, from the log: never in the loop
+            from .reference import tool_error
+
+            try:
+                summary["tool_error"] = tool_error(config, data)
+            except UserError as e:
+                summary["tool_error"] = {"error": str(e)}
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):
@@ -166,6 +175,10 @@ def _text(r: dict) -> str:
     ]
     if r["rms_error"] is not None:
         lines.append(f"  tracking error: RMS {r['rms_error'] * 1e3:.4f} m{u}, max {r['max_error'] * 1e3:.4f} m{u}")
+    if (r.get("tool_error") or {}).get("rms_m") is not None:
+        te = r["tool_error"]
+        lines.append(f"  at the tool (forward kinematics of the log): RMS {te['rms_m'] * 1e3:.4f} mm, "
+                     f"max {te['max_m'] * 1e3:.4f} mm")
     c, w = r["compute_us"], r["wake_latency_us"]
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
