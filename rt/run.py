@@ -153,18 +153,20 @@ class StopSignals:
 
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
-                telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
+                telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
+                model=None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
     summary (errors in actuator units, times in microseconds). A fault stops the run and is
     reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
-    run stop it at the next cycle boundary the same way (``StopSignals``).
+    run stop it at the next cycle boundary the same way (``StopSignals``). ``model``: the
+    model in the loop when not the tree (``Controller``), built outside the runtime.
     """
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime)
+                          tree=tree, realtime=realtime, model=model)
         return session.run()
 
 
@@ -178,7 +180,7 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool):
+                 tree: Tree | None, realtime: bool, model=None):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
         self.realtime = realtime
@@ -190,7 +192,11 @@ class Session:
         if kind not in ("ct", "pd"):
             raise UserError(f"unknown controller '{kind}' (ct or pd)")
         c = config.controller
-        self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+        if c.model == "exact" and model is None:
+            raise UserError(f"{config.path}: [controller] model = \"exact\" needs the exact model, built from "
+                            f"the model before the run (pkrt.rt.cli.reference.exact_model)")
+        self.model_kind = "exact" if model is not None else "tree"
+        self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
         N = plan.n
@@ -216,8 +222,8 @@ class Session:
                       "model_name": tree.header.get("model", {}).get("name"),
                       "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
                       "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
-                      "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
-                                                     "tau_max": c.tau_max.tolist()},
+                      "units": units, "controller": {"kind": kind, "model": self.model_kind, "kp": c.kp.tolist(),
+                                                     "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
                       "trajectory": plan.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
             self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
@@ -408,7 +414,8 @@ class Session:
         e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
         fault = self.fault_reason
         summary = {
-            "machine": self.config.name, "controller": self.kind, "lockstep": self.lockstep,
+            "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
+            "lockstep": self.lockstep,
             "rate_hz": self.config.rate_hz,
             "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,

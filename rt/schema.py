@@ -94,7 +94,7 @@ def describe_constraint(meta: dict, s: int | str = "s") -> str:
             AXES: "a whole number" if meta["integer"] else "a number", IDS: f"a list of {s} distinct integers",
             PAIRS: f"a list of {s} [low, high] pairs (low < high)", TABLE: "a table of plain values",
             CHANNEL: "a string or an integer >= 0", NUMBERS: "a list of numbers",
-            POINTS: f"a list of lists of {s} numbers"}[kind]
+            POINTS: "a list of at least 2 lists of numbers, all of one length"}[kind]
     if lo is not None and hi is not None:
         base += f" in {'(' if meta['lo_open'] else '['}{lo:g}, {hi:g}]"
     elif lo is not None:
@@ -154,9 +154,10 @@ def _check_value(v, meta: dict, ctx: Context):
         if not isinstance(v, (list, tuple)) or not v or not all(_real(x) and math.isfinite(x) for x in v):
             return None
         return np.array(v, dtype=float)
-    if kind == POINTS:
+    if kind == POINTS:  # the width is checked against the model's actuators where it is used
         if not isinstance(v, list) or len(v) < 2 or not all(
-                isinstance(p, list) and len(p) == s and all(_real(x) and math.isfinite(x) for x in p) for p in v):
+                isinstance(p, list) and p and len(p) == len(v[0]) and all(_real(x) and math.isfinite(x) for x in p)
+                for p in v):
             return None
         return np.array(v, dtype=float)
     if kind == TABLE:
@@ -246,6 +247,9 @@ class ControllerConfig:
     """``[controller]``: the controller and its per-axis gains."""
 
     kind: str = spec(STRING, "ct: computed torque; pd: PD plus gravity", "ct", choices=("ct", "pd"))
+    model: str = spec(STRING, "the model in the loop: tree (the machine's tree) or exact (the exact reduction, "
+                      "warm-started from the last cycle; refused in real time when its p99 exceeds the period)",
+                      "tree", choices=("tree", "exact"))
     bandwidth_hz: np.ndarray = spec(AXES, "closed-loop bandwidth: the default kp = (2 pi f)^2, kd = 2 (2 pi f)",
                                     10.0, unit="Hz", lo=0.0, lo_open=True)
     kp: np.ndarray = spec(AXES, "position gain", unit="1/s^2", lo=0.0, lo_open=True, derive=_bandwidth_kp)

@@ -65,3 +65,58 @@ def test_delta_tool_error_is_the_closed_form_forward_kinematics_of_the_log(tmp_p
     assert 0 < te["max_m"] < 0.5e-3  # under half a millimetre (measured 0.11 mm)
     assert np.max(e) <= te["max_m"] * (1 + 1e-9)
     assert abs(np.sqrt(np.mean(e**2)) - te["rms_m"]) < 0.3 * te["rms_m"]  # every 50th sample of the same error
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t[:t.index("[demo]")] + t[t.index("[limits]"):], "no demo for this machine (no [demo] table)"),
+    (lambda t: t.replace("start = [-0.1525, 0.0, -0.8]", "start = [0.0, 0.0, -2.0]"), "task path refused: at t = "),
+])
+def test_a_demo_the_machine_cannot_run_is_one_line(tmp_path, capsys, edit, message):
+    from pkrt.rt.config import MACHINES_DIR
+
+    text = (MACHINES_DIR / "delta-sim.toml").read_text()
+    for name in ('"delta"', '"delta.pkt"', '"delta-plant.pkt"'):
+        text = text.replace(name, '"' + str(MACHINES_DIR / name.strip('"')) + ('.toml"' if name == '"delta"' else '"'))
+    path = tmp_path / "d.toml"
+    path.write_text(edit(text))
+    code = main(["run", "--machine", str(path), "--lockstep", "--no-log"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_delta_on_the_exact_model_in_the_loop(capsys):
+    """`--model exact`: the exact reduction in the loop (warm-started from the last cycle) tracks
+    as the tree does (same plant: within 5 % RMS; measured 0.1212 vs 0.1213 mrad), its cost per
+    call measured before the loop and in it (controller_us)."""
+    tree, exact = _run(capsys), _run(capsys, "--model", "exact")
+    assert exact["model"] == "exact" and tree["model"] == "tree" and exact["fault"] is None
+    assert abs(exact["rms_error"] - tree["rms_error"]) < 0.05 * tree["rms_error"]
+    e = exact["exact_model_us"]
+    assert e["samples"] == 200 and 0 < e["p50"] <= e["p99"]
+    assert exact["controller_us"]["p50"] > tree["controller_us"]["p50"]  # a reduction costs more than a tree
+
+
+def test_exact_model_refused_when_its_p99_exceeds_the_period():
+    """In real time the exact model is refused up front (one line) when 200 warm evaluations
+    along the reference say its p99 exceeds the period (here 10 us at 100 kHz); lockstep runs it;
+    the runtime refuses model = "exact" without the model built outside it."""
+    import dataclasses
+
+    from pkrt.drivers import open_drives
+    from pkrt.rt.cli.reference import exact_model, plan_reference
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.errors import UserError
+    from pkrt.rt.plan import Planned
+    from pkrt.rt.run import run_session
+
+    config = load_machine("delta")
+    plan = plan_reference(config)
+    fast = dataclasses.replace(config, rate_hz=100000.0)
+    short = Planned(100000.0, plan.pos[:400], plan.vel[:400], plan.acc[:400])
+    with pytest.raises(UserError, match=r"model = \"exact\": its p99 is .* more than the 10 us loop period"):
+        exact_model(fast, short, lockstep=False)
+    model, figures = exact_model(fast, short, lockstep=True)
+    assert figures["p99"] > 10.0
+    exact = dataclasses.replace(config, controller=dataclasses.replace(config.controller, model="exact"))
+    with pytest.raises(UserError, match="needs the exact model"):
+        run_session(exact, open_drives(exact), trajectory=plan, lockstep=True)

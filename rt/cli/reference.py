@@ -64,3 +64,54 @@ def tool_error(config: MachineConfig, log) -> dict | None:
     ok = np.all(np.isfinite(pos), axis=1)
     e = np.linalg.norm(kin.forward(pos[ok])[:, :npos] - kin.forward(ref[ok])[:, :npos], axis=1)
     return {"rms_m": float(np.sqrt(np.mean(e**2))), "max_m": float(e.max()), "samples": int(ok.sum())}
+
+
+class ExactInLoop:
+    """The exact reduction as the model in the loop: ``(theta, H, D, p) -> status`` filling the
+    controller's arrays, each call assembled warm from the last one (0 ok, 2 the mechanism
+    cannot be assembled there: out of domain)."""
+
+    def __init__(self, mech: "Mechanism"):
+        from pkrt.models.reduction import ExactModel
+
+        self.exact = ExactModel(mech)
+
+    def __call__(self, theta, H, D, p) -> int:
+        from pkrt.models.reduction import AssemblyError
+
+        try:
+            r = self.exact(theta)
+        except (AssemblyError, UserError):
+            return 2
+        H[...] = r.H
+        D[...] = r.D
+        p[...] = r.p_ext
+        return 0
+
+
+def exact_model(config: MachineConfig, plan: Planned, lockstep: bool, samples: int = 200):
+    """The exact model for ``[controller] model = "exact"`` and its time per call measured on
+    ``samples`` consecutive (warm) evaluations of the planned reference around its fastest
+    sample (p50, p99 in us). Refused (one line) in real time when the p99 exceeds the loop period."""
+    import time
+
+    model = ExactInLoop(machine_mechanism(config))
+    s = plan.pos.shape[1]
+    H, D, p = np.zeros((s, s)), np.zeros((s, s * (s + 1) // 2)), np.zeros(s)
+    fast = int(np.argmax(np.abs(plan.vel).max(axis=1)))
+    k0 = min(max(fast - samples // 2, 0), max(plan.n - samples, 0))
+    rows = plan.pos[k0:k0 + samples]
+    model(rows[0], H, D, p)  # compile or load the kernels
+    t = []
+    for th in rows:
+        t0 = time.perf_counter()
+        model(th, H, D, p)
+        t.append(time.perf_counter() - t0)
+    us = np.array(t) * 1e6
+    figures = {"samples": len(us), "p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99))}
+    period_us = 1e6 / config.rate_hz
+    if not lockstep and figures["p99"] > period_us:
+        raise UserError(f"{config.path}: [controller] model = \"exact\": its p99 is {figures['p99']:.0f} us per "
+                        f"call over {len(us)} warm evaluations along the reference, more than the {period_us:.0f} us "
+                        f"loop period; use model = \"tree\", a lower --rate, or --lockstep")
+    return model, figures

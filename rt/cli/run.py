@@ -11,6 +11,7 @@ from pathlib import Path
 from . import emit, positive_number
 from ..config import load_machine
 from ..errors import OutputError, UserError
+from ..plan import Planned
 from ..outputs import check_outputs
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
@@ -27,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
     p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
     p.add_argument("--controller", choices=("ct", "pd"), help="ct: computed torque; pd: PD plus gravity")
+    p.add_argument("--model", choices=("tree", "exact"),
+                   help="the model in the loop (default: the configuration's [controller] model)")
     p.add_argument("--mass-scale", type=positive_number, help="simulated plant: scale every mass and inertia (model mismatch)")
     p.add_argument("--log", default="pkrt-run.pktlog", help="run log file (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="write no log and no plot")
@@ -84,6 +87,8 @@ def run(args) -> int:
         if not 1 <= args.rate <= 100000:
             raise UserError("--rate must be in [1, 100000] Hz")
         config = dataclasses.replace(config, rate_hz=float(args.rate))
+    if args.model is not None:
+        config = dataclasses.replace(config, controller=dataclasses.replace(config.controller, model=args.model))
     if args.no_rt:
         config = dataclasses.replace(config, realtime=dataclasses.replace(
             config.realtime, priority=0, cpu=-1, mlockall=False))
@@ -124,7 +129,15 @@ def run(args) -> int:
             from .reference import plan_reference
 
             traj = plan_reference(config, traj, axes=tree_axes(tree)[0])
-        summary = run_session(config, drives, trajectory=traj, duration=args.duration,
+        model = exact_figures = None
+        if config.controller.model == "exact":  # built here from the model, measured before the loop
+            from ..trajectory import load_trajectory_csv
+            from .reference import exact_model
+
+            if not isinstance(traj, Planned):
+                traj = load_trajectory_csv(traj, config.rate_hz, tree_axes(tree)[0])
+            model, exact_figures = exact_model(config, traj, args.lockstep)
+        summary = run_session(config, drives, trajectory=traj, duration=args.duration, model=model,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
                               telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
                               on_cycle=hook, tree=tree)
@@ -134,6 +147,8 @@ def run(args) -> int:
             telemetry.close()
         if live is not None:
             live.close()
+    if exact_figures is not None:
+        summary["exact_model_us"] = exact_figures  # before the loop; in the loop: controller_us
     if telemetry is not None:
         summary["telemetry"] = telemetry.stats()
     if live is not None:
@@ -169,7 +184,8 @@ def _text(r: dict) -> str:
     u = r["units"][0] if r.get("units") else ""
     mode = "lockstep" if r["lockstep"] else "real time"
     lines = [
-        f"{r['machine']}: {r['controller']} control, {r['trajectory']} trajectory, {mode} at {r['rate_hz']:g} Hz",
+        f"{r['machine']}: {r['controller']} control on the {r['model']} model, {r['trajectory']} trajectory, "
+        f"{mode} at {r['rate_hz']:g} Hz",
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
     ]
@@ -179,6 +195,10 @@ def _text(r: dict) -> str:
         te = r["tool_error"]
         lines.append(f"  at the tool (forward kinematics of the log): RMS {te['rms_m'] * 1e3:.4f} mm, "
                      f"max {te['max_m'] * 1e3:.4f} mm")
+    if r.get("exact_model_us"):
+        e, c = r["exact_model_us"], r["controller_us"]
+        lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
+                     f"controller in the loop p50 {c['p50']:.1f}, p99 {c['p99']:.1f}")
     c, w = r["compute_us"], r["wake_latency_us"]
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
