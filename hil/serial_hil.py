@@ -72,6 +72,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
+    trajectory = reference_for(config, reference)  # planned before the emulator starts
     rate = config.rate_hz
     inject = None
     if fault is not None:
@@ -85,7 +86,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     drives = None
     try:
         drives = open_drives(config, {"port": emu.port})
-        result = run_session(config, drives, trajectory=reference_for(config, reference), duration=duration,
+        result = run_session(config, drives, trajectory=trajectory, duration=duration,
                              log_path=log_path,
                              on_cycle=lambda k, t: ran.append(k))
     finally:
