@@ -82,16 +82,24 @@ def emulator_cpu(controller_cpu: int) -> int:
     return others[0] if others else -1
 
 
+def reference_for(config, reference):
+    """The run's reference from ``reference(config)``: the caller's planner (the CLI layer's
+    ``pkrt.rt.cli.reference.plan_reference``, the demo planned from the model), None: none (the
+    runtime then says a reference is needed)."""
+    return None if reference is None else reference(config)
+
+
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "udp_multicast") -> HilResult:
+                interface: str = "udp_multicast", reference=None) -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
     run's summary, the injection and torque-off cycles, the driver's figures (bus load, late
     TPDOs, SYNCs) and the emulator's (response time, frames, drive states)).
     ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread: one
-    process, one GIL; unit tests at a lower rate, it does not hold 1 kHz)."""
+    process, one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
+    see ``reference_for``."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
     if interface not in INTERFACES:
@@ -111,7 +119,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         options = {"port": port}
     channel = channel or f"pkrt-hil-{os.getpid()}-{next(_channels)}"
     tree = load_controller_tree(config)
-    plan = plan_trajectory(config, tree, None, duration)
+    plan = plan_trajectory(config, tree, reference_for(config, reference), duration)
     overrides = {"interface": interface, "channel": channel, "bus_options": options}
     if table.tpdo_timeout is not None:
         overrides["tpdo_timeout"] = min(table.tpdo_timeout, 0.75 / config.rate_hz)

@@ -18,7 +18,7 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
-from .can_hil import emulator_cpu
+from .can_hil import emulator_cpu, reference_for
 from .dynamixel_emulator import FAULT_KINDS
 from .dynamixel_emulator import FAULT_KINDS
 from .result import HilResult, cycles_run_between, hil_result
@@ -57,14 +57,14 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
-                   emulator: EmulatorProcess | None = None) -> HilResult:
+                   emulator: EmulatorProcess | None = None, reference=None) -> HilResult:
     """Run the machine's demo through driver + pty + emulator process; returns the
     ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
     ``injected_cycle``, ``torque_off_cycle`` (measured in the emulator: the cycle at which every
     servo's torque was off), ``detection_cycles`` (cycles run from the injection to the fault),
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
-    running (otherwise one is started and stopped)."""
+    running (otherwise one is started and stopped). ``reference``: see ``can_hil.reference_for``."""
     from pkrt.rt.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
@@ -72,6 +72,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
+    trajectory = reference_for(config, reference)  # planned before the emulator starts
     rate = config.rate_hz
     inject = None
     if fault is not None:
@@ -85,7 +86,8 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     drives = None
     try:
         drives = open_drives(config, {"port": emu.port})
-        result = run_session(config, drives, duration=duration, log_path=log_path,
+        result = run_session(config, drives, trajectory=trajectory, duration=duration,
+                             log_path=log_path,
                              on_cycle=lambda k, t: ran.append(k))
     finally:
         if drives is not None:
@@ -107,7 +109,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
 
 
 def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float | None = 5.0,
-                           rate_hz: float | None = None) -> dict:
+                           rate_hz: float | None = None, reference=None) -> dict:
     """The same machine, controller, trajectory and rate in lockstep on the simulated plant of
     the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
     from pkrt.drivers.sim import Plant, SimDrives
@@ -115,5 +117,6 @@ def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float |
 
     config = serial_config(machine, rate_hz)
     drives = SimDrives(Plant.from_config(config))  # run_session starts it at the trajectory's start
-    return run_session(config, drives, duration=duration, lockstep=True)
+    return run_session(config, drives, trajectory=reference_for(config, reference), duration=duration,
+                       lockstep=True)
 

@@ -19,7 +19,8 @@ import numpy as np
 import scipy.linalg
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.plan import Planned, circle_basis, concatenate, quintic_profile, read_csv_samples
+from pkrt.rt.plan import (Planned, cartesian_path, circle_basis, concatenate, plan_moves, quintic_profile,
+                          read_csv_samples)
 
 from .mechanism import Config, Mechanism
 from .reduction import Assembler
@@ -397,3 +398,62 @@ def plan_task_path(mech: Mechanism, path: TaskPath) -> Planned:
 def forward_kinematics(mech: Mechanism, theta_rows) -> np.ndarray:
     """Tool task coordinates (k, m) for actuator values (k, s) (logs and plots)."""
     return TaskKinematics(mech).forward(theta_rows)
+
+
+def plan_demo(mech: Mechanism, demo, rate_hz: float) -> Planned:
+    """The machine's demo from its configuration's ``[demo]`` table (``pkrt.rt.schema.DemoTable``):
+    quintic moves through the actuator ``points`` (back to the first), then the task-space piece
+    (``circle`` or ``adept-cycle``) from and back to the home tool pose, planned by the model's
+    inverse kinematics. Actuator pos, vel, acc at ``rate_hz``."""
+    pieces, desc = [], {"kind": "demo", "task": demo.task}
+    kin = None
+    if demo.points is not None:
+        pts = np.asarray(demo.points, float)
+        if pts.shape[1] != mech.n_act:
+            raise UserError(f"[demo] points: {mech.name} has {mech.n_act} actuators, got {pts.shape[1]} values")
+        pieces.append(plan_moves(pts, [demo.move_time] * (len(pts) - 1), rate_hz, dwell=demo.dwell))
+        desc["points"] = pts.tolist()
+    if demo.task != "none":
+        kin = TaskKinematics(mech)
+        theta0 = pieces[0].pos[-1] if pieces else mech.theta_ref
+        home = kin.forward(theta0)[0]
+        if demo.task == "circle":
+            piece = _demo_circle(demo, home, rate_hz)
+        else:
+            start = home[:3] if demo.start is None else np.asarray(demo.start, float)
+            one = adept_cycle(start, rate_hz, demo.cycle_time, demo.height, demo.width, demo.direction)
+            piece = join([one] * demo.cycles, one.description) if demo.cycles > 1 else one
+        # from home to the piece and back (a speed-ramped circle ends within 1e-7 m/s of rest: its
+        # last sample is not exactly at the ramp's end, so the pieces are concatenated unchecked)
+        parts = [piece]
+        if np.abs(piece.pos[0] - home).max() > 1e-12:
+            parts.insert(0, line(home, piece.pos[0], demo.approach, rate_hz))
+        if np.abs(piece.pos[-1] - home).max() > 1e-12:
+            parts.append(line(piece.pos[-1], home, demo.approach, rate_hz))
+        path = concatenate(parts, piece.description)
+        desc["piece"] = piece.description
+        pieces.append(kin.plan(path))
+    if not pieces:
+        raise UserError(f"{mech.name}: no demo (the configuration's [demo] table has no points and no task "
+                        f"piece); give --traj FILE.csv")
+    return concatenate(pieces, desc) if len(pieces) > 1 else Planned(rate_hz, pieces[0].pos, pieces[0].vel,
+                                                                     pieces[0].acc, desc)
+
+
+def _demo_circle(demo, home: np.ndarray, rate_hz: float) -> TaskPath:
+    """The demo's circle about ``centre`` (default the home pose): speed-ramped if ``speed``
+    is given (position coordinates only), else a quintic phase over ``circle_time`` with the tilt."""
+    centre = home if demo.centre is None else np.asarray(demo.centre, float)
+    if len(centre) != len(home):
+        raise UserError(f"[demo] centre: expected {len(home)} task coordinates, got {len(centre)}")
+    r = 0.5 * demo.diameter
+    if demo.speed is None:
+        return circle(centre, r, demo.circle_time, rate_hz, normal=demo.normal, laps=demo.laps, tilt=demo.tilt,
+                      tilt_cycles=demo.tilt_cycles)
+    if len(centre) != 3 or demo.tilt:
+        raise UserError("[demo] speed: a speed-ramped circle needs a 3-coordinate tool and no tilt")
+    P, Pd, Pdd = cartesian_path("circle", rate_hz, centre=centre, diameter=demo.diameter, normal=demo.normal,
+                                speed=demo.speed, ramp=demo.ramp, laps=demo.laps)
+    return TaskPath(rate_hz, P, Pd, Pdd, {"kind": "circle", "centre": centre.tolist(), "diameter_m": demo.diameter,
+                                          "peak_speed_m_s": demo.speed, "laps": demo.laps})
+

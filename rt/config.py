@@ -37,7 +37,7 @@ class MachineConfig:
     realtime: RealtimeConfig
     raw: dict = field(repr=False, default_factory=dict)  # the file as read: for the log header only
     emulator: Any = None  # the [emulator] table of a HIL bus (schema.EMULATOR_TABLES), else None
-    cartesian: schema.CartesianTable = field(default_factory=schema.CartesianTable)
+    demo: schema.DemoTable = field(default_factory=schema.DemoTable)
 
     @property
     def backend(self) -> str:
@@ -137,9 +137,9 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     s = n_axes
     rate = m.rate_hz
     got = {"machine": m}
-    for name in ("controller", "limits", "realtime", "cartesian", "drives", "emulator"):
+    for name in ("controller", "limits", "realtime", "demo", "drives", "emulator"):
         if name in tables:
             got[name] = schema.validate(tables[name], doc.get(name), ctx(name, rate_hz=rate, ranges=ranges,
                                                                          tables=dict(got)))
     return MachineConfig(str(path), m.name, model, str(path.parent / m.tree), rate, got["controller"], got["limits"],
-                         got["drives"], got["realtime"], doc, got.get("emulator"), got["cartesian"])
+                         got["drives"], got["realtime"], doc, got.get("emulator"), got["demo"])

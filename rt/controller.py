@@ -58,8 +58,16 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
 
     ``gains``: the (7, s) array of ``make_gains``, read by the row names (``gains[KP, i]``).
     """
-    s = theta.shape[0]
     status = eval_model_w(T, theta, H, D, p, work)
+    return control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
+                       tau_model, tau)
+
+
+@njit(cache=True)
+def control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v, tau_model, tau):
+    """The control law on a model already evaluated at theta (H, D, p filled; ``status`` its
+    status); see ``control``."""
+    s = theta.shape[0]
     quad_velocities(theta_dot, w)
     flags = 0
     if status != 0:
@@ -91,9 +99,12 @@ def control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p
 
 
 class Controller:
-    """A controller bound to its tree, gains and preallocated workspace."""
+    """A controller bound to its tree, gains and preallocated workspace. ``model``: None (the
+    tree in the loop) or a callable ``model(theta, H, D, p) -> status`` filling the given arrays
+    (the exact reduction, built outside the runtime; status as the tree's: 0 ok, 2 out of
+    domain); the tree then only gives H0 for PD."""
 
-    def __init__(self, tree: Tree, kind: str, kp, kd, tau_max, viscous=0.0, coulomb=0.0):
+    def __init__(self, tree: Tree, kind: str, kp, kd, tau_max, viscous=0.0, coulomb=0.0, model=None):
         if kind not in ("ct", "pd"):
             raise ValueError(kind)
         s = tree.s
@@ -101,6 +112,7 @@ class Controller:
         self.arrays = tree.arrays
         self.kind_name = kind
         self.kind = CT if kind == "ct" else PD
+        self.model = model
         self.H = np.zeros((s, s))
         self.D = np.zeros((s, s * (s + 1) // 2))
         self.p = np.zeros(s)
@@ -122,10 +134,14 @@ class Controller:
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""
+        if self.model is not None:
+            status = self.model(theta, self.H, self.D, self.p)
+            return control_law(self.kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, self.H,
+                               self.D, self.p, self.w, self.v, self.tau_model, self.tau)
         return control(self.arrays, self.kind, theta, theta_dot, ref_pos, ref_vel, ref_acc,
                        self.gains, self.H, self.D, self.p, self.w, self.v, self.tau_model, self.tau,
                        self.work)
 
 
-__all__ = ["Controller", "Gains", "make_gains", "control", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
+__all__ = ["Controller", "Gains", "make_gains", "control", "control_law", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
            "FLAG_STALE", "FLAG_NONFINITE", "CLAMPED", "OUT_OF_DOMAIN"]

@@ -95,6 +95,19 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
     return sp(tt), sp(tt, 1), sp(tt, 2)
 
 
+def csv_columns(path: str) -> list[str] | None:
+    """The header of a CSV file (first line that is not a comment), None if it cannot be read
+    (``read_csv_samples`` then says why)."""
+    try:
+        with open(path, newline="") as f:
+            for r in csv.reader(f):
+                if r and not r[0].lstrip().startswith("#"):
+                    return [h.strip().split(" ")[0] for h in r]
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
 def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
     """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
     loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
@@ -131,3 +144,80 @@ def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
         k = int(np.argmax(np.diff(t) <= 0))
         raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
     return (head, *resample(t, data[:, 1:], rate_hz, str(path)))
+
+
+def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0) -> Planned:
+    """Quintic point-to-point moves through ``points`` (k, s) with given durations (s)."""
+    pos, vel, acc = [points[:1]], [np.zeros((1, points.shape[1]))], [np.zeros((1, points.shape[1]))]
+    for a, b, T in zip(points[:-1], points[1:], durations):
+        n = max(int(round(T * rate_hz)), 1)
+        tau = np.arange(1, n + 1) / n
+        s, ds, dds = quintic_profile(tau)
+        d = b - a
+        pos.append(a + s[:, None] * d)
+        vel.append(ds[:, None] * d / T)
+        acc.append(dds[:, None] * d / T**2)
+        if dwell > 0:
+            m = int(round(dwell * rate_hz))
+            pos.append(np.repeat(b[None], m, 0))
+            vel.append(np.zeros((m, len(b))))
+            acc.append(np.zeros((m, len(b))))
+    return Planned(rate_hz, np.vstack(pos), np.vstack(vel), np.vstack(acc),
+                   {"kind": "moves", "points": points.tolist()})
+
+
+def cartesian_path(kind: str, rate_hz: float, **kw):
+    """Platform path samples (P, Pd, Pdd), each (n, 3).
+
+    ``line``: from ``start`` to ``end`` (m) in ``duration`` s with a quintic profile.
+    ``circle``: ``centre`` (m), ``diameter`` (m), ``normal`` (unit), ``speed`` peak (m/s),
+    ``laps``; speed ramps up and down with quintic profiles over ``ramp`` s.
+    """
+    if kind == "line":
+        a, b, T = np.asarray(kw["start"], float), np.asarray(kw["end"], float), float(kw["duration"])
+        n = max(int(round(T * rate_hz)), 1)
+        s, ds, dds = quintic_profile(np.arange(0, n + 1) / n)
+        d = b - a
+        return a + s[:, None] * d, ds[:, None] * d / T, dds[:, None] * d / T**2
+    if kind == "circle":
+        c = np.asarray(kw["centre"], float)
+        r = 0.5 * float(kw["diameter"])
+        e1, e2 = circle_basis(kw.get("normal", (0, 0, 1)))
+        v, ramp, laps = float(kw["speed"]), float(kw.get("ramp", 0.3)), float(kw.get("laps", 1.0))
+        L_arc = 2 * np.pi * r * laps
+        # arc length: quintic ramp to v over `ramp` s (distance v ramp / 2 each), cruise, ramp down
+        cruise = (L_arc - v * ramp) / v
+        if cruise < 0:
+            raise UserError("circle too short for its speed ramp")
+        T = 2 * ramp + cruise
+        t = np.arange(0, int(round(T * rate_hz)) + 1) / rate_hz
+        sd = np.empty_like(t)
+        sdd = np.empty_like(t)
+        sarc = np.empty_like(t)
+        for k, tk in enumerate(t):
+            if tk < ramp:
+                p, dp, ddp = quintic_profile(np.array([tk / ramp]))
+                sarc[k] = v * ramp * _quintic_integral(tk / ramp)
+                sd[k], sdd[k] = v * p[0], v * dp[0] / ramp
+            elif tk < ramp + cruise:
+                sarc[k] = v * ramp / 2 + v * (tk - ramp)
+                sd[k], sdd[k] = v, 0.0
+            else:
+                u = min((tk - ramp - cruise) / ramp, 1.0)
+                p, dp, ddp = quintic_profile(np.array([u]))
+                sarc[k] = v * ramp / 2 + v * cruise + v * ramp * (u - _quintic_integral(u))
+                sd[k], sdd[k] = v * (1 - p[0]), -v * dp[0] / ramp
+        phi = sarc / r
+        cs, sn = np.cos(phi), np.sin(phi)
+        # start on the circle at c + r e1 (phi = 0)
+        P = c + r * (cs[:, None] * e1 + sn[:, None] * e2)
+        dP = (-sn[:, None] * e1 + cs[:, None] * e2)
+        Pd = dP * sd[:, None]
+        Pdd = dP * sdd[:, None] - (cs[:, None] * e1 + sn[:, None] * e2) * (sd**2 / r)[:, None]
+        return P, Pd, Pdd
+    raise UserError(f"unknown Cartesian path kind '{kind}'")
+
+
+def _quintic_integral(u: float) -> float:
+    """Integral of the quintic profile s(x) from 0 to u."""
+    return 2.5 * u**4 - 3 * u**5 + u**6

@@ -21,7 +21,7 @@ from .controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from .errors import Fault, Stopped, UserError
 from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from .safety import Supervisor
-from .trajectory import Planned, load_trajectory_csv, orthoglide_demo, orthoglide_ik, validate
+from .trajectory import Planned, load_trajectory_csv, validate
 from .tree import OUT_OF_DOMAIN, Tree, find_leaf
 from .versions import software_versions
 
@@ -60,34 +60,20 @@ def tree_axes(tree: Tree) -> tuple[list[str], list[str]]:
     return (list(a.get("names", [f"q{i + 1}" for i in range(s)])), list(a.get("units", ["m"] * s)))
 
 
-def is_orthoglide(config: MachineConfig) -> bool:
-    return Path(config.model_path).stem == "orthoglide"
-
-
-def leg_length(config: MachineConfig) -> float:
-    return config.cartesian.leg_length
-
-
 def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
                     duration: float | None) -> Planned:
-    """The reference at the loop rate: the Orthoglide demo, a CSV file or a given plan;
+    """The reference at the loop rate: a plan made before (the demo and task-space paths are
+    planned from the model in the CLI layer, ``pkrt.rt.cli.reference``) or an actuator CSV file;
     validated against ranges, domain and limits before anything moves."""
     rate = config.rate_hz
     axes, _ = tree_axes(tree)
     if isinstance(traj, Planned):
         plan = traj
     elif traj is None or traj == "demo":
-        if not is_orthoglide(config):
-            raise UserError(f"{config.path}: no demo trajectory for this machine; give --traj FILE.csv")
-        plan = orthoglide_demo(rate, L=leg_length(config))
+        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
+                        f"run (pkrt.rt.cli.reference.plan_reference)")
     else:
-        ik = None
-        if is_orthoglide(config):
-            L = leg_length(config)
-
-            def ik(P, Pd, Pdd):
-                return orthoglide_ik(P, Pd, Pdd, L)
-        plan = load_trajectory_csv(traj, rate, axes, ik)
+        plan = load_trajectory_csv(traj, rate, axes)
     if abs(plan.rate_hz - rate) > 1e-9:
         raise UserError(f"trajectory planned at {plan.rate_hz} Hz, loop runs at {rate} Hz")
     if duration is not None:
@@ -167,18 +153,20 @@ class StopSignals:
 
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
-                telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True) -> dict:
+                telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
+                model=None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
     summary (errors in actuator units, times in microseconds). A fault stops the run and is
     reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
-    run stop it at the next cycle boundary the same way (``StopSignals``).
+    run stop it at the next cycle boundary the same way (``StopSignals``). ``model``: the
+    model in the loop when not the tree (``Controller``), built outside the runtime.
     """
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime)
+                          tree=tree, realtime=realtime, model=model)
         return session.run()
 
 
@@ -192,7 +180,7 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool):
+                 tree: Tree | None, realtime: bool, model=None):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
         self.realtime = realtime
@@ -204,7 +192,11 @@ class Session:
         if kind not in ("ct", "pd"):
             raise UserError(f"unknown controller '{kind}' (ct or pd)")
         c = config.controller
-        self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+        if c.model == "exact" and model is None:
+            raise UserError(f"{config.path}: [controller] model = \"exact\" needs the exact model, built from "
+                            f"the model before the run (pkrt.rt.cli.reference.exact_model)")
+        self.model_kind = "exact" if model is not None else "tree"
+        self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
         N = plan.n
@@ -230,8 +222,8 @@ class Session:
                       "model_name": tree.header.get("model", {}).get("name"),
                       "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
                       "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
-                      "units": units, "controller": {"kind": kind, "kp": c.kp.tolist(), "kd": c.kd.tolist(),
-                                                     "tau_max": c.tau_max.tolist()},
+                      "units": units, "controller": {"kind": kind, "model": self.model_kind, "kp": c.kp.tolist(),
+                                                     "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
                       "trajectory": plan.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
             self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
@@ -422,7 +414,8 @@ class Session:
         e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
         fault = self.fault_reason
         summary = {
-            "machine": self.config.name, "controller": self.kind, "lockstep": self.lockstep,
+            "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
+            "lockstep": self.lockstep,
             "rate_hz": self.config.rate_hz,
             "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,

@@ -62,8 +62,8 @@ class Context:
 REQUIRED = dataclasses.MISSING
 
 # field kinds
-NUMBER, INTEGER, BOOL, STRING, AXES, IDS, PAIRS, TABLE, CHANNEL = (
-    "number", "integer", "bool", "string", "axes", "ids", "pairs", "table", "channel")
+NUMBER, INTEGER, BOOL, STRING, AXES, IDS, PAIRS, TABLE, CHANNEL, NUMBERS, POINTS = (
+    "number", "integer", "bool", "string", "axes", "ids", "pairs", "table", "channel", "numbers", "points")
 
 
 def spec(kind: str, doc: str, default: Any = REQUIRED, *, unit: str = "", lo: float | None = None,
@@ -93,7 +93,8 @@ def describe_constraint(meta: dict, s: int | str = "s") -> str:
     base = {NUMBER: "a number", INTEGER: "an integer", BOOL: "true or false", STRING: "a string",
             AXES: "a whole number" if meta["integer"] else "a number", IDS: f"a list of {s} distinct integers",
             PAIRS: f"a list of {s} [low, high] pairs (low < high)", TABLE: "a table of plain values",
-            CHANNEL: "a string or an integer >= 0"}[kind]
+            CHANNEL: "a string or an integer >= 0", NUMBERS: "a list of numbers",
+            POINTS: "a list of at least 2 lists of numbers, all of one length"}[kind]
     if lo is not None and hi is not None:
         base += f" in {'(' if meta['lo_open'] else '['}{lo:g}, {hi:g}]"
     elif lo is not None:
@@ -146,6 +147,16 @@ def _check_value(v, meta: dict, ctx: Context):
     if kind == PAIRS:
         if not isinstance(v, list) or len(v) != s or not all(
                 isinstance(p, list) and len(p) == 2 and all(_real(x) and math.isfinite(x) for x in p) and p[0] < p[1]
+                for p in v):
+            return None
+        return np.array(v, dtype=float)
+    if kind == NUMBERS:
+        if not isinstance(v, (list, tuple)) or not v or not all(_real(x) and math.isfinite(x) for x in v):
+            return None
+        return np.array(v, dtype=float)
+    if kind == POINTS:  # the width is checked against the model's actuators where it is used
+        if not isinstance(v, list) or len(v) < 2 or not all(
+                isinstance(p, list) and p and len(p) == len(v[0]) and all(_real(x) and math.isfinite(x) for x in p)
                 for p in v):
             return None
         return np.array(v, dtype=float)
@@ -236,6 +247,9 @@ class ControllerConfig:
     """``[controller]``: the controller and its per-axis gains."""
 
     kind: str = spec(STRING, "ct: computed torque; pd: PD plus gravity", "ct", choices=("ct", "pd"))
+    model: str = spec(STRING, "the model in the loop: tree (the machine's tree) or exact (the exact reduction, "
+                      "warm-started from the last cycle; refused in real time when its p99 exceeds the period)",
+                      "tree", choices=("tree", "exact"))
     bandwidth_hz: np.ndarray = spec(AXES, "closed-loop bandwidth: the default kp = (2 pi f)^2, kd = 2 (2 pi f)",
                                     10.0, unit="Hz", lo=0.0, lo_open=True)
     kp: np.ndarray = spec(AXES, "position gain", unit="1/s^2", lo=0.0, lo_open=True, derive=_bandwidth_kp)
@@ -271,10 +285,45 @@ class RealtimeConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CartesianTable:
-    """``[cartesian]``: the Orthoglide's Cartesian geometry (demo and CSV inverse kinematics)."""
+class DemoTable:
+    """``[demo]``: the machine's demo trajectory (``pkrt run`` without ``--traj``), planned
+    offline from the model: quintic moves through actuator ``points``, then a task-space piece
+    (``task``) from and back to the tool pose at the first point (or the reference assembly)."""
 
-    leg_length: float = spec(NUMBER, "leg length of the Orthoglide", 0.31, unit="m", lo=0.0, lo_open=True)
+    points: np.ndarray | None = spec(POINTS, "actuator values visited first by quintic moves (back to the "
+                                     "first at the end)", None, unit="m or rad")
+    move_time: float = spec(NUMBER, "time per move between points", 0.5, unit="s", lo=0.0, lo_open=True)
+    dwell: float = spec(NUMBER, "rest at each point", 0.1, unit="s", lo=0.0)
+    task: str = spec(STRING, "task-space piece: none, circle or adept-cycle", "none",
+                     choices=("none", "circle", "adept-cycle"))
+    centre: np.ndarray | None = spec(NUMBERS, "circle centre in task coordinates (default: the home tool pose)",
+                                     None, unit="m, rad")
+    diameter: float = spec(NUMBER, "circle diameter", 0.1, unit="m", lo=0.0, lo_open=True)
+    normal: np.ndarray = spec(NUMBERS, "circle plane normal (x, y, z)", (0.0, 0.0, 1.0))
+    speed: float | None = spec(NUMBER, "circle: peak tool speed with quintic speed ramps (else: quintic "
+                               "phase over circle_time)", None, unit="m/s", lo=0.0, lo_open=True)
+    ramp: float = spec(NUMBER, "circle: speed ramp time", 0.25, unit="s", lo=0.0, lo_open=True)
+    circle_time: float = spec(NUMBER, "circle: time without speed", 2.0, unit="s", lo=0.0, lo_open=True)
+    laps: float = spec(NUMBER, "circle: laps", 1.0, lo=0.0, lo_open=True)
+    tilt: float = spec(NUMBER, "circle, 6-DOF tool: roll amplitude of the tilt oscillation", 0.0, unit="rad", lo=0.0)
+    tilt_cycles: float = spec(NUMBER, "circle: tilt oscillations per lap", 2.0, lo=0.0, lo_open=True)
+    approach: float = spec(NUMBER, "line from the home tool pose to the piece's start and back", 0.3,
+                           unit="s", lo=0.0, lo_open=True)
+    start: np.ndarray | None = spec(NUMBERS, "Adept cycle start (x, y, z; default: the home tool position)",
+                                    None, unit="m")
+    cycle_time: float = spec(NUMBER, "Adept cycle time", 0.5, unit="s", lo=0.0, lo_open=True)
+    height: float = spec(NUMBER, "Adept cycle: up and down", 0.025, unit="m", lo=0.0, lo_open=True)
+    width: float = spec(NUMBER, "Adept cycle: across", 0.305, unit="m", lo=0.0, lo_open=True)
+    direction: np.ndarray = spec(NUMBERS, "Adept cycle: across along (x, y, z)", (1.0, 0.0, 0.0))
+    cycles: int = spec(INTEGER, "Adept cycles", 1, lo=1, hi=10000)
+
+    def check(self, ctx: Context) -> None:
+        for name in ("normal", "direction"):
+            v = getattr(self, name)
+            if len(v) != 3 or not np.linalg.norm(v) > 0:
+                raise ctx.error(name, f"expected 3 numbers, not all zero, got {v.tolist()}")
+        if self.start is not None and len(self.start) != 3:
+            raise ctx.error("start", f"expected 3 numbers (x, y, z), got {self.start.tolist()}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -466,7 +515,7 @@ DRIVES_TABLES = {"sim": SimDrivesTable, "cia402": CiA402DrivesTable, "dynamixel"
 EMULATOR_TABLES = {"cia402": CanEmulatorTable, "dynamixel": SerialEmulatorTable}
 # the tables every machine file has, in file order (name, class)
 COMMON_TABLES = (("machine", MachineTable), ("controller", ControllerConfig), ("limits", Limits),
-                 ("realtime", RealtimeConfig), ("cartesian", CartesianTable))
+                 ("realtime", RealtimeConfig), ("demo", DemoTable))
 
 
 def tables_of(backend: str) -> list[tuple[str, type]]:

@@ -462,10 +462,11 @@ def test_pkrt_run_bad_watchdog_setting_is_one_line_exit_2(tmp_path, machine, tab
 
 def test_watchdog_settings_in_the_run_summary_and_log(tmp_path):
     from pkrt.hil.serial_hil import run_serial_hil
+    from pkrt.rt.cli.reference import plan_reference
     from pkrt.rt.logfile import read_log
 
     log = tmp_path / "w.pktlog"
-    r = run_serial_hil("orthoglide-serial", duration=0.3, log_path=str(log))
+    r = run_serial_hil("orthoglide-serial", duration=0.3, log_path=str(log), reference=plan_reference)
     text = "Bus Watchdog (address 98) = 3 x 20 ms = 60 ms while torque is on"
     assert r["drives"]["drive_watchdog"] == text
     assert read_log(log).header["plant"]["drive_watchdog"] == text

@@ -21,7 +21,7 @@ MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The shipped files under names that say nothing, and a short run's log and trajectory
-    (the model keeps its stem: the demo trajectory is chosen by it, rt/run.py is_orthoglide)."""
+    (the demo is the configuration's [demo] table, planned from the model whatever its name)."""
     d = tmp_path_factory.mktemp("kinds")
     f = {"tree": d / "controller.tree", "model": d / "orthoglide.desc", "fourbar": d / "fourbar.desc",
          "fourbar_tree": d / "fb", "machine": d / "machine.conf", "log": d / "run.data",

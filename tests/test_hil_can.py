@@ -16,6 +16,7 @@ import pytest
 from pkrt.drivers.sim import Plant, SimDrives
 from pkrt.hil.can_hil import run_can_hil
 from pkrt.hil.cia402_emulator import FAULT_KINDS
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.config import load_machine
 from pkrt.rt.errors import UserError
 from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
@@ -30,7 +31,7 @@ def test_hil_tracking_within_twice_the_lockstep_simulation():
     # an overrun (the loop woke a period late: a loaded machine, not the bus) holds one torque
     # for two periods, which the lockstep run never does, and a long stall can even trip the
     # following-error limit: compare a run without a stall (overruns, late frames, timing faults)
-    hil = repeat(lambda: run_can_hil("orthoglide-can", duration=duration), hil_stalled)
+    hil = repeat(lambda: run_can_hil("orthoglide-can", duration=duration, reference=plan_reference), hil_stalled)
     if hil_stalled(hil):
         pytest.skip(f"machine too loaded for a real-time comparison: a stall in every run ({hil['overruns']} overruns)")
     assert hil["fault"] is None, (hil["fault"], hil["overruns"], hil["driver"])
@@ -41,7 +42,7 @@ def test_hil_tracking_within_twice_the_lockstep_simulation():
     # the same machine, rate, controller and trajectory, simulated in lockstep on the same plant
     config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=rate)
     tree = load_controller_tree(config)
-    plan = plan_trajectory(config, tree, None, duration)
+    plan = plan_trajectory(config, tree, plan_reference(config), duration)
     sim = run_session(config, SimDrives(Plant.from_config(config)), trajectory=plan, tree=tree, lockstep=True)
     assert sim["fault"] is None
     assert hil["rms_error"] <= 2.0 * sim["rms_error"], (hil["rms_error"], sim["rms_error"])
@@ -62,7 +63,8 @@ def _run_until_injected(run, expected: str) -> dict:
 
 @pytest.mark.parametrize("fault", FAULT_KINDS)
 def test_hil_fault_detected_and_torque_off_within_3_cycles(fault):
-    r = _run_until_injected(lambda: run_can_hil("orthoglide-can", fault=fault, duration=1.0), EXPECT[fault])
+    r = _run_until_injected(lambda: run_can_hil("orthoglide-can", fault=fault, duration=1.0,
+                                                           reference=plan_reference), EXPECT[fault])
     assert r["emulator_error"] is None
     assert r["fault"] is not None and EXPECT[fault] in r["fault"], r["fault"]
     inj, at, off = r["injected_cycle"], r["fault_cycle"], r["torque_off_cycle"]
@@ -103,7 +105,8 @@ def test_can_hil_with_the_emulator_in_its_own_process():
     """Over udp_multicast the drives are another process: the controller's process never
     imports the emulator, and every SYNC it sent was answered there."""
     code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
-            "r = run_can_hil('orthoglide-can', duration=1.0, interface='udp_multicast'); "
+            "from pkrt.rt.cli.reference import plan_reference; "
+            "r = run_can_hil('orthoglide-can', duration=1.0, interface='udp_multicast', reference=plan_reference); "
             "print(json.dumps({'fault': r['fault'], 'cycles': r['cycles'], 'overruns': r['overruns'], "
             "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator')}, "
             "'imported': 'pkrt.hil.cia402_emulator' in sys.modules}))")

@@ -14,6 +14,7 @@ from pkrt.hil.dynamixel_emulator import FAULT_KINDS
 from pkrt.hil.can_hil import emulator_cpu
 from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
 from pkrt.rt.cli import main
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.errors import UserError
 from pkrt.rt.logfile import read_log
 
@@ -37,12 +38,12 @@ def test_tracking_within_2x_of_the_lockstep_simulation(emulator):
     reference moves on, the last force is held), and so does an emulator stall long enough to
     look like one: on this shared machine a run may catch one, so up to three runs are made and
     the first without overruns or skipped periods is compared."""
-    ref = run_lockstep_reference(MACHINE, duration=4.0)
+    ref = run_lockstep_reference(MACHINE, duration=4.0, reference=plan_reference)
     assert ref["fault"] is None
     runs = []
 
     def run():
-        runs.append(run_serial_hil(MACHINE, duration=4.0, emulator=emulator))
+        runs.append(run_serial_hil(MACHINE, duration=4.0, emulator=emulator, reference=plan_reference))
         return runs[-1]
 
     last = repeat(run, hil_stalled)  # a stall-made timing fault (stale feedback ...) is a stall too
@@ -71,7 +72,8 @@ def test_each_fault_detected_and_torque_off_within_3_cycles(kind, emulator, tmp_
     def run():
         nonlocal log
         log = next(logs)
-        return run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log))
+        return run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log),
+                              reference=plan_reference)
 
     log = None
     r = repeat(run, lambda r: fault_preempted(r, EXPECTED[kind]))

@@ -67,13 +67,24 @@ print(json.dumps({"code": code, "loaded": loaded}))
 """
 
 
-def test_run_on_the_simulated_plant_imports_no_models():
-    r = subprocess.run([sys.executable, "-c", "import json\n" + PROBE, "run", "--lockstep", "--no-log",
-                        "--duration", "0.2", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["code"] == 0, r.stderr
-    assert "pkrt.rt.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
-    assert [m for m in out["loaded"] if m.startswith("pkrt.models")] == []
+def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
+    """A run of actuator values loads no model; the demo (and a task-space CSV) is planned from
+    the model in the CLI layer before the run, so that run does load pkrt.models."""
+    from pkrt.rt.config import load_machine
+    from pkrt.rt.run import load_controller_tree, tree_axes
+
+    axes, _ = tree_axes(load_controller_tree(load_machine("orthoglide")))
+    traj = tmp_path / "q.csv"
+    traj.write_text("t," + ",".join(axes) + "\n0,-0.1,-0.1,-0.1\n0.5,-0.08,-0.1,-0.1\n1.0,-0.1,-0.1,-0.1\n")
+    for extra, models in ((["--traj", str(traj)], False), ([], True)):
+        r = subprocess.run([sys.executable, "-c", "import json\n" + PROBE, "run", "--lockstep", "--no-log",
+                            "--duration", "0.2", "--json", *extra], capture_output=True, text=True, timeout=600,
+                           cwd=ROOT)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["code"] == 0, r.stderr
+        assert "pkrt.rt.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
+        loaded = [m for m in out["loaded"] if m.startswith("pkrt.models")]
+        assert (loaded != []) == models, loaded
 
 
 def test_model_verbs_do_import_models():

@@ -215,6 +215,7 @@ def test_replay_errors(fourbar, tmp_path, capsys):
 def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, capsys):
     """The built-in Orthoglide on its simulated plant (1.5 s of the demo)."""
     from pkrt.drivers import open_drives
+    from pkrt.rt.cli.reference import plan_reference
     from pkrt.rt.config import load_machine
     from pkrt.rt.run import run_session
 
@@ -222,7 +223,8 @@ def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, cap
     log = tmp_path / "og.pkl"
     drives = open_drives(config, {})
     try:
-        s = run_session(config, drives, duration=1.5, lockstep=True, log_path=str(log))
+        s = run_session(config, drives, trajectory=plan_reference(config), duration=1.5, lockstep=True,
+                        log_path=str(log))
     finally:
         drives.close()
     assert s["fault"] is None and s["cycles"] == 1501

@@ -11,6 +11,7 @@ import pytest
 from pkrt.drivers import open_drives
 from pkrt.drivers.base import DriveState
 from pkrt.rt.config import load_machine
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.errors import UserError
 from pkrt.rt.logfile import read_log
 from pkrt.rt.run import load_controller_tree, run_session
@@ -27,12 +28,25 @@ def tree(config):
     return load_controller_tree(config)
 
 
+_DEMOS: dict = {}
+
+
+def _demo(config):
+    """The configuration's demo, planned from the model once per (file, rate)."""
+    key = (config.path, config.rate_hz)
+    if key not in _DEMOS:
+        _DEMOS[key] = plan_reference(config)
+    return _DEMOS[key]
+
+
 def _run(config, tree, **kw):
     overrides = kw.pop("overrides", {})
     drives = open_drives(config, overrides)
     inject = kw.pop("inject", None)
     if inject:
         drives.inject(*inject)
+    if "trajectory" not in kw:
+        kw["trajectory"] = _demo(config)
     r = run_session(config, drives, lockstep=True, tree=tree, **kw)
     return r, drives
 
@@ -116,7 +130,7 @@ def test_non_finite_torque_stops_the_run(config, tree):
     the controller flags the non-finite torque and the run stops in that cycle, torque off."""
     bad = dataclasses.replace(tree, spl_coef=np.full_like(tree.spl_coef, np.nan))
     drives = open_drives(config)
-    r = run_session(config, drives, lockstep=True, tree=bad, duration=0.5)
+    r = run_session(config, drives, trajectory=_demo(config), lockstep=True, tree=bad, duration=0.5)
     assert r["fault"] == "controller produced a non-finite torque" and r["fault_cycle"] == 0
     assert not drives.torque_on
 
@@ -142,7 +156,8 @@ def test_watchdog_on_missed_cycles_in_real_time(config, tree):
             time.sleep(0.003)
 
     drives = open_drives(config)
-    r = run_session(config, drives, duration=0.5, tree=tree, on_cycle=slow, realtime=False)
+    r = run_session(config, drives, trajectory=_demo(config), duration=0.5, tree=tree, on_cycle=slow,
+                    realtime=False)
     assert r["fault"] is not None and "watchdog" in r["fault"]
     assert r["overruns"] >= config.limits.watchdog_cycles
     assert r["torque_off_cycle"] == r["fault_cycle"]
@@ -183,7 +198,7 @@ def test_drives_that_cannot_be_enabled_leave_a_complete_log(tmp_path):
     drives = open_drives(cfg, {"port": str(tmp_path / "no-such-tty")})
     log = tmp_path / "failed.pktlog"
     with pytest.raises(DriveError, match="cannot open serial port"):
-        run_session(cfg, drives, duration=0.2, log_path=str(log))
+        run_session(cfg, drives, trajectory=_demo(cfg), duration=0.2, log_path=str(log))
     assert not drives.torque_on
     r = read_log(str(log))
     assert not r.truncated and "drives not enabled" in r.events[0]["message"]
@@ -239,7 +254,8 @@ def test_realtime_factor_counts_skipped_periods(config, tree):
             time.sleep(0.0035)  # three or four periods late, not in a row (no watchdog)
 
     drives = open_drives(config)
-    r = run_session(config, drives, duration=0.5, tree=tree, on_cycle=stall, realtime=False)
+    r = run_session(config, drives, trajectory=_demo(config), duration=0.5, tree=tree, on_cycle=stall,
+                    realtime=False)
     skipped = round(r["duration_s"] * config.rate_hz) + 1 - r["cycles"]
     assert r["fault"] is None and skipped >= 20, r
     assert r["realtime_factor"] == pytest.approx(1.0, abs=0.03), r["realtime_factor"]
@@ -283,7 +299,8 @@ def test_ctrl_c_takes_torque_off_and_says_when(config, tree, tmp_path):
             raise KeyboardInterrupt
 
     drives = open_drives(config)
-    r = run_session(config, drives, lockstep=True, tree=tree, duration=0.3, on_cycle=interrupt,
+    r = run_session(config, drives, trajectory=_demo(config), lockstep=True, tree=tree, duration=0.3,
+                    on_cycle=interrupt,
                     log_path=str(tmp_path / "int.pktlog"))
     assert r["fault"] == "interrupted by the user" and r["fault_cycle"] == 100
     assert r["torque_off_cycle"] == 100 and not drives.torque_on

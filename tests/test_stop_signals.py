@@ -17,6 +17,7 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.rt.config import load_machine
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.logfile import read_log
 from pkrt.rt.errors import Stopped
 from pkrt.rt.run import STOP_SIGNALS, StopSignals, load_controller_tree, run_session
@@ -97,7 +98,8 @@ def test_signal_inside_a_cycle_stops_at_the_next_boundary(config, tree, tmp_path
             seen.update({s: signal.getsignal(s) for s in STOP_SIGNALS})
 
     drives = open_drives(config)
-    r = run_session(config, drives, lockstep=True, tree=tree, duration=0.5, on_cycle=kill_at_100,
+    r = run_session(config, drives, trajectory=plan_reference(config), lockstep=True, tree=tree, duration=0.5,
+                    on_cycle=kill_at_100,
                     log_path=str(tmp_path / "k.pktlog"))
     assert r["fault"] == "stopped by signal SIGTERM" and r["fault_cycle"] == 101 == r["cycles"]
     assert r["torque_off_cycle"] == 101 and not drives.torque_on
@@ -117,7 +119,8 @@ def test_second_signal_interrupts_at_once(config, tree):
             raise AssertionError("not interrupted")
 
     drives = open_drives(config)
-    r = run_session(config, drives, lockstep=True, tree=tree, duration=0.5, on_cycle=twice_at_50)
+    r = run_session(config, drives, trajectory=plan_reference(config), lockstep=True, tree=tree, duration=0.5,
+                    on_cycle=twice_at_50)
     assert r["fault"] == "stopped by signal SIGHUP" and r["fault_cycle"] == 50 == r["torque_off_cycle"]
     assert not drives.torque_on
 
@@ -127,7 +130,8 @@ def test_outside_the_main_thread_no_handlers_are_installed(config, tree):
     out = {}
 
     def run():
-        out["r"] = run_session(config, open_drives(config), lockstep=True, tree=tree, duration=0.1)
+        out["r"] = run_session(config, open_drives(config), trajectory=plan_reference(config), lockstep=True,
+                               tree=tree, duration=0.1)
 
     th = threading.Thread(target=run)
     th.start()

@@ -13,7 +13,7 @@ from pkrt.models.taskspace import (TaskKinematics, adept_cycle, circle, join, li
                                    plan_task_path, round_trip, tool_pose)
 from pkrt.rt.errors import UserError
 from pkrt.rt.plan import Planned
-from pkrt.rt.trajectory import orthoglide_fk, orthoglide_ik
+from tests.orthoglide_oracle import orthoglide_fk, orthoglide_ik
 from tests.test_delta_hexapod import HOME, delta_fk, delta_ik, hexapod_fk, hexapod_ik
 
 RATE = 1000.0

@@ -12,8 +12,9 @@ import pytest
 
 from pkrt.rt.cli import main
 from pkrt.rt.errors import UserError
-from pkrt.rt.trajectory import (cartesian_path, load_trajectory_csv, orthoglide_demo, orthoglide_fk,
-                                orthoglide_ik, plan_moves, quintic_duration)
+from pkrt.rt.plan import cartesian_path
+from pkrt.rt.trajectory import load_trajectory_csv, plan_moves, quintic_duration
+from tests.orthoglide_oracle import orthoglide_demo, orthoglide_fk, orthoglide_ik
 
 L = 0.31
 

@@ -37,6 +37,7 @@ from pkrt.drivers.base import DriveError, DriveState
 from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.hil.can_hil import INTERFACES, run_can_hil, udp_channel
 from pkrt.hil.cia402_emulator import CiA402Emulator
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.config import load_machine
 
 
@@ -214,7 +215,7 @@ def run_hil_1khz(bus: str, duration: float = 5.0) -> dict:
     ``cycle_without_drives_us`` is the controller process' own work per cycle with no plant in
     it (controller + loop overhead, the drivers' time taken out)."""
     if bus == "can":
-        r = run_can_hil("orthoglide-can", duration=duration)
+        r = run_can_hil("orthoglide-can", duration=duration, reference=plan_reference)
         h = r["hil"]
         extra = {"late_frames": h["late_frames"], "emulator_response_us": h["emulator_response_us"],
                  "emulator_cpu_us_per_cycle": h["emulator_cpu_us_per_cycle"],
@@ -222,7 +223,7 @@ def run_hil_1khz(bus: str, duration: float = 5.0) -> dict:
     else:
         from pkrt.hil.serial_hil import run_serial_hil
 
-        r = run_serial_hil("orthoglide-serial", duration=duration)
+        r = run_serial_hil("orthoglide-serial", duration=duration, reference=plan_reference)
         extra = {"late_answers": r["driver"]["late_answers"], "timeouts": r["driver"]["timeouts"],
                  "skipped_periods": r["emulator"].get("skipped_periods"),
                  "emulator_scheduling": r["emulator"].get("scheduling")}

@@ -127,10 +127,12 @@ def loop_figures(rounds: int = 3) -> dict:
     from pkrt.drivers import open_drives
     from pkrt.rt.config import load_machine
     from pkrt.rt.foxglovelive import FoxgloveLive
+    from pkrt.rt.cli.reference import plan_reference
     from pkrt.rt.run import channel_list, load_controller_tree, run_session, tree_axes
 
     config = load_machine("orthoglide")
     tree = load_controller_tree(config)
+    demo = plan_reference(config)
     axes, units = tree_axes(tree)
     res: dict[str, list] = {"without": [], "foxglove_no_client": [], "foxglove_one_client": []}
     clients = []
@@ -142,7 +144,7 @@ def loop_figures(rounds: int = 3) -> dict:
                 client = Client(live) if mode == "foxglove_one_client" else None
             d = open_drives(config)
             try:
-                s = run_session(config, d, duration=LOOP_SECONDS, tree=tree, telemetry=live)
+                s = run_session(config, d, trajectory=demo, duration=LOOP_SECONDS, tree=tree, telemetry=live)
             finally:
                 d.close()
                 if live is not None:
@@ -176,6 +178,7 @@ def loop_figures(rounds: int = 3) -> dict:
 
 def run_formats_bench() -> dict:
     from pkrt.drivers import open_drives
+    from pkrt.rt.cli.reference import plan_reference
     from pkrt.rt.config import load_machine
     from pkrt.rt.logfile import read_log
     from pkrt.rt.run import load_controller_tree, run_session
@@ -185,8 +188,8 @@ def run_formats_bench() -> dict:
         config = load_machine("orthoglide")
         d = open_drives(config)
         try:
-            run_session(config, d, duration=EXPORT_SECONDS, lockstep=True, log_path=str(tmp / "run.pkl"),
-                        tree=load_controller_tree(config))
+            run_session(config, d, trajectory=plan_reference(config), duration=EXPORT_SECONDS, lockstep=True,
+                        log_path=str(tmp / "run.pkl"), tree=load_controller_tree(config))
         finally:
             d.close()
         log = read_log(tmp / "run.pkl")

@@ -18,17 +18,19 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
 
     from pkrt.rt.config import load_machine
     from pkrt.rt.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
+    from pkrt.rt.cli.reference import plan_reference
     from pkrt.rt.run import load_controller_tree, run_session
 
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)
+    demo = plan_reference(config)
     lock = []
     for _ in range(3):
         d = open_drives(config)
-        lock.append(run_session(config, d, lockstep=True, tree=tree)["realtime_factor"])
+        lock.append(run_session(config, d, trajectory=demo, lockstep=True, tree=tree)["realtime_factor"])
     d = open_drives(config)
     with tempfile.TemporaryDirectory() as tmp:  # with a log: its staging is part of the loop's overhead
-        rt = run_session(config, d, duration=duration, tree=tree, log_path=str(Path(tmp) / "bench.pktlog"))
+        rt = run_session(config, d, trajectory=demo, duration=duration, tree=tree, log_path=str(Path(tmp) / "bench.pktlog"))
     r = config.realtime  # the bare loop runs under the same real-time settings
     rep = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
     try:

@@ -14,6 +14,7 @@ import json
 from pkrt.drivers import open_drives
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treebuild import BuildSettings, build_tree
+from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.config import load_machine
 from pkrt.rt.run import load_controller_tree, run_session
 
@@ -25,9 +26,10 @@ def run_tracking_bench(jobs: int | None = None) -> dict:
     boxes, _ = build_tree(load_mechanism(config.model_path), BuildSettings(boxes=8, verify_samples=0),
                           jobs=jobs, progress=False)
     out = {"shipped_tree": f"{shipped.kind_name} {shipped.grid_points}", "before_tree": "boxes 8^3"}
+    demo = plan_reference(config)
     for ms in (1.0, 1.1):
         for name, tree in (("shipped", shipped), ("boxes8", boxes)):
-            r = run_session(config, open_drives(config, {"mass_scale": ms}), lockstep=True, tree=tree)
+            r = run_session(config, open_drives(config, {"mass_scale": ms}), trajectory=demo, lockstep=True, tree=tree)
             key = f"{name}_mass{ms:g}"
             out[f"{key}_rms_error_m"] = r["rms_error"]
             out[f"{key}_max_error_m"] = r["max_error"]

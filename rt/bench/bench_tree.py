@@ -90,14 +90,15 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     along the demo trajectory and at random states; the exact reduction; build times."""
     from pkrt.models.build_trees import settings_for
     from pkrt.models.treebuild import BuildSettings, build_tree
-    from pkrt.rt.trajectory import orthoglide_demo
+    from pkrt.rt.cli.reference import plan_reference
+    from pkrt.rt.config import load_machine
 
     tree = load_tree(MACHINES / "orthoglide.pkt")
     mech = load_mechanism("orthoglide")
     t0 = time.perf_counter()
     boxes, _ = build_tree(mech, BuildSettings(boxes=8, verify_samples=0), jobs=jobs, progress=False)
     boxes_build = time.perf_counter() - t0
-    demo = orthoglide_demo(1000.0)
+    demo = plan_reference(load_machine("orthoglide"), mech=mech)
     k = -(-n_states // demo.n)  # the demo repeated up to n_states states, in its order
     states = {"demo": tuple(np.ascontiguousarray(np.tile(a, (k, 1))[:n_states])
                             for a in (demo.pos, demo.vel, demo.acc)),

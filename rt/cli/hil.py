@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from pkrt.hil.result import HilResult
 from pkrt.rt.cli import emit, positive_number
 from pkrt.rt.errors import CheckFailed, Fault, OutputError, UserError
-
-from pkrt.hil.result import HilResult
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
@@ -39,7 +38,9 @@ def run_hil(args) -> int:
         raise UserError("--interface applies to --bus can only")
     if args.duration <= 0:
         raise UserError("--duration must be positive")
-    kw = dict(fault=args.fault, duration=args.duration, rate_hz=args.rate)
+    from .reference import plan_reference
+
+    kw = dict(fault=args.fault, duration=args.duration, rate_hz=args.rate, reference=plan_reference)
     if args.log:
         kw["log_path"] = args.log
     if args.bus == "can":

@@ -11,6 +11,7 @@ from pathlib import Path
 from . import emit, positive_number
 from ..config import load_machine
 from ..errors import OutputError, UserError
+from ..plan import Planned
 from ..outputs import check_outputs
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
@@ -19,13 +20,16 @@ SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
                    help="machine configuration file or built-in name (default: orthoglide, the simulated plant)")
-    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or t,x,y,z) or ROS 2 bag "
-                                  "(directory or .mcap, sensor_msgs/JointState); default: the demo")
+    p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or the tool's task coordinates: "
+                                  "t,x,y,z[,roll,pitch,yaw]) or ROS 2 bag (directory or .mcap, "
+                                  "sensor_msgs/JointState); default: the configuration's [demo]")
     p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
     p.add_argument("--lockstep", action="store_true", help="virtual clock, no sleeping (faster than real time)")
     p.add_argument("--controller", choices=("ct", "pd"), help="ct: computed torque; pd: PD plus gravity")
+    p.add_argument("--model", choices=("tree", "exact"),
+                   help="the model in the loop (default: the configuration's [controller] model)")
     p.add_argument("--mass-scale", type=positive_number, help="simulated plant: scale every mass and inertia (model mismatch)")
     p.add_argument("--log", default="pkrt-run.pktlog", help="run log file (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="write no log and no plot")
@@ -83,6 +87,8 @@ def run(args) -> int:
         if not 1 <= args.rate <= 100000:
             raise UserError("--rate must be in [1, 100000] Hz")
         config = dataclasses.replace(config, rate_hz=float(args.rate))
+    if args.model is not None:
+        config = dataclasses.replace(config, controller=dataclasses.replace(config.controller, model=args.model))
     if args.no_rt:
         config = dataclasses.replace(config, realtime=dataclasses.replace(
             config.realtime, priority=0, cpu=-1, mlockall=False))
@@ -119,7 +125,19 @@ def run(args) -> int:
             traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
         elif args.topic:
             raise UserError("--topic applies to a ROS 2 bag given with --traj")
-        summary = run_session(config, drives, trajectory=traj, duration=args.duration,
+        else:  # the demo or a task-space CSV: planned from the model here, before the run
+            from .reference import plan_reference
+
+            traj = plan_reference(config, traj, axes=tree_axes(tree)[0])
+        model = exact_figures = None
+        if config.controller.model == "exact":  # built here from the model, measured before the loop
+            from ..trajectory import load_trajectory_csv
+            from .reference import exact_model
+
+            if not isinstance(traj, Planned):
+                traj = load_trajectory_csv(traj, config.rate_hz, tree_axes(tree)[0])
+            model, exact_figures = exact_model(config, traj, args.lockstep)
+        summary = run_session(config, drives, trajectory=traj, duration=args.duration, model=model,
                               lockstep=args.lockstep, log_path=log, controller=args.controller,
                               telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
                               on_cycle=hook, tree=tree)
@@ -129,20 +147,31 @@ def run(args) -> int:
             telemetry.close()
         if live is not None:
             live.close()
+    if exact_figures is not None:
+        summary["exact_model_us"] = exact_figures  # before the loop; in the loop: controller_us
     if telemetry is not None:
         summary["telemetry"] = telemetry.stats()
     if live is not None:
         summary["foxglove"] = live.stats()
     if log:
+        data = None
         try:
             from ..logstats import plot_log
             from ..logfile import read_log
 
-            plot_log(read_log(log), plot)
+            data = read_log(log)
+            plot_log(data, plot)
             summary["plot"] = plot
         except (ImportError, OSError, UserError, OutputError) as e:
             summary["plot"] = None
             summary["plot_error"] = str(e)
+        if data is not None and summary["cycles"]:  # after the run, from the log: never in the loop
+            from .reference import tool_error
+
+            try:
+                summary["tool_error"] = tool_error(config, data)
+            except UserError as e:
+                summary["tool_error"] = {"error": str(e)}
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):
@@ -155,12 +184,21 @@ def _text(r: dict) -> str:
     u = r["units"][0] if r.get("units") else ""
     mode = "lockstep" if r["lockstep"] else "real time"
     lines = [
-        f"{r['machine']}: {r['controller']} control, {r['trajectory']} trajectory, {mode} at {r['rate_hz']:g} Hz",
+        f"{r['machine']}: {r['controller']} control on the {r['model']} model, {r['trajectory']} trajectory, "
+        f"{mode} at {r['rate_hz']:g} Hz",
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
     ]
     if r["rms_error"] is not None:
         lines.append(f"  tracking error: RMS {r['rms_error'] * 1e3:.4f} m{u}, max {r['max_error'] * 1e3:.4f} m{u}")
+    if (r.get("tool_error") or {}).get("rms_m") is not None:
+        te = r["tool_error"]
+        lines.append(f"  at the tool (forward kinematics of the log): RMS {te['rms_m'] * 1e3:.4f} mm, "
+                     f"max {te['max_m'] * 1e3:.4f} mm")
+    if r.get("exact_model_us"):
+        e, c = r["exact_model_us"], r["controller_us"]
+        lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
+                     f"controller in the loop p50 {c['p50']:.1f}, p99 {c['p99']:.1f}")
     c, w = r["compute_us"], r["wake_latency_us"]
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
