@@ -27,6 +27,8 @@ SHIPPED: dict[str, tuple[str, dict]] = {
     "orthoglide.pkt": ("orthoglide", {"kind": "spline", "tol": 5e-3}),  # the controller's
     # the simulated plant's physics: at least 10x more accurate than the controller's tree
     "orthoglide-plant.pkt": ("orthoglide", {"kind": "spline", "tol": 2e-4}),
+    # 6 actuators: adaptive quadratic boxes (a 6-D tensor spline sums 4^6 rows per output)
+    "hexapod.pkt": ("hexapod", {"kind": "boxes", "tol": 0.02, "verify_samples": 10000}),
 }
 
 
