@@ -28,7 +28,7 @@ SHIPPED: dict[str, tuple[str, dict]] = {
     # the simulated plant's physics: at least 10x more accurate than the controller's tree
     "orthoglide-plant.pkt": ("orthoglide", {"kind": "spline", "tol": 2e-4}),
     # 6 actuators: adaptive quadratic boxes (a 6-D tensor spline sums 4^6 rows per output)
-    "hexapod.pkt": ("hexapod", {"kind": "boxes", "tol": 0.02, "verify_samples": 10000}),
+    "hexapod.pkt": ("hexapod", {"kind": "boxes", "tol": 0.015, "verify_samples": 30000}),
 }
 
 
