@@ -6,7 +6,7 @@ Each box is sampled with a central composite design in box-normalised coordinate
 paper) and the centre; for s = 1 that is z = -1, 0, 1. Held-out points, not used in the fit,
 are the star points at z_d = +/-0.5 (which become the centres of the children if the box is
 split along d) and, for s >= 2, the inner corners z in {-0.5, 0.5}^s (they see the mixed
-third-order terms that vanish on the axes). Samples are keyed by their exact rational coordinates, so neighbouring boxes
+third-order terms that vanish on the axes; for s = 5, 6 a 16-point fraction of them). Samples are keyed by their exact rational coordinates, so neighbouring boxes
 share them and each is computed once. A quadratic is least-squares fitted per output.
 
 Held-out error of a box: max over its held-out points and outputs of |fit - f| / scale_o,
@@ -66,9 +66,23 @@ def ccd_points(s: int) -> list[tuple[float, ...]]:
     return list(dict.fromkeys(pts))  # s = 1: face centres are the corners
 
 
+def inner_corners(s: int) -> list[tuple[float, ...]]:
+    """Inner corners z in {-0.5, 0.5}^s: all of them for s <= 4; for s = 5, 6 the 16 of a
+    resolution IV fraction (the first 4 axes in full, axis 4 + i signed as the product of the
+    first 4 axes' signs but axis i). A mixed cubic z_i z_j z_k is +-1/8 at every inner corner,
+    so a fraction sees it as well as the full set, at 16 instead of 2^s exact samples."""
+    base = list(itertools.product((-0.5, 0.5), repeat=min(s, 4)))
+    pts = []
+    for z in base:
+        sign = [1.0 if v > 0 else -1.0 for v in z]
+        extra = [0.5 * float(np.prod([sign[k] for k in range(4) if k != i])) for i in range(s - 4)]
+        pts.append(tuple(z) + tuple(extra))
+    return pts
+
+
 def heldout_points(s: int) -> list[tuple[float, ...]]:
     """Held-out points: star points at z_d = -0.5, +0.5 (order: axis 0 -, axis 0 +, ...),
-    then for s >= 2 the inner corners {-0.5, 0.5}^s."""
+    then for s >= 2 the inner corners (``inner_corners``)."""
     pts = []
     for d in range(s):
         for v in (-0.5, 0.5):
@@ -76,7 +90,7 @@ def heldout_points(s: int) -> list[tuple[float, ...]]:
             z[d] = v
             pts.append(tuple(z))
     if s >= 2:
-        pts += list(itertools.product((-0.5, 0.5), repeat=s))
+        pts += inner_corners(s)
     return pts
 
 
@@ -285,6 +299,7 @@ def _to_tree(root: Node, mech: Mechanism, header: dict) -> Tree:
 
 
 KINDS = ("spline", "boxes")
+SPLINE_DEFAULT_MAX_S = 3  # pkrt build's default kind: spline up to 3 actuators, boxes beyond
 DEFAULT_MAX_BYTES = 16 * 2 ** 20  # coefficient table bound (the Orthoglide target: <= 16 MB)
 
 
@@ -399,7 +414,8 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
         heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
         header = _header(mech, settings, scale, {
             "kind": "boxes", "max_leaves": settings.max_leaves if settings.tol is not None else None,
-            "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5",
+            "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5"
+            + (" (16-point fraction)" if s > 4 else ""),
             "stop": stop, "rounds": rounds,
             "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
             "samples": len(smp.f),

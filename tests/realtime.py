@@ -64,7 +64,8 @@ def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = A
         if not stalled(r):
             return r
     if skip:
-        evidence = r.get("fault") if isinstance(r, dict) else r
+        evidence = ({k: r.get(k) for k in ("fault", "overruns", "injected_cycle") if k in r}
+                    if isinstance(r, dict) else r)
         pytest.skip(f"machine too loaded for a real-time run: a stall in each of {attempts} runs "
                     f"(last: {str(evidence)[:200]})")
     return r

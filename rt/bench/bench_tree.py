@@ -1,4 +1,5 @@
-"""Benchmark: Orthoglide tree tau evaluation vs the exact reduction, and the shipped build.
+"""Benchmark: Orthoglide tree tau evaluation vs the exact reduction, and the shipped build;
+with ``--hexapod``, the shipped hexapod tree (s = 6) instead.
 
 Prints figures, asserts nothing about time. ``run_tree_bench()`` returns them as a dict (used
 by ``pkrt bench``). Run: ``.venv/bin/python -m pkrt.rt.bench.bench_tree [--no-build]``.
@@ -142,13 +143,61 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     return out
 
 
+def run_hexapod_bench(n_states: int = 10 ** 5, reps: int = 5, exact_calls: int = 200) -> dict:
+    """The shipped hexapod tree (s = 6 quadratic boxes): median ns per tau evaluation in a
+    jitted loop over random states and along a smooth path, one Python call, and the exact
+    reduction along the same path."""
+    tree = load_tree(MACHINES / "hexapod.pkt")
+    mech = load_mechanism("hexapod")
+    phase = np.arange(tree.s) * (2 * np.pi / tree.s)
+    t = np.linspace(0.0, 20.0, n_states)[:, None]
+    mid, half = 0.5 * (tree.lo + tree.hi), 0.5 * (tree.hi - tree.lo)
+    path = (np.ascontiguousarray(mid + 0.9 * half * np.sin(t + phase)),
+            np.ascontiguousarray(0.9 * half * np.cos(t + phase)),
+            np.ascontiguousarray(-0.9 * half * np.sin(t + phase)))
+    fig = _tree_figures(tree, {"path": path, "random": _states(tree, n_states)}, reps)
+    model = ExactModel(mech)
+    model(path[0][0])
+
+    def exact_loop():
+        for i in range(exact_calls):
+            model(path[0][i * 97 % n_states]).tau(path[1][i], path[2][i])
+    exact_ns, exact_cpu = _timed(exact_loop, exact_calls, 3)
+    return {"tree": "hexapod.pkt", "kind": tree.kind_name, "leaves": tree.n_leaves,
+            "tree_bytes": tree.nbytes, "states": n_states,
+            "tree_tau_jit_path_ns": fig["jit_path_ns"], "tree_tau_jit_random_ns": fig["jit_random_ns"],
+            "tree_tau_jit_random_cpu_ns": fig["jit_random_cpu_ns"],
+            "tree_tau_python_call_ns": fig["python_call_ns"],
+            "exact_reduction_ns": exact_ns, "exact_reduction_cpu_ns": exact_cpu,
+            "ratio_exact_over_tree_jit_random": exact_ns / fig["jit_random_ns"]}
+
+
+def _print_hexapod(r: dict) -> None:
+    print(f"Hexapod tree ({r['kind']}, {r['leaves']} leaves, {r['tree_bytes']} bytes), "
+          f"{r['states']} states; wall clock, median of repetitions")
+    print(f"  jitted loop, smooth path {r['tree_tau_jit_path_ns']:10.1f} ns")
+    print(f"  jitted loop, random      {r['tree_tau_jit_random_ns']:10.1f} ns "
+          f"({r['tree_tau_jit_random_cpu_ns']:.1f} ns CPU)")
+    print(f"  one Python call          {r['tree_tau_python_call_ns']:10.1f} ns")
+    print(f"  exact reduction          {r['exact_reduction_ns']:10.1f} ns per call "
+          f"({r['ratio_exact_over_tree_jit_random']:.0f} x the jitted tree)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--no-build", action="store_true", help="skip the shipped tree's build timing")
     p.add_argument("--states", type=int, default=10 ** 6)
     p.add_argument("--jobs", type=int, default=None)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--hexapod", action="store_true", help="only the hexapod tree (s = 6)")
     a = p.parse_args()
+    if a.hexapod:
+        h = run_hexapod_bench(min(a.states, 10 ** 5))
+        if a.json:
+            print(json.dumps(h))
+        else:
+            _print_hexapod(h)
+        return
     r = run_tree_bench(a.states, build=not a.no_build, jobs=a.jobs)
     if a.json:
         print(json.dumps(r))

@@ -35,8 +35,8 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="TREE", help="tree file to write")
     p.add_argument("--kind", choices=("spline", "boxes"), default=None,
                    help="spline: tensor cubic spline, continuous, needs the whole box in the "
-                        "domain; boxes: the paper's quadratic boxes (default: spline if the "
-                        "model allows it, else boxes)")
+                        "domain; boxes: the paper's quadratic boxes (default: boxes for more "
+                        "than 3 actuators, else spline if the model allows it, else boxes)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--boxes", type=whole_number(1), metavar="N",
                    help="uniform: N intervals per actuator (N^s boxes or spline cells)")
@@ -67,7 +67,8 @@ def add_scheduler_argument(p: argparse.ArgumentParser) -> None:
 
 
 def run_build(args) -> int:
-    from pkrt.models.treebuild import DEFAULT_MAX_BYTES, BuildError, BuildSettings, build_tree
+    from pkrt.models.treebuild import (DEFAULT_MAX_BYTES, SPLINE_DEFAULT_MAX_S, BuildError,
+                                       BuildSettings, build_tree)
     mech = load_mechanism(args.model)
     tol = args.tol if args.tol is not None or args.boxes is not None else DEFAULT_TOL
     out = Path(args.output)
@@ -79,7 +80,10 @@ def run_build(args) -> int:
                              sing_threshold=args.sing_threshold,
                              verify_samples=args.verify_samples, seed=args.seed)
     fallback = None
-    if args.kind is None:  # spline when the whole box is in the model's domain, else boxes
+    kind = args.kind
+    if kind is None and mech.n_act > SPLINE_DEFAULT_MAX_S:
+        kind = "boxes"  # a tensor spline sums 4^s rows per output: too slow beyond s = 3
+    if kind is None:  # spline when the whole box is in the model's domain, else boxes
         try:
             tree, stats = build_tree(mech, settings("spline"), jobs=args.jobs, scheduler=args.scheduler)
         except BuildError as e:
@@ -88,7 +92,7 @@ def run_build(args) -> int:
             fallback = str(e)
             tree, stats = build_tree(mech, settings("boxes"), jobs=args.jobs, scheduler=args.scheduler)
     else:
-        tree, stats = build_tree(mech, settings(args.kind), jobs=args.jobs, scheduler=args.scheduler)
+        tree, stats = build_tree(mech, settings(kind), jobs=args.jobs, scheduler=args.scheduler)
     if tree.kind_name == "boxes" and not tree.leaf_ok.any():
         raise CheckFailed(f"no box of the tree is in the domain: all {tree.n_leaves} leaves are out of domain "
                     f"(cannot be assembled, or singularity measure below {tree.header['build']['sing_threshold']:g}); "
