@@ -14,18 +14,8 @@ from pkrt.rt.config import load_machine
 from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.errors import UserError
 from pkrt.rt.logfile import read_log
-from pkrt.rt.run import load_controller_tree, run_session
+from pkrt.rt.run import run_session
 from pkrt.rt.trajectory import plan_moves
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_machine("orthoglide")
-
-
-@pytest.fixture(scope="module")
-def tree(config):
-    return load_controller_tree(config)
 
 
 _DEMOS: dict = {}

@@ -16,11 +16,10 @@ import time
 import pytest
 
 from pkrt.drivers import open_drives
-from pkrt.rt.config import load_machine
 from pkrt.rt.cli.reference import plan_reference
 from pkrt.rt.logfile import read_log
 from pkrt.rt.errors import Stopped
-from pkrt.rt.run import STOP_SIGNALS, StopSignals, load_controller_tree, run_session
+from pkrt.rt.run import STOP_SIGNALS, StopSignals, run_session
 from tests.processes import child, log_has_cycles, stop, wait_until
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
@@ -74,16 +73,6 @@ def test_signal_to_a_lockstep_run(tmp_path, sig):
     r, summary, log = stop_run(tmp_path, sig, "--lockstep", "--duration", "400")
     check_stopped(r, summary, log, signal.Signals(sig).name)
     assert summary["lockstep"] and summary["cycles"] < 399000
-
-
-@pytest.fixture(scope="module")
-def config():
-    return load_machine("orthoglide")
-
-
-@pytest.fixture(scope="module")
-def tree(config):
-    return load_controller_tree(config)
 
 
 def test_signal_inside_a_cycle_stops_at_the_next_boundary(config, tree, tmp_path):
