@@ -24,7 +24,9 @@ not), so a spline tree never reports OUT_OF_DOMAIN.
 Every tree's ``arrays`` is one tuple holding both kinds' arrays, read in the kernels by the
 named positions KIND, LO, HI, ... (the unused kind's arrays are empty with the same dtype and
 ndim), so all trees have one numba type: the kernels compile once and branch on T[KIND] at
-run time.
+run time. A boxes tree's coefficients are in the tuple as (n_leaves, n_basis, n_out) (each
+leaf's outputs contiguous for the basis term, so the evaluation vectorises); ``Tree.coef`` is
+the same memory seen as (n_leaves, n_out, n_basis).
 
 Outputs f, in order (``pkrt.models.reduction.output_layout``): H upper triangle row by row,
 D row by row (s x s(s+1)/2), p_ext. Equation of motion: H thetadd + D [td td] - p_ext = tau.
@@ -99,6 +101,13 @@ class Tree:
     knot_count: np.ndarray = field(default_factory=_empty(0, dtype=np.int32))  # (s,) int32
     spl_coef: np.ndarray = field(default_factory=_empty(0, 0))  # (prod n_a, n_out) float64
 
+    def __post_init__(self):
+        # the kernels read a leaf's block as (n_basis, n_out) (``box_outputs``): the
+        # coefficients are held once, in that layout, and ``coef`` is its (n_leaves, n_out,
+        # n_basis) view (the file's and the builder's order)
+        kernel = np.ascontiguousarray(np.swapaxes(self.coef, 1, 2))
+        object.__setattr__(self, "coef", np.swapaxes(kernel, 1, 2))
+
     @property
     def s(self) -> int:
         return len(self.lo)
@@ -120,7 +129,7 @@ class Tree:
     def arrays(self) -> tuple:
         """The tuple every kernel takes as its first argument (positions KIND, LO, ...)."""
         return (int(self.kind), self.lo, self.hi, self.node_dim, self.node_split,
-                self.node_child, self.leaf_box, self.leaf_ok, self.coef, self.knots,
+                self.node_child, self.leaf_box, self.leaf_ok, np.swapaxes(self.coef, 1, 2), self.knots,
                 self.knot_start, self.knot_count, self.spl_coef)
 
     @property
@@ -186,6 +195,22 @@ def basis(T, leaf, th, u):
         for k in range(j, s):
             u[c] = u[1 + j] * u[1 + k]
             c += 1
+
+
+@njit(cache=True, inline="always")
+def box_outputs(T, leaf, u, f):
+    """Flat outputs f = the leaf's coefficients times the basis u. The leaf's block is
+    (n_basis, n_out) (``Tree.arrays``): the inner loop runs over contiguous outputs, which LLVM
+    vectorises without reordering any sum (2.2x faster than a dot product per output in 6-D);
+    each output still sums its terms in basis order, so results are the same bits."""
+    cl = T[COEF][leaf]
+    nb, n_out = cl.shape
+    for o in range(n_out):
+        f[o] = cl[0, o]  # u[0] = 1
+    for b in range(1, nb):
+        ub = u[b]
+        for o in range(n_out):
+            f[o] += cl[b, o] * ub
 
 
 @njit(cache=True, inline="always")
@@ -309,24 +334,15 @@ def eval_outputs_w(T, theta, f, work):
     if T[KIND] == SPLINE:
         spline_outputs(T, th, f, u, s, -1, 0)
         return status
-    nb = 1 + s + m
     basis(T, leaf, th, u)
-    cl = T[COEF][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
-    for o in range(f.shape[0]):
-        acc = 0.0
-        for b in range(nb):
-            acc += cl[o, b] * u[b]
-        f[o] = acc
+    box_outputs(T, leaf, u, f)
     return status
 
 
 @njit(cache=True, inline="always")
-def _spline_model_s(T, th, H, D, p_ext, work, s):
-    """Spline H, D, p_ext at th (clamped): the flat outputs go to the end of work."""
+def unpack_outputs(f, H, D, p_ext, s):
+    """H (symmetric), D and p_ext from the flat outputs f (order: module docstring)."""
     m = s * (s + 1) // 2
-    nf = m + s * m + s
-    f = work[work.shape[0] - nf:]
-    spline_outputs(T, th, f, work[s + m:], s, -1, 0)
     o = 0
     for j in range(s):
         for k in range(j, s):
@@ -344,39 +360,20 @@ def _spline_model_s(T, th, H, D, p_ext, work, s):
 
 @njit(cache=True, inline="always")
 def _model_s(T, theta, H, D, p_ext, work, s):
-    """eval_model_w with s = theta.shape[0] passed in (a constant in the s = 3 path)."""
+    """eval_model_w with s = theta.shape[0] passed in (a constant in the s = 3 and 6 paths):
+    the flat outputs into the end of work, then unpacked."""
     m = s * (s + 1) // 2
-    nb = 1 + s + m
+    nf = m + s * m + s
     th = work[:s]
-    u = work[s + m:s + m + nb]
+    f = work[work.shape[0] - nf:]
     leaf, status = find_leaf(T, theta, th)
     if T[KIND] == SPLINE:
-        _spline_model_s(T, th, H, D, p_ext, work, s)
-        return status
-    basis(T, leaf, th, u)
-    cl = T[COEF][leaf]  # this leaf's (n_out, n_basis) block: 2-d indexing is much faster
-    o = 0
-    for j in range(s):
-        for k in range(j, s):
-            acc = 0.0
-            for b in range(nb):
-                acc += cl[o, b] * u[b]
-            H[j, k] = acc
-            H[k, j] = acc
-            o += 1
-    for i in range(s):
-        for c in range(m):
-            acc = 0.0
-            for b in range(nb):
-                acc += cl[o, b] * u[b]
-            D[i, c] = acc
-            o += 1
-    for i in range(s):
-        acc = 0.0
-        for b in range(nb):
-            acc += cl[o, b] * u[b]
-        p_ext[i] = acc
-        o += 1
+        spline_outputs(T, th, f, work[s + m:], s, -1, 0)
+    else:
+        u = work[s + m:s + m + 1 + s + m]
+        basis(T, leaf, th, u)
+        box_outputs(T, leaf, u, f)
+    unpack_outputs(f, H, D, p_ext, s)
     return status
 
 
@@ -386,6 +383,8 @@ def eval_model_w(T, theta, H, D, p_ext, work):
     return the status. Allocates nothing."""
     if theta.shape[0] == 3:  # s a compile-time constant: LLVM unrolls the small loops
         return _model_s(T, theta, H, D, p_ext, work, 3)
+    if theta.shape[0] == 6:
+        return _model_s(T, theta, H, D, p_ext, work, 6)
     return _model_s(T, theta, H, D, p_ext, work, theta.shape[0])
 
 
@@ -423,6 +422,8 @@ def eval_tau_w(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work):
     scratch; return the status. Allocates nothing (the online path)."""
     if theta.shape[0] == 3:  # s a compile-time constant: LLVM unrolls the small loops
         return _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, 3)
+    if theta.shape[0] == 6:
+        return _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, 6)
     return _tau_s(T, theta, theta_dot, theta_ddot, H, D, p_ext, tau, work, theta.shape[0])
 
 
