@@ -36,12 +36,12 @@ def _timed_build(mech, boxes: int, jobs: int | None, scheduler: str | None) -> t
     return time.perf_counter() - t, tree_bytes(tree)
 
 
-def _build_process_rss(argv: list[str], out: Path) -> tuple[float, float, bytes]:
+def _build_process_rss(argv: list[str], out: Path, model: str = MODEL) -> tuple[float, float, bytes]:
     """Run ``pkrt build`` as a child: (wall s, its peak RSS MB, the tree's bytes). The peak is
     the child's VmHWM read every 20 ms while it runs (a fork's rusage also counts the parent's
     pages)."""
     t = time.perf_counter()
-    p = subprocess.Popen([str(BIN / "pkrt"), "build", MODEL, "-o", str(out), *argv],
+    p = subprocess.Popen([str(BIN / "pkrt"), "build", model, "-o", str(out), *argv],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = 0.0
     while p.poll() is None:
@@ -138,12 +138,55 @@ def run_dask_bench(boxes: int = 8, reps: int = 5) -> dict:
     return out
 
 
+def run_hexapod_dask_bench(tol: float = 0.02) -> dict:
+    """The 6-D build (the hexapod, adaptive boxes at ``tol``, with its default verification)
+    on a scheduler and 2 workers started as processes: wall time and peak RSS of the client,
+    the scheduler and each worker; then the same build on the process pool of 2 (its peak RSS
+    and the same bytes)."""
+    argv = ["--kind", "boxes", "--tol", str(tol)]
+    out: dict = {"model": "hexapod", "tol": tol, "cores": os.cpu_count(),
+                 "load_average_1min_before": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        with ProcessCluster(2, tmp / "logs", nanny=False) as c:
+            idle = {"scheduler": peak_rss_mb(c.scheduler.pid), "workers": [peak_rss_mb(w.pid) for w in c.workers]}
+            wall, client, data = _build_process_rss([*argv, "--scheduler", c.address], tmp / "dask.pkt", "hexapod")
+            out.update({"cluster_2_workers_s": wall, "cluster_client_peak_rss_mb": client,
+                        "cluster_scheduler_peak_rss_mb": peak_rss_mb(c.scheduler.pid),
+                        "cluster_worker_peak_rss_mb": [peak_rss_mb(w.pid) for w in c.workers],
+                        "cluster_idle_scheduler_rss_mb": idle["scheduler"],
+                        "cluster_idle_worker_rss_mb": idle["workers"]})
+        wall2, rss2, data2 = _build_process_rss([*argv, "--jobs", "2"], tmp / "pool.pkt", "hexapod")
+    out.update({"process_pool_2_s": wall2, "process_pool_2_main_peak_rss_mb": rss2, "tree_bytes": len(data),
+                "same_bytes": data == data2, "load_average_1min_after": os.getloadavg()[0]})
+    if data != data2:
+        raise AssertionError("hexapod: the Dask build's bytes differ from the process pool's")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--boxes", type=int, default=8)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--hexapod", type=float, metavar="TOL",
+                   help="instead: the 6-D hexapod build at this --tol on 2 worker processes (peak RSS)")
     a = p.parse_args()
+    if a.hexapod:
+        h = run_hexapod_dask_bench(a.hexapod)
+        if a.json:
+            print(json.dumps(h))
+            return
+        print(f"hexapod --kind boxes --tol {a.hexapod} with its verification, {h['cores']} cores, load "
+              f"{h['load_average_1min_before']:.1f} -> {h['load_average_1min_after']:.1f}; one build each")
+        print(f"  scheduler + 2 workers   {h['cluster_2_workers_s']:6.1f} s; peak RSS client "
+              f"{h['cluster_client_peak_rss_mb']:.0f} MB, scheduler {h['cluster_scheduler_peak_rss_mb']:.0f} MB "
+              f"(idle {h['cluster_idle_scheduler_rss_mb']:.0f}), workers "
+              + ", ".join(f"{x:.0f}" for x in h["cluster_worker_peak_rss_mb"]) + " MB (idle "
+              + ", ".join(f"{x:.0f}" for x in h["cluster_idle_worker_rss_mb"]) + ")")
+        print(f"  process pool of 2       {h['process_pool_2_s']:6.1f} s; peak RSS main process "
+              f"{h['process_pool_2_main_peak_rss_mb']:.0f} MB; same bytes ({h['tree_bytes']} bytes)")
+        return
     r = run_dask_bench(a.boxes, a.reps)
     if a.json:
         print(json.dumps(r))
