@@ -52,8 +52,9 @@ def run_hil(args) -> int:
         machine = args.machine or "orthoglide-serial"
     r: HilResult = run(machine, **kw)  # the same keys for both buses (hil/result.py)
     rms, mx = r.get("rms_error"), r.get("max_error")
+    u = "m" + (r.get("units") or ["m"])[0]  # mm or mrad
     text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz: {r.get('cycles')} cycles, overruns {r.get('overruns')}"
-            + (f", tracking error RMS {rms * 1e3:.4f} mm, max {mx * 1e3:.4f} mm" if rms is not None else ""))
+            + (f", tracking error RMS {rms * 1e3:.4f} {u}, max {mx * 1e3:.4f} {u}" if rms is not None else ""))
     if (r.get("drives") or {}).get("drive_watchdog"):
         text += f"\n  drive watchdog: {r['drives']['drive_watchdog']}"
     if r.get("fault"):
