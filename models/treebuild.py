@@ -167,10 +167,10 @@ def to_theta(x: Fraction, lo: float, hi: float) -> float:
 class _Samples:
     """Exact-model samples keyed by exact unit coordinates, computed once each."""
 
-    def __init__(self, mech: Mechanism, ev: SampleEvaluator):
+    def __init__(self, mech: Mechanism, ev: SampleEvaluator, lo: np.ndarray, hi: np.ndarray):
         self.mech = mech
         self.ev = ev
-        self.lo, self.hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
+        self.lo, self.hi = lo.copy(), hi.copy()  # the tree's root box
         self.f: dict[Point, np.ndarray] = {}
         self.sing: dict[Point, float] = {}
 
@@ -267,9 +267,9 @@ def _uniform_nodes(node: Node, idx_lo: list[int], idx_hi: list[int], n: int) -> 
     _uniform_nodes(node.children[1], l1, idx_hi, n)
 
 
-def _to_tree(root: Node, mech: Mechanism, header: dict) -> Tree:
-    """Flatten the node tree (depth first, low child first) into the kernel arrays."""
-    lo, hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
+def _to_tree(root: Node, lo: np.ndarray, hi: np.ndarray, header: dict) -> Tree:
+    """Flatten the node tree (depth first, low child first) into the kernel arrays (root box
+    [lo, hi])."""
     nodes: list[Node] = []
     stack = [root]
     while stack:
@@ -314,7 +314,24 @@ class BuildSettings:
     sing_threshold: float | None = None  # default: the model's singular_threshold
     verify_samples: int = DEFAULT_VERIFY_SAMPLES
     seed: int = 0
+    region: tuple[float, ...] | None = None  # lo, hi (all actuators) or lo1, hi1, lo2, ... inside the ranges
     extra: dict = field(default_factory=dict)
+
+    def root_box(self, mech: Mechanism) -> tuple[np.ndarray, np.ndarray]:
+        """The tree's box: the actuator ranges, or ``region`` inside them (one-line error)."""
+        lo, hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
+        if self.region is None:
+            return lo, hi
+        r = np.asarray(self.region, float).reshape(-1)
+        if r.size == 2:
+            r = np.tile(r, len(lo))
+        if r.size != 2 * len(lo):
+            raise BuildError(f"--region needs 2 or {2 * len(lo)} numbers (lo,hi per actuator), got {r.size}")
+        r = r.reshape(-1, 2)
+        if not np.all(r[:, 0] < r[:, 1]) or np.any(r[:, 0] < lo) or np.any(r[:, 1] > hi):
+            raise BuildError(f"--region must have lo < hi inside the actuator ranges {np.c_[lo, hi].tolist()}, "
+                             f"got {r.tolist()}")
+        return r[:, 0].copy(), r[:, 1].copy()
 
     def check(self, s: int) -> None:
         if self.kind not in KINDS:
@@ -347,6 +364,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
     ``scheduler`` (a Dask scheduler's address or ``local``: see ``SampleEvaluator``)."""
     s = mech.n_act
     settings.check(s)
+    settings.root_box(mech)  # a bad --region: one line before any sampling
     t0 = time.perf_counter()
     thr = mech.description.singular_threshold if settings.sing_threshold is None else settings.sing_threshold
     design = Design.of(s)
@@ -354,7 +372,7 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
     root = Node(zero, one)
     rounds = 0
     with SampleEvaluator(mech, jobs, progress, desc="build", scheduler=scheduler) as ev:
-        smp = _Samples(mech, ev)
+        smp = _Samples(mech, ev, *settings.root_box(mech))
         if settings.kind == "spline":
             from .splinebuild import build_spline
             tree, facts = build_spline(mech, smp, thr, settings.boxes, settings.tol, settings.max_bytes)
@@ -421,19 +439,21 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
             "samples": len(smp.f),
             "samples_failed": sum(1 for f in smp.f.values() if not np.all(np.isfinite(f))),
             "max_heldout_error": max(heldout) if heldout else None})
-        return _finish(_to_tree(root, mech, header), mech, settings, ev, t0)
+        return _finish(_to_tree(root, smp.lo, smp.hi, header), mech, settings, ev, t0)
 
 
 def _header(mech: Mechanism, settings: BuildSettings, scale: np.ndarray, build: dict) -> dict:
     return {
         "model": {"name": mech.name, "content_hash": mech.content_hash},
         "actuators": {"names": mech.actuator_names, "units": mech.actuator_units,
-                      "ranges": mech.ranges.tolist()},
+                      "ranges": np.c_[settings.root_box(mech)].tolist()},
         "outputs": output_layout(mech.n_act),
         "output_scale": np.asarray(scale).tolist(),
         "build": {"builder": FORMAT_BUILDER,
                   "mode": "uniform" if settings.boxes is not None else "adaptive",
-                  "boxes": settings.boxes, "tol": settings.tol, **build, **settings.extra},
+                  "boxes": settings.boxes, "tol": settings.tol,
+                  "region": None if settings.region is None else np.c_[settings.root_box(mech)].tolist(),
+                  **build, **settings.extra},
         "verification": {},
         "software": software_versions(),  # the versions it was built with
     }

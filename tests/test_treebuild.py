@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -41,7 +43,7 @@ def test_shipped_tree_matches_its_model(name):
     assert (b["kind"], b["boxes"], b["tol"]) == (settings.kind, settings.boxes, settings.tol)
     assert tree.kind_name == settings.kind
     assert tree.header["actuators"]["names"] == mech.actuator_names
-    assert np.array_equal(np.c_[tree.lo, tree.hi], mech.ranges)
+    assert np.array_equal(np.c_[tree.lo, tree.hi], np.c_[settings.root_box(mech)])  # the ranges or a region
     assert tree.header["verification"]["samples"] == settings.verify_samples
 
 
@@ -421,3 +423,28 @@ def test_huge_jobs_does_not_fork_a_process_per_job(fourbar):
     ev = SampleEvaluator(fourbar, jobs=100000, progress=False)
     assert 2 <= ev.jobs <= 4 * max(2, os.cpu_count() or 1)
     assert SampleEvaluator(fourbar, jobs=1).jobs == 1 and SampleEvaluator(fourbar, jobs=2).jobs == 2
+
+
+def test_build_over_a_region(orthoglide, tmp_path):
+    """--region: the tree covers that box inside the ranges (recorded in its header), agrees
+    with the exact model there as its verification says, and refuses the box outside it (one
+    line, before any sampling)."""
+    region = (-0.2, -0.1, -0.15, -0.05, -0.2, -0.1)
+    tree, _ = build_tree(orthoglide, BuildSettings(boxes=2, region=region, verify_samples=200), jobs=1,
+                         progress=False)
+    want = np.array(region).reshape(3, 2)
+    assert np.array_equal(np.c_[tree.lo, tree.hi], want)
+    assert tree.header["build"]["region"] == want.tolist() == tree.header["actuators"]["ranges"]
+    assert tree.header["verification"]["max_rel_tau_error"] < 0.01
+    exact = ExactModel(orthoglide)
+    th = np.array([-0.13, -0.07, -0.16])
+    f, status = tree_outputs(tree, th[None])
+    assert status[0] == 0
+    scale = np.array(tree.header["output_scale"])
+    r = exact(th)
+    assert np.max(np.abs(f[0] - flatten_outputs(r.H, r.D, r.p_ext)) / scale) < 0.01
+    out = tmp_path / "t.pkt"
+    p = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "build", "orthoglide", "-o", str(out),
+                        "--kind", "boxes", "--boxes", "2", "--region=-0.3,0.0"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--region must have lo < hi inside" in p.stderr
+    assert not out.exists()

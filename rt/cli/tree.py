@@ -53,6 +53,9 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
                    help="processes, or workers with --scheduler local (default: all cores); "
                         "the result does not depend on it")
     add_scheduler_argument(p)
+    p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
+                   help="build over this box inside the actuator ranges: lo,hi for every actuator or "
+                        "lo1,hi1,lo2,hi2,... (e.g. a plant tree for the region a demo uses)")
     p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="verification seed")
     p.add_argument("--verify-samples", type=whole_number(0), default=1000, metavar="N",
                    help="random states for the verification stored in the file (default 1000)")
@@ -78,7 +81,8 @@ def run_build(args) -> int:
         return BuildSettings(boxes=args.boxes, tol=tol, kind=kind, max_leaves=args.max_leaves,
                              max_bytes=args.max_bytes or DEFAULT_MAX_BYTES,
                              sing_threshold=args.sing_threshold,
-                             verify_samples=args.verify_samples, seed=args.seed)
+                             verify_samples=args.verify_samples, seed=args.seed,
+                             region=None if args.region is None else tuple(args.region))
     fallback = None
     kind = args.kind
     if kind is None and mech.n_act > SPLINE_DEFAULT_MAX_S:
