@@ -373,6 +373,13 @@ def _tool_panels(fig, path_ax, err_ax, log: Log, x: np.ndarray, xlabel: str) -> 
         path_ax.plot(*(1e3 * data[:, i] for i in ip[:3]), ls=style, lw=1, label=name)
     for setter, i in zip((path_ax.set_xlabel, path_ax.set_ylabel, getattr(path_ax, "set_zlabel", None)), ip[:3]):
         setter(f"{labels[i]} [mm]")
+    P = 1e3 * np.vstack([ref[:, ip[:3]], act[:, ip[:3]]])
+    P = P[np.all(np.isfinite(P), axis=1)]
+    if len(P):  # the same span on every axis: the path's true shape
+        c, h = 0.5 * (P.max(0) + P.min(0)), 0.55 * max(float((P.max(0) - P.min(0)).max()), 1e-3)
+        for setter, ci in zip((path_ax.set_xlim, path_ax.set_ylim, getattr(path_ax, "set_zlim", None)), c):
+            setter(ci - h, ci + h)
+        path_ax.set_box_aspect((1, 1, 1) if len(ip) >= 3 else 1)
     path_ax.legend(loc="upper right")
     path_ax.set_title("tool path (forward kinematics of ref_pos, pos)")
 

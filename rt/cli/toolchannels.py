@@ -78,6 +78,7 @@ def tool_channels(log: Log) -> tuple[Log, dict]:
     tool = tool_of(mech)
     kin = TaskKinematics(mech)
     units = ",".join("rad" if c in ("roll", "pitch", "yaw") else "m" for c in tool.coordinates)
+    units = "m" if not tool.orientation else units  # one unit for all columns, or one each
     extra = []
     t0 = time.perf_counter()
     for name, src in zip(CHANNELS, ("ref_pos", "pos")):
