@@ -275,7 +275,7 @@ class TaskKinematics:
             if np.all(np.isfinite(t)):
                 try:
                     out[k] = tool_pose(self.mech, self.assembler.solve(t), self.tool)
-                except AssemblyError:
+                except (AssemblyError, np.linalg.LinAlgError):
                     pass
         return out
 

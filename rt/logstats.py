@@ -1,7 +1,9 @@
 """``pkrt log info | export | plot``: summaries, CSV export and plots of run logs.
 
 Channel names are the runtime's (``pkrt.rt.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
-``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``.
+``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``;
+and the tool channels ``tool_ref`` and ``tool`` (task coordinates, column labels in
+``Log.labels``) when the CLI computed them after the run (``pkrt.rt.cli.toolchannels``).
 Every tool works on whatever subset a log holds.
 """
 
