@@ -132,7 +132,7 @@ def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str],
         topics.append(Topic("/pkrt/tool", fs))
     for ch in slices:
         if ch not in claimed:
-            topics.append(Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes)]))
+            topics.append(Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes, labels)]))
     return topics
 
 
