@@ -22,7 +22,7 @@ from pkrt.rt.errors import UserError
 from pkrt.rt.plan import (Planned, cartesian_path, circle_basis, concatenate, plan_moves, quintic_profile,
                           read_csv_samples)
 
-from .mechanism import Config, Mechanism
+from .mechanism import AssemblyError, Config, Mechanism
 from .reduction import Assembler
 
 
@@ -262,11 +262,22 @@ class TaskKinematics:
         self.theta = mech.theta_ref.copy()
 
     # forward kinematics
-    def forward(self, theta_rows) -> np.ndarray:
-        """Task coordinates (k, m) of the tool for actuator values (k, s), walking from the
-        last solution (the machine's branch)."""
+    def forward(self, theta_rows, missing: bool = False) -> np.ndarray:
+        """Task coordinates (k, m) of the tool for actuator values (k, s), each row by Newton
+        warm from the last solution (the machine's branch). ``missing`` (logs): a row that is
+        not finite or cannot be assembled gives a row of NaN (the next one walks from the last
+        good solution) instead of raising ``AssemblyError``."""
         th = np.atleast_2d(np.asarray(theta_rows, float))
-        return np.array([tool_pose(self.mech, self.assembler.solve(t), self.tool) for t in th])
+        if not missing:
+            return np.array([tool_pose(self.mech, self.assembler.solve(t), self.tool) for t in th])
+        out = np.full((len(th), self.tool.m), np.nan)
+        for k, t in enumerate(th):
+            if np.all(np.isfinite(t)):
+                try:
+                    out[k] = tool_pose(self.mech, self.assembler.solve(t), self.tool)
+                except (AssemblyError, np.linalg.LinAlgError):
+                    pass
+        return out
 
     # inverse kinematics
     def _residual(self, cfg: Config, theta: np.ndarray, target: np.ndarray):

@@ -72,13 +72,22 @@ class MachineConfig:
     def model_path(self) -> str:
         """The model file (a built-in name, one word without a suffix, maps to
         models/machines/NAME.toml)."""
-        p = Path(self.model)
-        return str(p if p.suffix or len(p.parts) > 1 else MACHINES_DIR / f"{self.model}.toml")
+        return model_file(self.model, ".")
 
     def resolve(self, p: str) -> str:
         """A path from the configuration, relative to the configuration file."""
         q = Path(p)
         return str(q if q.is_absolute() else self.directory / q)
+
+
+def model_file(model: str, directory) -> str:
+    """The model file a configuration's ``[machine] model`` names: a path (with a folder or a
+    suffix) relative to the configuration's ``directory`` unless absolute, or a built-in name
+    (one word without a suffix) -> models/machines/NAME.toml."""
+    p = Path(model)
+    if "/" not in model and not p.suffix:
+        return str(MACHINES_DIR / f"{model}.toml")
+    return str(p if p.is_absolute() else Path(directory) / p)
 
 
 def resolve_machine_path(name_or_path: str) -> Path:
@@ -122,9 +131,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
 
     s = 0
     m = schema.validate(schema.MachineTable, doc["machine"], ctx("machine"))
-    model = m.model
-    if "/" in model or Path(model).suffix:  # a file (any extension), relative to this one
-        model = str(path.parent / model) if not Path(model).is_absolute() else model
+    model = model_file(m.model, path.parent)  # a file (any extension), relative to this one, or a built-in name
     if n_axes is None or ranges is None:  # the runtime's view of the model: its tree's header
         from .treefile import load_tree
         tree_path = path.parent / m.tree

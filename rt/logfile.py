@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgpack
@@ -386,6 +386,19 @@ class Log:
     problems: list[str] = field(default_factory=list)
     skipped_records: int = 0  # duplicated, foreign or overlapping records not read
     dropped_bytes: int = 0  # bytes after the end record or after undecodable data
+    labels: dict[str, list[str]] = field(default_factory=dict)  # column names of channels not per axis
+
+    def with_channels(self, extra: list[tuple[str, np.ndarray, str, list[str]]]) -> "Log":
+        """This log with channels computed after the run appended (not in the file):
+        ``(name, values (n_cycles, width), unit or comma-separated units, column labels)``."""
+        channels, units, widths, labels = dict(self.channels), dict(self.units), dict(self.widths), dict(self.labels)
+        for name, a, unit, lab in extra:
+            a = np.asarray(a, dtype=float)
+            if a.shape != (self.n_cycles, len(lab)) or name in channels:
+                raise ValueError(f"derived channel {name!r}: shape {a.shape} for {self.n_cycles} rows, "
+                                 f"{len(lab)} labels, or the name is taken")
+            channels[name], units[name], widths[name], labels[name] = a, unit, len(lab), list(lab)
+        return replace(self, channels=channels, units=units, widths=widths, labels=labels)
 
     @property
     def n_cycles(self) -> int:

@@ -1,7 +1,9 @@
 """``pkrt log info | export | plot``: summaries, CSV export and plots of run logs.
 
 Channel names are the runtime's (``pkrt.rt.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
-``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``.
+``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``;
+and the tool channels ``tool_ref`` and ``tool`` (task coordinates, column labels in
+``Log.labels``) when the CLI computed them after the run (``pkrt.rt.cli.toolchannels``).
 Every tool works on whatever subset a log holds.
 """
 
@@ -35,10 +37,11 @@ def channel_units(log: Log, name: str) -> list[str]:
 
 
 def column_names(log: Log, name: str) -> list[str]:
-    """CSV column names of a channel: ``name [unit]`` or ``name_axis [unit]`` per axis."""
+    """CSV column names of a channel: ``name [unit]``, ``name_axis [unit]`` per axis, or
+    ``name_label [unit]`` for a channel with column labels (``tool_x [m]``)."""
     w = log.widths[name]
     units = channel_units(log, name)
-    axes = log.axes()
+    axes = log.labels.get(name) or log.axes()
     if w == 1:
         labels = [name]
     else:
@@ -266,7 +269,9 @@ TIMING_FLOOR_US = 0.1  # lockstep wake latency is exactly 0; a log axis needs a 
 
 def plot_log(log: Log, out_path) -> str:
     """Write a 1600 x 1000 px PNG: tracking error per axis, commanded and model torques,
-    histogram of wake latency and compute time, and a text summary. Returns the path."""
+    histogram of wake latency and compute time, and a text summary; with the tool channels
+    (``tool_ref``, ``tool``: ``pkrt.rt.cli.toolchannels``) also the tool's path, reference
+    against actual, and the tool error over time (mm). Returns the path."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -277,8 +282,13 @@ def plot_log(log: Log, out_path) -> str:
     x = t - t[0] if t is not None and len(t) else log.cycles.astype(float)
     xlabel = "t [s]" if t is not None else "cycle"
     axes = log.axes()
-    fig, ax = plt.subplots(2, 2, figsize=(PLOT_SIZE_PX[0] / PLOT_DPI, PLOT_SIZE_PX[1] / PLOT_DPI),
-                           dpi=PLOT_DPI)
+    with_tool = log.get("tool_ref") is not None and log.get("tool") is not None and len(x) > 0
+    fig, grid = plt.subplots(2, 3 if with_tool else 2, figsize=(PLOT_SIZE_PX[0] / PLOT_DPI,
+                                                                 PLOT_SIZE_PX[1] / PLOT_DPI), dpi=PLOT_DPI)
+    ax = grid
+    if with_tool:  # top: errors, torques, tool path; bottom: timing, tool error, summary
+        ax = np.array([[grid[0, 0], grid[0, 1]], [grid[1, 0], grid[1, 2]]], dtype=object)
+        _tool_panels(fig, grid[0, 2], grid[1, 1], log, x, xlabel)
     a = ax[0, 0]
     ref, pos = log.get("ref_pos"), log.get("pos")
     if ref is not None and pos is not None and len(x):
@@ -308,7 +318,7 @@ def plot_log(log: Log, out_path) -> str:
     for e in log.events:  # faults and state changes as vertical lines on the time plots
         if isinstance(e.get("cycle"), int) and len(x):
             k = min(log.row_of_cycle(e["cycle"]), len(x) - 1)
-            for a in (ax[0, 0], ax[0, 1]):
+            for a in (ax[0, 0], ax[0, 1]) + ((grid[1, 1],) if with_tool else ()):
                 a.axvline(x[k], color="red" if "fault" in str(e.get("kind")) else "gray", lw=1, ls=":")
 
     a = ax[1, 0]  # timing: heavy-tailed, so log-spaced bins on a log axis
@@ -344,3 +354,50 @@ def plot_log(log: Log, out_path) -> str:
     finally:
         plt.close(fig)
     return str(out_path)
+
+
+ANGLES = ("roll", "pitch", "yaw")
+
+
+def _tool_panels(fig, path_ax, err_ax, log: Log, x: np.ndarray, xlabel: str) -> None:
+    """The tool's path (position coordinates, reference dashed against actual; 3-D for x, y,
+    z) on ``path_ax`` and the tool error over time on ``err_ax``: the distance of the tool point
+    (mm) and, for 6-DOF, the roll, pitch, yaw differences (mrad, right axis)."""
+    labels = log.labels.get("tool") or [str(i) for i in range(log.widths["tool"])]
+    ref, act = columns(log.get("tool_ref")), columns(log.get("tool"))
+    ip = [i for i, c in enumerate(labels) if c not in ANGLES]
+    ia = [i for i, c in enumerate(labels) if c in ANGLES]
+    if len(ip) == 3:  # replace the 2-D axes by a 3-D one in the same place
+        spec = path_ax.get_subplotspec()
+        path_ax.remove()
+        path_ax = fig.add_subplot(spec, projection="3d")
+    for data, style, name in ((ref, "--", "reference"), (act, "-", "actual")):
+        path_ax.plot(*(1e3 * data[:, i] for i in ip[:3]), ls=style, lw=1, label=name)
+    for setter, i in zip((path_ax.set_xlabel, path_ax.set_ylabel, getattr(path_ax, "set_zlabel", None)), ip[:3]):
+        setter(f"{labels[i]} [mm]")
+    P = 1e3 * np.vstack([ref[:, ip[:3]], act[:, ip[:3]]])
+    P = P[np.all(np.isfinite(P), axis=1)]
+    if len(P):  # the same span on every axis: the path's true shape
+        c, h = 0.5 * (P.max(0) + P.min(0)), 0.55 * max(float((P.max(0) - P.min(0)).max()), 1e-3)
+        for setter, ci in zip((path_ax.set_xlim, path_ax.set_ylim, getattr(path_ax, "set_zlim", None)), c):
+            setter(ci - h, ci + h)
+        path_ax.set_box_aspect((1, 1, 1) if len(ip) >= 3 else 1)
+    path_ax.legend(loc="upper right")
+    path_ax.set_title("tool path (forward kinematics of ref_pos, pos)")
+
+    e = np.linalg.norm(ref[:, ip] - act[:, ip], axis=1) * 1e3
+    ok = np.isfinite(e)
+    rms = f"rms {np.sqrt(np.mean(e[ok] ** 2)):.4g}, max {e[ok].max():.4g} mm" if ok.any() else "no finite rows"
+    err_ax.plot(x, e, lw=1, color="black", label=f"|p_ref - p| [mm] ({rms})")
+    if ia:
+        d = np.angle(np.exp(1j * (ref[:, ia] - act[:, ia])))  # wrapped to (-pi, pi]
+        twin = err_ax.twinx()
+        for k, i in enumerate(ia):
+            twin.plot(x, 1e3 * d[:, k], lw=1, alpha=0.7, label=f"{labels[i]} [mrad]")
+        twin.set_ylabel("orientation difference [mrad]")
+        twin.legend(loc="lower right")
+    err_ax.legend(loc="upper left")
+    err_ax.set_title("tool error (reference - actual)")
+    err_ax.set_xlabel(xlabel)
+    err_ax.set_ylabel("mm")
+    err_ax.grid(alpha=0.3)

@@ -11,8 +11,10 @@ the actuator names, in the log's units, SI at the actuators):
 - ``/pkrt/safety``: ``flags`` and its bits (saturated, clamped_or_out_of_domain, overrun,
   stale_feedback); ``fault`` (true from the first fault event on; export only)
 - ``/pkrt/timing``: ``wake_us``, ``compute_us``
-- ``/pkrt/tool``: every channel named ``tool_<field>`` (e.g. ``tool_pos`` -> ``position``
-  keyed x, y, z), when the log has any
+- ``/pkrt/tool``: the tool channels computed after the run (``pkrt.rt.cli.toolchannels``):
+  ``reference`` (``tool_ref``) and ``position`` (``tool``), keyed by the tool's coordinates (x,
+  y, z in m; roll, pitch, yaw in rad for 6-DOF), and ``error`` = reference - position; any
+  other channel named ``tool_<field>`` too (e.g. ``tool_pos`` -> ``position`` keyed x, y, z)
 - ``/pkrt/<name>``: any other channel, one topic each
 - ``/pkrt/events`` (export only): one message per logged event at its cycle's time.
 
@@ -40,7 +42,8 @@ from .plain import to_jsonable
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TOOL_PREFIX = "tool_"
-TOOL_FIELDS = {"pos": "position", "vel": "velocity", "acc": "acceleration"}
+TOOL_FIELDS = {"tool": "position", "tool_ref": "reference", "tool_pos": "position", "tool_vel": "velocity",
+               "tool_acc": "acceleration"}
 XYZ = ["x", "y", "z"]
 
 # (topic, [(field, channel)]): a group appears when the log has at least one of its channels
@@ -75,7 +78,9 @@ class Topic:
         return "pkrt" + self.topic.replace("/pkrt", "").replace("/", ".")
 
 
-def _keys(name: str, width: int, axes: list[str]) -> list[str]:
+def _keys(name: str, width: int, axes: list[str], labels: dict[str, list[str]] | None = None) -> list[str]:
+    if labels and len(labels.get(name, ())) == width:  # the channel's own column labels
+        return list(labels[name])
     if width == 3 and name.startswith(TOOL_PREFIX):  # a tool's Cartesian position, not per actuator
         return list(XYZ)
     if len(axes) == width:
@@ -83,17 +88,20 @@ def _keys(name: str, width: int, axes: list[str]) -> list[str]:
     return [str(i) for i in range(width)]
 
 
-def _field(fname: str, channel: str, slices: dict[str, slice], units: dict[str, str], axes: list[str]) -> Field:
+def _field(fname: str, channel: str, slices: dict[str, slice], units: dict[str, str], axes: list[str],
+           labels: dict[str, list[str]] | None = None) -> Field:
     sl = slices[channel]
     cols = list(range(sl.start, sl.stop))
     if len(cols) == 1 and not (len(axes) == 1 and channel not in ("t", "wake_us", "compute_us", "flags")):
         return Field(fname, "number", cols, unit=units.get(channel, ""))
-    return Field(fname, "axes", cols, _keys(channel, len(cols), axes), units.get(channel, ""))
+    return Field(fname, "axes", cols, _keys(channel, len(cols), axes, labels), units.get(channel, ""))
 
 
-def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str]) -> list[Topic]:
+def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str],
+           labels: dict[str, list[str]] | None = None) -> list[Topic]:
     """The topics for a row layout (channel name -> columns), data-driven: groups appear when
-    their channels do; unclaimed channels get a topic each."""
+    their channels do; unclaimed channels get a topic each. ``labels``: column names of
+    channels that are not per axis (``Log.labels``)."""
     topics: list[Topic] = []
     claimed = {"t"}
     for topic, members in GROUPS:
@@ -112,14 +120,19 @@ def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str]) -> 
     if "flags" in slices:
         claimed.add("flags")
         topics.append(Topic("/pkrt/safety", [Field("flags", "flags", [slices["flags"].start])]))
-    tool = [ch for ch in slices if ch.startswith(TOOL_PREFIX)]
+    tool = [ch for ch in slices if ch == "tool" or ch.startswith(TOOL_PREFIX)]
     if tool:
         claimed |= set(tool)
-        topics.append(Topic("/pkrt/tool", [_field(TOOL_FIELDS.get(ch[len(TOOL_PREFIX):], ch[len(TOOL_PREFIX):]),
-                                                  ch, slices, units, axes) for ch in tool]))
+        fs = [_field(TOOL_FIELDS.get(ch, ch[len(TOOL_PREFIX):]), ch, slices, units, axes, labels) for ch in tool]
+        if "tool" in slices and "tool_ref" in slices and slices["tool"].stop - slices["tool"].start == \
+                slices["tool_ref"].stop - slices["tool_ref"].start:
+            f = _field("error", "tool_ref", slices, units, axes, labels)
+            fs.append(Field("error", "diff", f.cols, f.keys, f.unit, list(range(slices["tool"].start,
+                                                                                slices["tool"].stop))))
+        topics.append(Topic("/pkrt/tool", fs))
     for ch in slices:
         if ch not in claimed:
-            topics.append(Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes)]))
+            topics.append(Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes, labels)]))
     return topics
 
 
@@ -262,7 +275,7 @@ def export_mcap(log: Log, out: str, chunk_size: int = 1024 * 1024) -> dict:
 
     data, slices = log_matrix(log)
     units = dict(log.units)
-    topics = layout(slices, units, log.axes())
+    topics = layout(slices, units, log.axes(), log.labels)
     t, cyc = cycle_times(log)
     t_fault = first_fault_time(log)
     log_ns = np.rint(t * 1e9).astype(np.int64)

@@ -13,7 +13,9 @@ cycle for 3 drives, emulator cost, a HIL pass), ``can_udp`` (round trip to the C
 in its own process over udp_multicast, without and with SCHED_FIFO), ``safestop`` (SIGKILL to
 ``pkrt run`` -> torque off in the emulated drives), ``dask`` (a tree built in one process, on
 the process pool and on Dask LocalClusters of 1 and 2 workers, same bytes; peak memory of the
-client, scheduler and workers).
+client, scheduler and workers), ``toolchannels`` (the tool channels' forward kinematics per log
+row, warm from the last row and cold from the reference assembly, for the Orthoglide, the Delta
+and the hexapod).
 """
 
 from __future__ import annotations
@@ -30,4 +32,5 @@ SECTIONS = {
     "can_udp": ("pkrt.rt.bench.bench_can", "run_can_udp_bench"),
     "safestop": ("pkrt.rt.bench.bench_safestop", "run_safestop_bench"),
     "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
+    "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
 }

@@ -24,6 +24,17 @@ def warn_problems(log: Log) -> None:
         print(f"pkrt: warning: {log.path}: read to the last good record; {text}", file=sys.stderr)
 
 
+def with_tool(log: Log) -> tuple[Log, dict]:
+    """The log with its tool channels (``toolchannels``); a note on stderr when they are left
+    out for a reason."""
+    from .toolchannels import tool_channels
+
+    log, tool = tool_channels(log)
+    if tool["note"]:
+        print(f"pkrt: note: {log.path}: {tool['note']}", file=sys.stderr)
+    return log, tool
+
+
 def info(args) -> int:
     log = read_log(args.log)
     s = log_summary(log)
@@ -49,6 +60,8 @@ def export(args) -> int:
     warn_problems(log)
     result: dict = {"log": log.path, "cycles": log.n_cycles, "truncated": log.truncated,
                     "problems": log.problems}
+    if args.csv or args.mcap:  # the tool channels go into the CSV and MCAP (not the --traj, ROS 2 files)
+        log, result["tool_channels"] = with_tool(log)
     if args.csv:
         result["csv"] = {"path": args.csv, "columns": export_csv(log, args.csv)}
     if args.traj:
@@ -88,9 +101,10 @@ def plot(args) -> int:
     warn_problems(log)
     if log.n_cycles == 0:
         raise LogFileError(f"{log.path}: the log holds no complete block of cycles; nothing to plot")
+    log, tool = with_tool(log)
     out = plot_log(log, args.output)
-    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX), "problems": log.problems}, args.json,
-         f"wrote {out}")
+    emit({"log": log.path, "png": out, "size_px": list(PLOT_SIZE_PX), "problems": log.problems,
+          "tool_channels": tool}, args.json, f"wrote {out}")
     return 0
 
 

@@ -1,8 +1,7 @@
 """The run's reference, planned offline in the CLI layer (which may use the models) and handed
 to the runtime as arrays: the configuration's ``[demo]`` or a task-space CSV (x,y,z[,roll,
 pitch,yaw]) through the model's inverse kinematics (``pkrt.models.taskspace``) for any machine
-with a ``[tool]``; an actuator CSV or a ROS 2 bag goes to the runtime as given. After the run,
-the tracking error at the tool from the log (forward kinematics, outside the loop)."""
+with a ``[tool]``; an actuator CSV or a ROS 2 bag goes to the runtime as given."""
 
 from __future__ import annotations
 
@@ -47,23 +46,6 @@ def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | No
             raise UserError(f"{trajectory}: task-space columns need a machine with a [tool] ({mech.name} has none)")
         return TaskKinematics(mech).plan(load_task_csv(str(trajectory), config.rate_hz, tool_of(mech).coordinates))
     return trajectory
-
-
-def tool_error(config: MachineConfig, log) -> dict | None:
-    """Tracking error at the tool, after the run: the forward kinematics (the model's solver)
-    of the logged positions against that of the logged reference. Euclidean distance of the tool
-    point (m): RMS and max; None for a machine without a [tool] or a log without rows."""
-    pos, ref = log.get("pos"), log.get("ref_pos")
-    mech = machine_mechanism(config)
-    if mech.description.tool is None or pos is None or len(pos) == 0:
-        return None
-    from pkrt.models.taskspace import TaskKinematics, tool_of
-
-    kin = TaskKinematics(mech)
-    npos = len(tool_of(mech).position)
-    ok = np.all(np.isfinite(pos), axis=1)
-    e = np.linalg.norm(kin.forward(pos[ok])[:, :npos] - kin.forward(ref[ok])[:, :npos], axis=1)
-    return {"rms_m": float(np.sqrt(np.mean(e**2))), "max_m": float(e.max()), "samples": int(ok.sum())}
 
 
 class ExactInLoop:

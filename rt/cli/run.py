@@ -154,24 +154,19 @@ def run(args) -> int:
     if live is not None:
         summary["foxglove"] = live.stats()
     if log:
-        data = None
         try:
             from ..logstats import plot_log
             from ..logfile import read_log
+            from .toolchannels import tool_channels, tool_error
 
-            data = read_log(log)
+            data, tool = tool_channels(read_log(log))  # after the run, from the log: never in the loop
+            summary["tool_channels"] = tool
+            summary["tool_error"] = tool_error(data)
             plot_log(data, plot)
             summary["plot"] = plot
         except (ImportError, OSError, UserError, OutputError) as e:
             summary["plot"] = None
             summary["plot_error"] = str(e)
-        if data is not None and summary["cycles"]:  # after the run, from the log: never in the loop
-            from .reference import tool_error
-
-            try:
-                summary["tool_error"] = tool_error(config, data)
-            except UserError as e:
-                summary["tool_error"] = {"error": str(e)}
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):
@@ -195,6 +190,8 @@ def _text(r: dict) -> str:
         te = r["tool_error"]
         lines.append(f"  at the tool (forward kinematics of the log): RMS {te['rms_m'] * 1e3:.4f} mm, "
                      f"max {te['max_m'] * 1e3:.4f} mm")
+    if (r.get("tool_channels") or {}).get("note"):
+        lines.append(f"  note: {r['tool_channels']['note']}")
     if r.get("exact_model_us"):
         e, c = r["exact_model_us"], r["controller_us"]
         lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
