@@ -332,9 +332,9 @@ class PlantTable:
 
     plant_tree: str | None = spec(STRING, "the plant's tree file, finer than the controller's (relative to this "
                                   "file); or plant", None)
-    plant: str | None = spec(STRING, "exact: H, D, p_ext of the plant from the exact reduction at every RK4 stage "
-                             "(built from the model by the CLI; about 4 x substeps exact evaluations per cycle); "
-                             "or plant_tree", None, choices=("exact",))
+    plant: str | None = spec(STRING, "exact (backend sim only: the HIL emulators run on trees): H, D, p_ext of "
+                             "the plant from the exact reduction at every RK4 stage (built from the model by pkrt "
+                             "run; 4 x substeps exact evaluations per cycle); or plant_tree", None, choices=("exact",))
     viscous: float = spec(NUMBER, "plant viscous friction per actuator", 0.0, unit="N s/m or N m s/rad", lo=0.0)
     coulomb: float = spec(NUMBER, "plant Coulomb friction per actuator", 0.0, unit="N or N m", lo=0.0)
     force_limit: float = spec(NUMBER, "plant actuator force limit", 1e9, unit="N or N m", lo=0.0, lo_open=True)

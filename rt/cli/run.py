@@ -211,6 +211,10 @@ def _text(r: dict) -> str:
         e, c = r["exact_model_us"], r["controller_us"]
         lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
                      f"controller in the loop p50 {c['p50']:.1f}, p99 {c['p99']:.1f}")
+    d = r.get("drives") or {}
+    if d.get("plant") == "exact" and r["drive_us"]["p50"] is not None:
+        lines.append(f"  simulated plant on the exact model ({d['substeps']} RK4 substeps a cycle): "
+                     f"us per cycle p50 {r['drive_us']['p50']:.0f}, p99 {r['drive_us']['p99']:.0f}")
     c, w = r["compute_us"], r["wake_latency_us"]
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
