@@ -167,3 +167,13 @@ def test_exact_plant_for_a_hil_emulator_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "[emulator], field 'plant': the HIL emulators run their plant on a tree: give plant_tree" in err
+
+
+def test_fault_injection_on_the_exact_plant(capsys):
+    """The exact plant takes the sim faults as the tree plant does: 300 N pushed on every leg from
+    t = 0.3 s drives the platform past a limit, a safe stop, exit 1 with one line."""
+    code = main(["run", "--machine", "hexapod", "--no-log", "--duration", "0.8", "--inject", "push@0.3=300"])
+    captured = capsys.readouterr()
+    assert code == 1 and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert "run stopped at cycle" in captured.err and "limit" in captured.err
+    assert "fault: " in captured.out

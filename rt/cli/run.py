@@ -101,11 +101,12 @@ def run(args) -> int:
     sim = config.backend == "sim"
     by_config = sim and config.drives.lockstep and not args.lockstep  # a plant that cannot keep real time
     lockstep = args.lockstep or by_config
-    plant_model = None
+    plant_model = mech = None
     if sim and config.drives.plant == "exact":  # the simulated plant on the exact reduction, built here
         from .reference import ExactInLoop, machine_mechanism
 
-        plant_model = ExactInLoop(machine_mechanism(config))
+        mech = machine_mechanism(config)
+        plant_model = ExactInLoop(mech)
     drives = open_drives(config, overrides, plant_model=plant_model)
     telemetry = live = None
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
@@ -136,7 +137,7 @@ def run(args) -> int:
         else:  # the demo or a task-space CSV: planned from the model here, before the run
             from .reference import plan_reference
 
-            traj = plan_reference(config, traj, axes=tree_axes(tree)[0])
+            traj = plan_reference(config, traj, mech=mech, axes=tree_axes(tree)[0])
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
             from ..trajectory import load_trajectory_csv
