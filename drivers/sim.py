@@ -3,9 +3,10 @@
 Plant: H(theta) thetadd = tau - h(theta, thetadot) + p_ext(theta) - friction(thetadot), with
 H, D, p_ext from a reduced-dynamics tree finer than the controller's (the plant's physics; the
 controller never sees it) or from the exact reduction (``plant = "exact"``: a callable built
-outside the drivers, e.g. by ``pkrt run``, evaluated at every RK4 stage), all scaled by ``mass_scale`` (every mass and inertia times K).
-Friction per actuator: viscous b thetadot + Coulomb Fc tanh(thetadot / v_eps); the applied
-force is clipped to +/- force_limit. RK4 with ``substeps`` steps per period.
+outside the drivers, e.g. by ``pkrt run``, evaluated at every RK4 stage), all scaled by
+``mass_scale`` (every mass and inertia times K). Friction per actuator: viscous b thetadot +
+Coulomb Fc tanh(thetadot / v_eps); the applied force is clipped to +/- force_limit. RK4 with
+``substeps`` steps per period.
 Units: m or rad, N or N m, s.
 """
 
@@ -387,4 +388,5 @@ class SimDrives(Drives):
             self._tau[:] = 0.0
 
 
-__all__ = ["Plant", "SimDrives", "plant_step", "plant_step_model", "plant_workspace", "workspace_views", "CLAMPED", "OUT_OF_DOMAIN"]
+__all__ = ["Plant", "SimDrives", "plant_step", "plant_step_model", "plant_workspace", "workspace_views",
+           "CLAMPED", "OUT_OF_DOMAIN"]
