@@ -56,6 +56,16 @@ def runs(hexapod, tmp_path_factory):
     return out
 
 
+def test_the_demo_stays_well_inside_the_box_and_the_limits(hexapod):
+    """The planned demo (2601 cycles) keeps the legs within a third of the +/-0.08 m box and its
+    peak velocity and acceleration under 75 % of [limits] (measured 0.21 m/s, 2.1 m/s^2)."""
+    config, _, plan = hexapod
+    assert plan.n == 2601
+    assert np.abs(plan.pos).max() < 0.08 / 3
+    assert np.abs(plan.vel).max() < 0.75 * config.limits.velocity.min()
+    assert np.abs(plan.acc).max() < 0.75 * config.limits.acceleration.min()
+
+
 def test_the_plant_is_the_exact_model(runs):
     r = runs["ct"]
     assert r["drives"]["plant"] == "exact" and r["drives"]["plant_model"].endswith("hexapod.toml")
