@@ -19,12 +19,15 @@ BACKENDS = {
 }
 
 
-def open_drives(config, overrides: dict | None = None) -> Drives:
+def open_drives(config, overrides: dict | None = None, plant_model=None) -> Drives:
     """Drives for a ``pkrt.rt.config.MachineConfig``; ``overrides`` replace entries of its
-    ``[drives]`` table (e.g. ``{"interface": "virtual", "channel": "hil0"}`` or a port)."""
+    ``[drives]`` table (e.g. ``{"interface": "virtual", "channel": "hil0"}`` or a port);
+    ``plant_model``: the simulated plant's exact model for ``plant = "exact"`` (a callable
+    (theta, H, D, p) -> status, built from the model outside the drivers)."""
     name = config.drives.backend  # validated by the configuration's schema
     if name not in BACKENDS:
         raise DriveConfigError(f"{config.path}: [drives], field 'backend': unknown backend {name!r} "
                                f"(known: {', '.join(BACKENDS)})")
     module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls).from_config(config, dict(overrides or {}))
+    kw = {} if plant_model is None else {"plant_model": plant_model}  # only the sim backend has a plant
+    return getattr(importlib.import_module(module), cls).from_config(config, dict(overrides or {}), **kw)

@@ -2,9 +2,11 @@
 
 Plant: H(theta) thetadd = tau - h(theta, thetadot) + p_ext(theta) - friction(thetadot), with
 H, D, p_ext from a reduced-dynamics tree finer than the controller's (the plant's physics; the
-controller never sees it), all scaled by ``mass_scale`` (every mass and inertia times K).
-Friction per actuator: viscous b thetadot + Coulomb Fc tanh(thetadot / v_eps); the applied
-force is clipped to +/- force_limit. RK4 with ``substeps`` steps per period.
+controller never sees it) or from the exact reduction (``plant = "exact"``: a callable built
+outside the drivers, e.g. by ``pkrt run``, evaluated at every RK4 stage), all scaled by
+``mass_scale`` (every mass and inertia times K). Friction per actuator: viscous b thetadot +
+Coulomb Fc tanh(thetadot / v_eps); the applied force is clipped to +/- force_limit. RK4 with
+``substeps`` steps per period.
 Units: m or rad, N or N m, s.
 """
 
@@ -52,10 +54,11 @@ def _solve_spd(A, b, x, L, y):
 
 
 @njit(cache=True)
-def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work, L, y):
-    """Forward dynamics acceleration; returns the tree status (or 3 if H is not SPD)."""
+def _forward(th, thd, tau, params, H, D, p, w, rhs, out, L, y):
+    """thetadd into ``out`` from the model's H, D, p_ext at th (unscaled, filled by the tree or
+    the exact model): mass_scale, friction and the clipped force tau applied; False when the
+    scaled H is not SPD."""
     ms, visc, coul = params[0], params[1], params[2]
-    status = eval_model_w(T, th, H, D, p, work)
     quad_velocities(thd, w)
     s = th.shape[0]
     for i in range(s):
@@ -65,9 +68,7 @@ def _accel(T, th, thd, tau, params, H, D, p, w, rhs, out, work, L, y):
         rhs[i] = acc
         for j in range(s):
             H[i, j] *= ms
-    if not _solve_spd(H, rhs, out, L, y):
-        return 3
-    return status
+    return _solve_spd(H, rhs, out, L, y)
 
 
 def plant_workspace(s: int) -> np.ndarray:
@@ -78,16 +79,13 @@ def plant_workspace(s: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
-    """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps; return the worst status
-    (0 ok, 1 clamped to the tree's box, 2 out of domain, 3 singular or non-finite).
-
-    params = (mass_scale, viscous, coulomb, force_limit, v_eps); ws = plant_workspace(s).
-    """
-    s = tau_cmd.shape[0]
+def workspace_views(ws, s):
+    """The arrays inside ``plant_workspace(s)``: H, L (Cholesky factor: its upper triangle stays
+    0), D, p, rhs, tau (clipped force), w ([td td]), y, a (thetadd), work (the tree's), k (RK4
+    slopes, (4, 2 s)), xs (the stage state)."""
     m = s * (s + 1) // 2
     H = ws[:s * s].reshape((s, s))
-    L = ws[s * s:2 * s * s].reshape((s, s))  # Cholesky factor: its upper triangle stays 0
+    L = ws[s * s:2 * s * s].reshape((s, s))
     o = 2 * s * s
     D = ws[o:o + s * m].reshape((s, m))
     o += s * m
@@ -100,38 +98,112 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
     o += nw
     k = ws[o:o + 8 * s].reshape((4, 2 * s))
     xs = ws[o + 8 * s:o + 10 * s]
+    return H, L, D, p, rhs, tau, w, y, a, work, k, xs
+
+
+@njit(cache=True)
+def clip_force(tau_cmd, tau, limit):
+    """tau = tau_cmd clipped to +/- limit (N or N m)."""
+    for i in range(tau.shape[0]):
+        tau[i] = min(max(tau_cmd[i], -limit), limit)
+
+
+@njit(cache=True)
+def stage_state(x, k, stage, h, xs):
+    """The state at RK4 stage ``stage`` (0..3) of a step h from x, into xs."""
+    c = 0.0 if stage == 0 else (0.5 if stage < 3 else 1.0)
+    for i in range(xs.shape[0]):
+        xs[i] = x[i] if stage == 0 else x[i] + c * h * k[stage - 1, i]
+
+
+@njit(cache=True)
+def stage_slope(k, stage, xs, a):
+    """Slope of stage ``stage``: (thetadot, thetadd)."""
+    s = a.shape[0]
     for i in range(s):
-        tau[i] = min(max(tau_cmd[i], -params[3]), params[3])
+        k[stage, i] = xs[s + i]
+        k[stage, s + i] = a[i]
+
+
+@njit(cache=True)
+def rk4_advance(x, k, h):
+    """x += h/6 (k0 + 2 k1 + 2 k2 + k3); 3 if the state is no longer finite, else 0."""
+    st = 0
+    for i in range(x.shape[0]):
+        x[i] += h / 6.0 * (k[0, i] + 2.0 * k[1, i] + 2.0 * k[2, i] + k[3, i])
+        if not np.isfinite(x[i]):
+            st = 3
+    return st
+
+
+@njit(cache=True)
+def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
+    """Advance x = (theta, thetadot) by dt with RK4 in n_sub steps, H, D, p_ext from the tree T;
+    return the worst status (0 ok, 1 clamped to the tree's box, 2 out of domain, 3 singular or
+    non-finite).
+
+    params = (mass_scale, viscous, coulomb, force_limit, v_eps); ws = plant_workspace(s).
+    """
+    s = tau_cmd.shape[0]
+    H, L, D, p, rhs, tau, w, y, a, work, k, xs = workspace_views(ws, s)
+    clip_force(tau_cmd, tau, params[3])
     h = dt / n_sub
     worst = 0
     for _ in range(n_sub):
         for stage in range(4):
-            c = 0.0 if stage == 0 else (0.5 if stage < 3 else 1.0)
-            for i in range(2 * s):
-                xs[i] = x[i] if stage == 0 else x[i] + c * h * k[stage - 1, i]
-            st = _accel(T, xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a, work, L, y)
+            stage_state(x, k, stage, h, xs)
+            st = eval_model_w(T, xs[:s], H, D, p, work)
+            if not _forward(xs[:s], xs[s:], tau, params, H, D, p, w, rhs, a, L, y):
+                st = 3
             worst = max(worst, st)
-            for i in range(s):
-                k[stage, i] = xs[s + i]
-                k[stage, s + i] = a[i]
-        for i in range(2 * s):
-            x[i] += h / 6.0 * (k[0, i] + 2.0 * k[1, i] + 2.0 * k[2, i] + k[3, i])
-            if not np.isfinite(x[i]):
-                worst = 3
+            stage_slope(k, stage, xs, a)
+        worst = max(worst, rk4_advance(x, k, h))
+    return worst
+
+
+def plant_step_model(model, x, tau_cmd, dt, n_sub, params, views) -> int:
+    """``plant_step`` with H, D, p_ext from ``model(theta, H, D, p) -> status`` (a Python
+    callable: the exact reduction, ``pkrt.rt.cli.reference.ExactInLoop``) at every RK4 stage;
+    the same kernels for everything else. views = workspace_views(plant_workspace(s), s)."""
+    s = tau_cmd.shape[0]
+    H, L, D, p, rhs, tau, w, y, a, work, k, xs = views
+    clip_force(tau_cmd, tau, params[3])
+    h = dt / n_sub
+    worst = 0
+    th, thd = xs[:s], xs[s:]
+    for _ in range(n_sub):
+        for stage in range(4):
+            stage_state(x, k, stage, h, xs)
+            st = model(th, H, D, p)
+            if st == OUT_OF_DOMAIN:  # H, D, p were not filled
+                return st
+            if not _forward(th, thd, tau, params, H, D, p, w, rhs, a, L, y):
+                st = 3
+            worst = max(worst, st)
+            stage_slope(k, stage, xs, a)
+        worst = max(worst, rk4_advance(x, k, h))
     return worst
 
 
 class Plant:
-    """The simulated machine (state, parameters, one tree)."""
+    """The simulated machine: state, parameters and one model source, the plant's tree or
+    ``model`` (a callable (theta, H, D, p) -> status filling H, D, p_ext: the exact reduction,
+    built outside the drivers; ``n_axes`` then gives s). ``source`` describes it (logs)."""
 
     def __init__(self, tree, viscous: float, coulomb: float, force_limit: float,
-                 mass_scale: float = 1.0, substeps: int = 4, theta0=None):
-        self.tree = tree
-        self.s = tree.s
+                 mass_scale: float = 1.0, substeps: int = 4, theta0=None, *, model=None,
+                 n_axes: int | None = None, source: dict | None = None):
+        if (tree is None) == (model is None):
+            raise ValueError("Plant: give a tree or a model, not both")
+        self.tree, self.model = tree, model
+        self.s = tree.s if tree is not None else int(n_axes)
+        self.source = source if source is not None else {"plant_tree": tree.header.get("path"),
+                                                         "plant_tree_hash": tree.header.get("file_hash")}
         self.params = np.array([mass_scale, viscous, coulomb, force_limit, V_EPS], dtype=float)
         self.substeps = int(substeps)
         self.x = np.zeros(2 * self.s)
         self.ws = plant_workspace(self.s)
+        self.views = workspace_views(self.ws, self.s)
         if theta0 is not None:
             self.x[: self.s] = theta0
         self.status = 0
@@ -150,34 +222,63 @@ class Plant:
         self.x[self.s:] = 0.0 if theta_dot is None else theta_dot
 
     def step(self, tau: np.ndarray, dt: float) -> int:
-        """Integrate over dt (s) with tau held (N or N m); returns the tree status."""
+        """Integrate over dt (s) with tau held (N or N m); returns the model's status."""
         if dt <= 0.0:
             return 0
-        self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params, self.ws)
+        if self.model is None:
+            self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params, self.ws)
+        else:
+            self.status = plant_step_model(self.model, self.x, tau, dt, self.substeps, self.params, self.views)
         return self.status
 
     def warm_up(self) -> None:
+        """Compile (or load) the kernels before the loop; the model is not called."""
         x = self.x.copy()
-        plant_step(self.tree.arrays, x, np.zeros(self.s), 1e-4, 1, self.params, self.ws)
+        if self.model is None:
+            plant_step(self.tree.arrays, x, np.zeros(self.s), 1e-4, 1, self.params, self.ws)
+            return
+        H, L, D, p, rhs, tau, w, y, a, work, k, xs = self.views
+        clip_force(np.zeros(self.s), tau, self.params[3])
+        stage_state(x, k, 1, 1e-4, xs)
+        H[...] = np.eye(self.s)
+        _forward(xs[:self.s], xs[self.s:], tau, self.params, H, D, p, w, rhs, a, L, y)
+        stage_slope(k, 0, xs, a)
+        rk4_advance(x, k, 1e-4)
 
     @classmethod
-    def from_config(cls, config, mass_scale: float | None = None) -> "Plant":
-        """The plant of a machine configuration's ``[drives]`` table (``plant_tree`` ...)."""
+    def from_config(cls, config, mass_scale: float | None = None, model=None) -> "Plant":
+        """The plant of a machine configuration's ``[drives]`` table (``plant_tree``, or
+        ``plant = "exact"`` with ``model``, the exact reduction built by the caller)."""
         from pkrt.rt.treefile import load_tree
 
         d = config.plant_table()  # [drives] of sim, else [emulator] (validated by the schema)
         table = "drives" if d is config.drives else "emulator"
+        ms = d.mass_scale if mass_scale is None else float(mass_scale)
+        if not ms > 0:
+            raise DriveConfigError(f"{config.path}: mass scale must be positive, got {ms}")
+        if d.plant == "exact":
+            if model is None:
+                raise DriveConfigError(f"{config.path}: [{table}], field 'plant': \"exact\" needs the exact model, "
+                                       f"built from the machine's model by `pkrt run` (not available here)")
+            path = config.model_path
+            source = {"plant": "exact", "plant_model": path, "plant_model_hash": _file_hash(path)}
+            return cls(None, d.viscous, d.coulomb, d.force_limit, ms, d.substeps, model=model,
+                       n_axes=config.limits.position.shape[0], source=source)
         path = config.resolve(d.plant_tree)
         if Path(path).resolve() == Path(config.tree).resolve():
             raise DriveConfigError(f"{config.path}: [{table}], field 'plant_tree': the plant must not use the "
                                    f"controller's own tree (give a finer tree)")
         tree = load_tree(path)
         tree.header["path"] = path
-        tree.header["file_hash"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        ms = d.mass_scale if mass_scale is None else float(mass_scale)
-        if not ms > 0:
-            raise DriveConfigError(f"{config.path}: mass scale must be positive, got {ms}")
+        tree.header["file_hash"] = _file_hash(path)
         return cls(tree, d.viscous, d.coulomb, d.force_limit, ms, d.substeps)
+
+
+def _file_hash(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 class SimDrives(Drives):
@@ -201,10 +302,11 @@ class SimDrives(Drives):
         self.period: float | None = None  # the loop period (s): a longer gap is stepped period by period
 
     @classmethod
-    def from_config(cls, config, overrides: dict) -> "SimDrives":
+    def from_config(cls, config, overrides: dict, plant_model=None) -> "SimDrives":
+        """``plant_model``: the exact reduction for ``plant = "exact"`` (``Plant.from_config``)."""
         config = config.with_drives(overrides) if overrides else config
         d = config.drives
-        plant = Plant.from_config(config)
+        plant = Plant.from_config(config, model=plant_model)
         drives = cls(plant, d.noise, d.quantization, d.delay_cycles, d.seed)
         drives.period = 1.0 / float(config.rate_hz)
         return drives
@@ -227,9 +329,7 @@ class SimDrives(Drives):
         ms, visc, coul, flim, _ = self.plant.params.tolist()
         return {"backend": self.backend, "mass_scale": ms, "viscous": visc, "coulomb": coul,
                 "force_limit": flim, "substeps": self.plant.substeps, "noise": self.noise,
-                "quantization": self.quantization, "delay_cycles": len(self._hist) - 1,
-                "plant_tree": self.plant.tree.header.get("path"),
-                "plant_tree_hash": self.plant.tree.header.get("file_hash")}
+                "quantization": self.quantization, "delay_cycles": len(self._hist) - 1, **self.plant.source}
 
     def prepare(self, theta0: np.ndarray) -> None:
         self.plant.reset(theta0)
@@ -288,4 +388,5 @@ class SimDrives(Drives):
             self._tau[:] = 0.0
 
 
-__all__ = ["Plant", "SimDrives", "plant_step", "plant_workspace", "CLAMPED", "OUT_OF_DOMAIN"]
+__all__ = ["Plant", "SimDrives", "plant_step", "plant_step_model", "plant_workspace", "workspace_views",
+           "CLAMPED", "OUT_OF_DOMAIN"]

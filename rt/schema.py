@@ -330,12 +330,34 @@ class DemoTable:
 class PlantTable:
     """The simulated plant's fields (``[drives]`` of ``sim``, ``[emulator]`` of the HIL buses)."""
 
-    plant_tree: str = spec(STRING, "the plant's tree file, finer than the controller's (relative to this file)")
+    plant_tree: str | None = spec(STRING, "the plant's tree file, finer than the controller's (relative to this "
+                                  "file); or plant", None)
+    plant: str | None = spec(STRING, "exact (backend sim only: the HIL emulators run on trees): H, D, p_ext of "
+                             "the plant from the exact reduction at every RK4 stage (built from the model by pkrt "
+                             "run; 4 x substeps exact evaluations per cycle); or plant_tree", None, choices=("exact",))
     viscous: float = spec(NUMBER, "plant viscous friction per actuator", 0.0, unit="N s/m or N m s/rad", lo=0.0)
     coulomb: float = spec(NUMBER, "plant Coulomb friction per actuator", 0.0, unit="N or N m", lo=0.0)
     force_limit: float = spec(NUMBER, "plant actuator force limit", 1e9, unit="N or N m", lo=0.0, lo_open=True)
     substeps: int = spec(INTEGER, "RK4 substeps per cycle", 4, lo=1, hi=1000)
     mass_scale: float = spec(NUMBER, "model mismatch: the plant's masses times this", 1.0, lo=0.0, lo_open=True)
+
+    def check(self, ctx: Context) -> None:
+        if self.plant is not None and self.plant_tree is not None:
+            raise ctx.error("plant", "give plant = \"exact\" or plant_tree, not both")
+        if self.plant is None and self.plant_tree is None:
+            raise ctx.error("plant", "missing: give plant_tree = FILE (a tree finer than the controller's) or "
+                                     "plant = \"exact\"")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorPlantTable(PlantTable):
+    """The plant of a HIL drive emulator: on a tree only (the emulator processes do not load models)."""
+
+    def check(self, ctx: Context) -> None:
+        super().check(ctx)
+        if self.plant == "exact":
+            raise ctx.error("plant", "the HIL emulators run their plant on a tree: give plant_tree "
+                                     "(plant = \"exact\" is for [drives] backend = \"sim\")")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,6 +369,8 @@ class SimDrivesTable(PlantTable):
     quantization: float = spec(NUMBER, "position quantum (0: none)", 0.0, unit="m or rad", lo=0.0)
     delay_cycles: int = spec(INTEGER, "transport delay of the feedback", 0, unit="cycles", lo=0, hi=10000)
     seed: int = spec(INTEGER, "noise generator seed", 0, lo=0)
+    lockstep: bool = spec(BOOL, "runs are lockstep (virtual clock) even without --lockstep, said in the summary: "
+                          "for a plant that cannot keep real time (plant = \"exact\")", False)
 
 
 ABORT_CONNECTION = ("quick-stop", "disable-voltage", "fault")  # 0x6007 options (drivers/cia402_protocol.py)
@@ -473,7 +497,7 @@ class DynamixelSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CanEmulatorTable(PlantTable):
+class CanEmulatorTable(EmulatorPlantTable):
     """``[emulator]`` of a ``cia402`` machine: `pkrt hil --bus can` (CiA 402 drive emulator)."""
 
     rate_hz: float = spec(NUMBER, "HIL loop rate (pkrt hil --rate overrides it; default: [machine] rate_hz)",
@@ -490,7 +514,7 @@ class CanEmulatorTable(PlantTable):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SerialEmulatorTable(PlantTable):
+class SerialEmulatorTable(EmulatorPlantTable):
     """``[emulator]`` of a ``dynamixel`` machine: `pkrt hil --bus serial` (servo emulator)."""
 
     theta0: np.ndarray = spec(AXES, "where the machine stands at power-up (default: the plant's start; signed)",
@@ -505,6 +529,7 @@ class SerialEmulatorTable(PlantTable):
     priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
 
     def check(self, ctx: Context) -> None:
+        super().check(ctx)
         ids = list(ctx.tables["drives"].ids)
         if self.fault_servo is not None and self.fault_servo not in ids:
             raise ctx.error("fault_servo", f"expected one of the servo IDs {ids}, got {self.fault_servo}")

@@ -15,7 +15,9 @@ in its own process over udp_multicast, without and with SCHED_FIFO), ``safestop`
 the process pool and on Dask LocalClusters of 1 and 2 workers, same bytes; peak memory of the
 client, scheduler and workers), ``toolchannels`` (the tool channels' forward kinematics per log
 row, warm from the last row and cold from the reference assembly, for the Orthoglide, the Delta
-and the hexapod).
+and the hexapod), ``hexapod`` (its demo in lockstep on the exact plant with the tree and the
+exact reduction in the loop: plant and controller time per cycle, the run's wall time; a 1 s
+real-time attempt).
 """
 
 from __future__ import annotations
@@ -33,4 +35,5 @@ SECTIONS = {
     "safestop": ("pkrt.rt.bench.bench_safestop", "run_safestop_bench"),
     "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
     "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
+    "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
 }

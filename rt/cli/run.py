@@ -98,7 +98,16 @@ def run(args) -> int:
     plot = (args.plot or str(Path(log).with_suffix(".png"))) if log else None
     check_outputs({"--log": log, "--plot": plot}, run_inputs(config, args.traj))
     tree = load_controller_tree(config)
-    drives = open_drives(config, overrides)
+    sim = config.backend == "sim"
+    by_config = sim and config.drives.lockstep and not args.lockstep  # a plant that cannot keep real time
+    lockstep = args.lockstep or by_config
+    plant_model = mech = None
+    if sim and config.drives.plant == "exact":  # the simulated plant on the exact reduction, built here
+        from .reference import ExactInLoop, machine_mechanism
+
+        mech = machine_mechanism(config)
+        plant_model = ExactInLoop(mech)
+    drives = open_drives(config, overrides, plant_model=plant_model)
     telemetry = live = None
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
         hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
@@ -128,7 +137,7 @@ def run(args) -> int:
         else:  # the demo or a task-space CSV: planned from the model here, before the run
             from .reference import plan_reference
 
-            traj = plan_reference(config, traj, axes=tree_axes(tree)[0])
+            traj = plan_reference(config, traj, mech=mech, axes=tree_axes(tree)[0])
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
             from ..trajectory import load_trajectory_csv
@@ -136,9 +145,9 @@ def run(args) -> int:
 
             if not isinstance(traj, Planned):
                 traj = load_trajectory_csv(traj, config.rate_hz, tree_axes(tree)[0])
-            model, exact_figures = exact_model(config, traj, args.lockstep)
+            model, exact_figures = exact_model(config, traj, lockstep)
         summary = run_session(config, drives, trajectory=traj, duration=args.duration, model=model,
-                              lockstep=args.lockstep, log_path=log, controller=args.controller,
+                              lockstep=lockstep, log_path=log, controller=args.controller,
                               telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
                               on_cycle=hook, tree=tree)
     finally:
@@ -147,6 +156,8 @@ def run(args) -> int:
             telemetry.close()
         if live is not None:
             live.close()
+    if by_config:
+        summary["lockstep_by"] = "[drives] lockstep = true"
     if exact_figures is not None:
         summary["exact_model_us"] = exact_figures  # before the loop; in the loop: controller_us
     if telemetry is not None:
@@ -178,6 +189,8 @@ def run(args) -> int:
 def _text(r: dict) -> str:
     u = r["units"][0] if r.get("units") else ""
     mode = "lockstep" if r["lockstep"] else "real time"
+    if r.get("lockstep_by"):
+        mode += f" (by the configuration: {r['lockstep_by']})"
     lines = [
         f"{r['machine']}: {r['controller']} control on the {r['model']} model, {r['trajectory']} trajectory, "
         f"{mode} at {r['rate_hz']:g} Hz",
@@ -196,6 +209,10 @@ def _text(r: dict) -> str:
         e, c = r["exact_model_us"], r["controller_us"]
         lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
                      f"controller in the loop p50 {c['p50']:.1f}, p99 {c['p99']:.1f}")
+    d = r.get("drives") or {}
+    if d.get("plant") == "exact" and r["drive_us"]["p50"] is not None:
+        lines.append(f"  simulated plant on the exact model ({d['substeps']} RK4 substeps a cycle): "
+                     f"us per cycle p50 {r['drive_us']['p50']:.0f}, p99 {r['drive_us']['p99']:.0f}")
     c, w = r["compute_us"], r["wake_latency_us"]
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
