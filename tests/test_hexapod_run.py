@@ -30,7 +30,8 @@ def hexapod():
 def _run(hexapod, tmp_path, name: str, controller: str = "ct", mass_scale: float = 1.0, model: str = "tree"):
     """A lockstep run on the exact plant; the summary with the tool error (mm) from its log."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.cli.reference import ExactInLoop, exact_model, tool_error
+    from pkrt.rt.cli.reference import ExactInLoop, exact_model
+    from pkrt.rt.cli.toolchannels import tool_channels, tool_error
     from pkrt.rt.run import run_session
 
     config, mech, plan = hexapod
@@ -42,7 +43,7 @@ def _run(hexapod, tmp_path, name: str, controller: str = "ct", mass_scale: float
     log = tmp_path / f"{name}.pktlog"
     r = run_session(config, drives, trajectory=plan, lockstep=True, log_path=str(log), controller=controller,
                     model=loop_model)
-    r["tool_error"] = tool_error(config, read_log(str(log)))
+    r["tool_error"] = tool_error(tool_channels(read_log(str(log)))[0])
     return r
 
 
