@@ -356,6 +356,10 @@ class SimDrives(Drives):
                 st = max(st, self.plant.step(tau, dt / n))
             if st == OUT_OF_DOMAIN:
                 raise DriveError("simulated plant left its model's domain")
+            if st == CLAMPED:  # outside the plant tree's box its physics is not defined
+                raise DriveError(f"simulated plant left its tree's box at position "
+                                 f"{np.round(self.plant.theta, 6).tolist()} (box "
+                                 f"{np.c_[self.plant.tree.lo, self.plant.tree.hi].tolist()})")
             if st == 3:
                 raise DriveError("simulated plant state is not finite")
         self._t = t

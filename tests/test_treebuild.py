@@ -448,3 +448,24 @@ def test_build_over_a_region(orthoglide, tmp_path):
                         "--kind", "boxes", "--boxes", "2", "--region=-0.3,0.0"], capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--region must have lo < hi inside" in p.stderr
     assert not out.exists()
+
+
+def test_a_plant_on_a_region_tree_stops_when_it_leaves_the_region(orthoglide):
+    """A plant tree built over a region (hexapod-plant.pkt is one) has no physics outside it:
+    the simulated drives stop with the reason instead of integrating clamped dynamics."""
+    from pkrt.drivers.base import DriveError
+    from pkrt.drivers.sim import Plant, SimDrives
+
+    tree, _ = build_tree(orthoglide, BuildSettings(boxes=2, region=(-0.2, -0.1), verify_samples=0), jobs=1,
+                         progress=False)
+    drives = SimDrives(Plant(tree, viscous=20.0, coulomb=5.0, force_limit=400.0, substeps=2))
+    drives.period = 1e-3
+    drives.prepare(np.full(3, -0.15))
+    drives.configure()
+    drives.enable()
+    with pytest.raises(DriveError, match=r"simulated plant left its tree's box at position .* \(box "):
+        for k in range(2000):  # 400 N on each axis: out of the 0.1 m wide box within 0.1 s
+            drives.read(k * 1e-3)
+            drives.write(np.full(3, 400.0))
+    assert 0 < k < 300
+    assert np.any(drives.plant.theta > -0.1)  # pushed out through the upper side
