@@ -4,6 +4,7 @@ servo emulator over a real pseudo-terminal."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import struct
@@ -193,7 +194,11 @@ def test_status_stream_round_trip_with_garbage_between(items, chunk):
 
 @pytest.fixture(scope="module")
 def config():
-    return load_machine("orthoglide-serial")
+    """The shipped servos at 100 Hz with a 3 ms timeout and one retry: the protocol tests below
+    exercise retries, for which the shipped 1 kHz period leaves no room (retries = 0 there)."""
+    shipped = load_machine("orthoglide-serial")
+    raw = {**shipped.raw, "drives": {**shipped.raw["drives"], "timeout": 0.003, "retries": 1}}
+    return dataclasses.replace(shipped, rate_hz=100.0, raw=raw).with_drives()
 
 
 def test_settings_and_unit_factors(config):
