@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import struct
 import time
 
@@ -55,6 +56,29 @@ _TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
 
 # canopen logs SDO aborts and timeouts itself; the driver reports them as one-line DriveErrors
 logging.getLogger("canopen").addHandler(logging.NullHandler())
+
+
+def heartbeat_above_caller(task) -> str:
+    """Put the periodic send task's thread (python-can's ``ThreadBasedCyclicSendTask``) one
+    SCHED_FIFO priority above the calling thread when the caller runs SCHED_FIFO; returns what
+    was done. A new thread inherits its creator's policy, priority and CPU: at the loop's own
+    priority on the loop's CPU it would run only while the loop sleeps (SCHED_FIFO does not
+    share a CPU among equals), so a loop that polls its TPDO window without sleeping silences the
+    heartbeat, and the drives stop on the consumer time. Above the loop it takes the CPU when
+    due (a few tens of us every ``heartbeat_ms``). The kernel's broadcast manager (SocketCAN) has
+    no thread: nothing to do."""
+    thread = getattr(task, "thread", None)
+    tid = getattr(thread, "native_id", None)
+    if tid is None:
+        return "no thread (the interface sends the heartbeat itself)"
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_FIFO:
+            return "inherited (the caller is not SCHED_FIFO)"
+        prio = min(os.sched_getparam(0).sched_priority + 1, os.sched_get_priority_max(os.SCHED_FIFO))
+        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(prio))
+    except (OSError, AttributeError) as e:
+        return f"not changed: {e}"
+    return f"SCHED_FIFO {prio} (one above the caller)"
 
 
 def _frame_bits(n_bytes: int) -> int:
@@ -121,6 +145,7 @@ class CiA402Drives(Drives):
                       for n in self.node_ids]
         self._bus: can.BusABC | None = None
         self._heartbeat: can.broadcastmanager.CyclicSendTaskABC | None = None
+        self.heartbeat_scheduling = "not started"
         self._network: canopen.Network | None = None
         self._nodes: list[canopen.RemoteNode] = []
         self._cyclic = False  # configured and enabled: the cyclic path owns the bus
@@ -130,7 +155,8 @@ class CiA402Drives(Drives):
     def describe(self) -> dict:
         return {"backend": self.backend, "interface": self.interface, "channel": self.channel,
                 "bitrate": self.bitrate, "node_ids": self.node_ids, "bus_load": self.bus_load,
-                "bus_options": self.bus_options, "drive_watchdog": self.watchdog_text()}
+                "bus_options": self.bus_options, "drive_watchdog": self.watchdog_text(),
+                "heartbeat_thread": self.heartbeat_scheduling}
 
     def watchdog_text(self) -> str:
         """The drive-side safety net in use, one line (for the run summary and log header)."""
@@ -224,6 +250,7 @@ class CiA402Drives(Drives):
             self._heartbeat = self._bus.send_periodic(msg, self.heartbeat_ms / 1000.0)
         except (can.CanError, OSError, ValueError, NotImplementedError) as e:
             raise DriveError(f"CAN interface {self.interface!r}: cannot send the master heartbeat: {e}") from None
+        self.heartbeat_scheduling = heartbeat_above_caller(self._heartbeat)
 
     def _configure_watchdog(self, node) -> None:
         """Heartbeat consumer (0x1016 sub 1, through 0) and abort connection option (0x6007)."""

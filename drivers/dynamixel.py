@@ -10,7 +10,8 @@ older one, which would otherwise pass for fresh feedback on a line that delivers
 
 Failures: missing, corrupted or late answers are asked again (a Read or Sync Read of the
 missing servos, ``retries`` rounds within the cycle); an axis still without an answer is
-carried on at its last velocity and the feedback is not fresh. ``fail_cycles`` incomplete
+carried on at its last velocity and the feedback is not fresh (answers to older requests are
+dropped and counted, never used). ``fail_cycles`` incomplete
 cycles in a row, or late answers in ``fail_cycles`` of the last 2 ``fail_cycles`` cycles, are a
 fault; so is a status error, a hardware alert (with the Hardware Error Status as the reason)
 and implausible feedback (position beyond the limits plus ``position_margin``, velocity
@@ -69,6 +70,7 @@ FEEDBACK_LEN = 16
 FEEDBACK_FMT = "<HBBhhii"
 STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with the block, unstuffed
 TICK_WRAP = 32768.0  # ms
+TICK_MS = 1.0  # resolution of the Realtime Tick (ms): a stamp is up to this much before the instant
 READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
 # READ_SLICES_WORST (pkrt.rt.schema) = 1 + 1 / READ_SLICES timeouts
 SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
@@ -115,7 +117,10 @@ class DynamixelDrives(Drives):
         self._sync_read = dxp.sync_read(st.ids, FEEDBACK_ADDR, FEEDBACK_LEN)
         self._reads = {i: dxp.read(i, FEEDBACK_ADDR, FEEDBACK_LEN) for i in st.ids}
         self._lag0: list[float | None] = [None] * s  # first servo-minus-host clock lag (ms)
-        self._lag_min = [0.0] * s  # lower envelope of the accepted lags, relative to _lag0
+        # lower envelope of the accepted lags, relative to _lag0; it starts one tick below the
+        # first lag, whose stamp may sit anywhere in its 1 ms bin (a timeout under a tick, as
+        # at 1 kHz, otherwise calls the next fresh answers that fall lower in their bin late)
+        self._lag_min = [-TICK_MS] * s
         self.current = np.zeros(s)  # Present Current of the last fresh read, A
         self._got = [False] * s
         self._want: dict = dict.fromkeys(st.ids)  # this cycle's answers (id -> packet or None)
@@ -395,7 +400,11 @@ class DynamixelDrives(Drives):
                 fb.velocity[i] = self._k_vel[i] * vel
                 self.current[i] = cur * st.current_unit[i]
         complete = all(got)
-        fb.fresh = complete and not late
+        # the answers kept are this cycle's request's (Realtime Tick checked): fresh when all
+        # came. Answers to older requests (drained, or seen in the window) count in the late
+        # history below; they used to spoil a complete cycle too, so one transaction delayed
+        # 2 ms made 3 cycles without fresh feedback at 1 kHz (the timeout and the leftovers)
+        fb.fresh = complete
         fb.stamp = t
         # late answers in fail_cycles of the last 2 fail_cycles cycles: the line delivers late;
         # incomplete feedback in fail_cycles cycles in a row: the servos do not answer

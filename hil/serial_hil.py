@@ -20,17 +20,19 @@ from pkrt.rt.errors import UserError
 
 from .can_hil import emulator_cpu, reference_for
 from .dynamixel_emulator import FAULT_KINDS
-from .dynamixel_emulator import FAULT_KINDS
-from .result import HilResult, cycles_run_between, hil_result
 from .process import EmulatorProcess as _Process
+from .result import HilResult, cycles_run_between, hil_result
+
 
 class EmulatorProcess(_Process):
     """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty."""
 
     def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float,
-                 cpu: int = -1):
+                 cpu: int = -1, priority: int | None = None):
         cmd = [sys.executable, "-m", "pkrt.hil.dynamixel_emulator", "--machine", machine_path,
                "--rate", repr(float(rate_hz)), "--cpu", str(int(cpu))]
+        if priority is not None:  # else the configuration's [emulator] priority
+            cmd += ["--priority", str(int(priority))]
         if fault is not None:
             cmd += ["--fault", fault]
         if inject_cycle is not None:

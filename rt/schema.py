@@ -450,8 +450,9 @@ class DynamixelSettings:
                             unit="pulses")
     current_limit: np.ndarray = spec(AXES, "Goal Current clamp", 2047.0, unit="LSB", lo=1.0, hi=32767.0,
                                      integer=True)
-    timeout: float = spec(NUMBER, "per transaction; 1.25 timeout (1 + retries) must fit a period", 0.002,
-                          unit="s", lo=0.0, lo_open=True, hi=1.0)
+    timeout: float = spec(NUMBER, "per transaction; 1.25 timeout (1 + retries) must fit a period (default "
+                          "0.6 period: no retry fits)", unit="s", lo=0.0, lo_open=True, hi=1.0,
+                          derive=lambda values, ctx: 0.6 / ctx.rate_hz)
     retries: int = spec(INTEGER, "extra attempts within a cycle for missing or corrupt answers", 1, lo=0)
     fail_cycles: int = spec(INTEGER, "cycles in a row without full feedback: fault", 2, lo=1)
     position_margin: float = spec(NUMBER, "beyond the position limits still plausible feedback", 0.05,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveConfigError, DriveError
-from pkrt.drivers.cia402 import CiA402Drives
+from pkrt.drivers.cia402 import CiA402Drives, heartbeat_above_caller
 from pkrt.drivers.dynamixel import DynamixelDrives, load_settings
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
@@ -135,6 +136,51 @@ def test_configuration_frames_byte_exact(can_config, plant, over, entry, abort, 
     assert em.abort_code == [code] * 3
     ms = over.get("consumer_timeout_ms", 50)
     assert all(c is not None and c[0] == cob - 0x700 and abs(c[1] - ms / 1000) < 1e-9 for c in em.hb_consumer)
+
+
+def _fifo_permitted() -> bool:
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (PermissionError, OSError, AttributeError):
+        return False
+    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    return True
+
+
+@pytest.mark.skipif(not _fifo_permitted(), reason="SCHED_FIFO not permitted here")
+def test_heartbeat_thread_runs_above_a_fifo_loop_that_never_sleeps():
+    """python-can's periodic send thread inherits its creator's SCHED_FIFO priority and CPU. A
+    loop at that priority that polls its TPDO window without sleeping then silences the
+    heartbeat (SCHED_FIFO does not share a CPU among equals): the drives stop on the consumer
+    time. One priority above the loop (``heartbeat_above_caller``) it keeps its period."""
+    ch = f"hb-fifo-{next(_ch)}"
+    bus, sniff = can.Bus(interface="virtual", channel=ch), can.Bus(interface="virtual", channel=ch)
+    msg = can.Message(arbitration_id=0x77F, data=b"\x05", is_extended_id=False)
+    affinity, interval = os.sched_getaffinity(0), sys.getswitchinterval()
+    counts, what = {}, {}
+    try:
+        os.sched_setaffinity(0, {min(affinity)})
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+        sys.setswitchinterval(50e-6)  # as the loop sets it (rt/loop.py)
+        for above in (False, True):
+            task = bus.send_periodic(msg, 0.01)
+            what[above] = heartbeat_above_caller(task) if above else "inherited"
+            time.sleep(0.02)  # the thread starts and sends its first frame
+            drain(sniff)
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:  # the loop's busy part, never sleeping
+                pass
+            counts[above] = sum(1 for _, cid, _ in drain(sniff) if cid == 0x77F)
+            task.stop()
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.sched_setaffinity(0, affinity)
+        sys.setswitchinterval(interval)
+        bus.shutdown()
+        sniff.shutdown()
+    assert what[True] == "SCHED_FIFO 51 (one above the caller)"
+    assert counts[False] <= 1, counts  # held off for the whole 0.3 s
+    assert counts[True] >= 15, counts  # about 30 at 10 ms (loose: a loaded machine)
 
 
 def test_heartbeat_off_writes_no_consumer_and_sends_no_heartbeat(can_config, plant):

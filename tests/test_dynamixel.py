@@ -4,10 +4,12 @@ servo emulator over a real pseudo-terminal."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -193,7 +195,11 @@ def test_status_stream_round_trip_with_garbage_between(items, chunk):
 
 @pytest.fixture(scope="module")
 def config():
-    return load_machine("orthoglide-serial")
+    """The shipped servos at 100 Hz with a 3 ms timeout and one retry: the protocol tests below
+    exercise retries, for which the shipped 1 kHz period leaves no room (retries = 0 there)."""
+    shipped = load_machine("orthoglide-serial")
+    raw = {**shipped.raw, "drives": {**shipped.raw["drives"], "timeout": 0.003, "retries": 1}}
+    return dataclasses.replace(shipped, rate_hz=100.0, raw=raw).with_drives()
 
 
 def test_settings_and_unit_factors(config):
@@ -500,3 +506,40 @@ def test_wall_clock_plant_moves_between_messages(drives, emulator):
         assert z0 <= z1 < z2 and z2 - z0 > 1e-3 and z2 - z1 > 5 * (z1 - z0)
     finally:
         emu.clock = "cycle"
+
+
+def test_fresh_answers_low_in_their_tick_bin_are_not_late():
+    """The Realtime Tick counts whole ms: at 1 kHz (timeout 0.6 ms, under a tick) a fresh answer
+    stamped low in its 1 ms bin after a first one stamped high in its bin was called late (three
+    such cycles stopped a run at its 3rd-4th cycle); a stamp older than the request by more than
+    a tick plus the timeout still is."""
+    shipped = load_machine("orthoglide-serial")
+    assert shipped.rate_hz == 1000.0 and shipped.drives.timeout < 1e-3
+    d = DynamixelDrives.from_config(shipped, {"port": "loop://"})
+    # servo clock = host clock + 0.05 ms of handling; tick = whole ms of the servo clock
+    for t_ms in (1000.0, 1000.9, 1001.92, 1002.5, 1003.97):
+        assert not d._stale(0, int(t_ms + 0.05), t_ms), t_ms
+    assert d._stale(0, 1002, 1004.9)  # stamped 2.9 ms before this request went out: an old answer
+    assert not d._stale(1, 5000, 5000.0) and d._stale(1, 4997, 5000.5)
+
+
+@pytest.mark.realtime
+def test_leftovers_of_an_older_request_are_counted_not_spoiling_a_complete_cycle(drives):
+    """Answers to an older request still in the line (a delayed transaction) are dropped and
+    counted as late; this cycle's own answers, all there and Realtime-Tick fresh, are fresh
+    feedback (they were discarded with the leftovers: one delayed transaction then made three
+    cycles without fresh feedback at 1 kHz and stopped the run)."""
+    drives.configure()
+    drives.enable()
+
+    def attempt():
+        drives.read(0.0)
+        before = drives.stats["late_answers"]
+        drives._send(drives._sync_read)  # a request whose answers nobody waits for
+        time.sleep(0.05)  # its 3 answers arrive: leftovers for the next read
+        fb = drives.read(0.001)
+        return fb.fresh, drives.stats["late_answers"] - before, dict(drives.stats)
+
+    fresh, late, stats = repeat(attempt, lambda r: r[2]["timeouts"] > 0)  # a stall timed the read out
+    assert late == 3, stats
+    assert fresh, stats

@@ -108,7 +108,8 @@ def test_can_hil_with_the_emulator_in_its_own_process():
             "from pkrt.rt.cli.reference import plan_reference; "
             "r = run_can_hil('orthoglide-can', duration=1.0, interface='udp_multicast', reference=plan_reference); "
             "print(json.dumps({'fault': r['fault'], 'cycles': r['cycles'], 'overruns': r['overruns'], "
-            "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator')}, "
+            "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator', "
+            "'realtime')}, "
             "'imported': 'pkrt.hil.cia402_emulator' in sys.modules}))")
 
     def run():
@@ -129,6 +130,8 @@ def test_can_hil_with_the_emulator_in_its_own_process():
     assert h["emulator_process"] and h["interface"] == "udp_multicast" and h["driver"]["bus_options"]["port"] > 0
     assert h["emulator_error"] is None and h["emulator"]["heartbeat_events"] == []
     assert h["driver"]["syncs"] == r["cycles"] and h["emulator"]["cycles"] == h["driver"]["syncs"]
+    if h["realtime"]["sched_fifo"] == "applied (priority 80)":  # the heartbeat thread above the loop
+        assert h["driver"]["heartbeat_thread"] == "SCHED_FIFO 81 (one above the caller)"
 
 
 def test_pkrt_hil_interface_is_for_can_only():

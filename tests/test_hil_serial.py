@@ -96,7 +96,7 @@ def test_bus_off_is_not_a_serial_fault():
 
 def test_pkrt_run_on_the_emulator_port(emulator, capsys, tmp_path):
     def run():
-        emulator.arm(None, None, 100.0)
+        emulator.arm(None, None, serial_config(MACHINE, None).rate_hz)
         rc = main(["run", "--machine", MACHINE, "--port", emulator.port, "--duration", "0.5", "--json",
                    "--no-log"])
         cap = capsys.readouterr()
@@ -128,7 +128,7 @@ def test_pkrt_hil_cli_with_a_bad_port_reports_one_line(capsys):
     (("fault_period = 1 ", "fault_period = 0 "), "fault_period"),
     (("delay = 0.02 ", 'delay = "x" '), "delay"),
     (('clock = "cycle" ', 'clock = "bogus" '), "clock"),
-    (("priority = 10 ", 'priority = "x" '), "priority"),
+    (("priority = 70 ", 'priority = "x" '), "priority"),
 ])
 def test_bad_emulator_settings_refused_before_starting_anything(edit, field, tmp_path):
     """A bad [emulator] value gave a traceback (inject_after) or 'servo emulator did not start'

@@ -8,12 +8,16 @@ import json
 import os
 import signal
 import sys
+import time
 
 import pytest
 
+from pkrt.hil.can_hil import emulator_cpu
 from pkrt.hil.serial_hil import EmulatorProcess, serial_config
 from pkrt.rt.logfile import read_log
 from tests.processes import child, stop, wait_until
+
+from .realtime import repeat, timing_fault
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
 
@@ -23,34 +27,45 @@ MACHINE = "orthoglide-serial"
 @pytest.fixture(scope="module")
 def emulator():
     config = serial_config(MACHINE, None)
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz)
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz, emulator_cpu(config.realtime.cpu))
     yield emu
     emu.stop()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGQUIT], ids=lambda s: signal.Signals(s).name)
 def test_signal_takes_the_servos_torque_off_within_3_cycles(emulator, tmp_path, sig):
+    """Measured on the monotonic clock both processes share: from just before the signal is
+    sent to the emulator's first period without torque (at 1 kHz, 3 cycles are 3 ms: the
+    emulator's cycle count read before the signal would already be late by the test's own
+    scheduling). A run a stall stopped first, or one with overruns, is repeated."""
     rate = serial_config(MACHINE, None).rate_hz
     log = tmp_path / "hil.pktlog"
-    for _ in range(3):  # a run on this loaded machine may stop on its own first (stale feedback): again
+    name = signal.Signals(sig).name
+
+    def run() -> dict:
         emulator.arm(None, None, rate)
         with child([sys.executable, "-m", "pkrt.rt.cli", "run", "--machine", MACHINE, "--port", emulator.port,
                     "--duration", "20", "--log", str(log), "--json"]) as proc:
             running = wait_until(proc, lambda: emulator.report()["cycles"] >= 50)  # running, torque on
-            at_signal = emulator.report()["cycles"]
+            sent = time.monotonic()
             out, err = stop(proc, sig if running else None)
-        if running:
-            break
-    assert running, err
-    rep = emulator.report()
-    name = signal.Signals(sig).name
-    print(f"\n{name} after emulator cycle {at_signal}: torque off at emulator cycle {rep['torque_off_cycle']}")
+        summary = json.loads(out) if out.strip() else {}
+        return {"running": running, "sent": sent, "out": out, "err": err, "summary": summary,
+                "returncode": proc.returncode, "rep": emulator.report()}
+
+    def stalled(r: dict) -> bool:
+        s = r["summary"]
+        return not r["running"] or s.get("overruns", 0) > 0 or timing_fault(s.get("fault"), name)
+
+    r = repeat(run, stalled)
+    rep, summary, err = r["rep"], r["summary"], r["err"]
+    off_ms = None if rep["torque_off_at"] is None else (rep["torque_off_at"] - r["sent"]) * 1e3
+    print(f"\n{name}: torque off {off_ms} ms after the signal was sent, emulator cycle {rep['torque_off_cycle']}")
     assert rep["torque_off_cycle"] is not None, rep  # every servo's torque off, seen by the servos
-    assert 0 <= rep["torque_off_cycle"] - at_signal <= 3
+    assert 0.0 <= off_ms <= 3 * 1e3 / rate, off_ms
     assert rep["nonzero_after_off"] == 0 and rep["cycles"] == rep["torque_off_cycle"]
-    assert proc.returncode == 1 and err.strip().splitlines() == [
-        f"pkrt: error: run stopped at cycle {json.loads(out)['fault_cycle']}: stopped by signal {name}"]
-    summary = json.loads(out)
+    assert r["returncode"] == 1 and err.strip().splitlines() == [
+        f"pkrt: error: run stopped at cycle {summary['fault_cycle']}: stopped by signal {name}"]
     assert summary["cycles"] == rep["cycles"]  # every cycle run reached the servos
     lg = read_log(log)
     assert not lg.truncated and lg.problems == [] and lg.n_cycles == summary["cycles"]

@@ -216,10 +216,10 @@ def run_hil_1khz(bus: str, duration: float = 5.0) -> dict:
     it (controller + loop overhead, the drivers' time taken out)."""
     if bus == "can":
         r = run_can_hil("orthoglide-can", duration=duration, reference=plan_reference)
-        h = r["hil"]
-        extra = {"late_frames": h["late_frames"], "emulator_response_us": h["emulator_response_us"],
-                 "emulator_cpu_us_per_cycle": h["emulator_cpu_us_per_cycle"],
-                 "emulator_scheduling": h["emulator_scheduling"]}
+        d, e = r["driver"], r["emulator"]
+        extra = {"late_frames": d["late_frames"], "heartbeat_thread": d.get("heartbeat_thread"),
+                 "emulator_response_us": e["response_us"], "emulator_cpu_us_per_cycle": e["cpu_us_per_cycle"],
+                 "sync_wait_us_max": e.get("sync_wait_us_max"), "emulator_scheduling": e["scheduling"]}
     else:
         from pkrt.hil.serial_hil import run_serial_hil
 

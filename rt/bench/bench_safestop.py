@@ -110,8 +110,11 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
 
     sniffer = None
     if bus == "serial":
-        drives = {} if watchdog_ms is None else {"bus_watchdog_ms": str(watchdog_ms)}
-        path = machine_copy(directory, "orthoglide-serial", {"drives": drives})
+        # at 100 Hz as the CAN run below (the shipped 1 kHz leaves the line no retry)
+        drives = {"timeout": "0.003", "retries": "1"}
+        if watchdog_ms is not None:
+            drives["bus_watchdog_ms"] = str(watchdog_ms)
+        path = machine_copy(directory, "orthoglide-serial", {"machine": {"rate_hz": "100.0"}, "drives": drives})
         emu = EmulatorProcess(path, None, None, 100.0)
         extra = ["--port", emu.port]
     else:

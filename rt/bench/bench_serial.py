@@ -4,7 +4,8 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
   round_trip      read() + write() against the servo emulator in another process: Sync Read
                   out, 3 status packets back (the emulator parses, answers), Sync Write of Goal
                   Current out. Back to back, and paced at ``rate_hz`` (the emulator sleeps
-                  between cycles, so each cycle pays two process wake-ups).
+                  between cycles, so each cycle pays two process wake-ups); unprioritised,
+                  then this thread at SCHED_FIFO 80 and the emulator at 70 on the other CPU.
   encode_decode   the same without the line: pack the Sync Write (CRC), parse 3 status packets
                   (CRC, unstuffing), unpack and scale to SI.
   emulator        the emulator's own handling of one Sync Read + Sync Write (plant step
@@ -16,6 +17,7 @@ Run: ``.venv/bin/python -m pkrt.rt.bench.bench_serial [--cycles N]``; ``pkrt ben
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import struct
@@ -24,6 +26,7 @@ import time
 import numpy as np
 
 from pkrt.drivers import dynamixel_protocol as dxp
+from pkrt.drivers.base import DriveError
 from pkrt.drivers.dynamixel import FEEDBACK_ADDR, FEEDBACK_FMT, FEEDBACK_LEN, DynamixelDrives
 from pkrt.hil.dynamixel_emulator import build
 from pkrt.hil.serial_hil import EmulatorProcess, serial_config
@@ -42,14 +45,23 @@ def _hold(fb) -> np.ndarray:
     return 200.0 * (-0.1 - fb.position) - 20.0 * fb.velocity + np.array([0.0, 0.0, 60.0])
 
 
-def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
-    """The figures above over ``cycles`` cycles (``cycles // 4`` paced at ``rate_hz``), and one
-    HIL run at the machine's rate (``hil_1khz``)."""
-    from .bench_can import run_hil_1khz
+def _round_trips(config, cycles: int, rate_hz: float, prio: int) -> dict:
+    """Back-to-back and paced (``rate_hz``) round trips against an emulator process; ``prio`` 0:
+    unprioritised, P > 0: this thread at SCHED_FIFO P on the machine's ``[realtime]`` CPU, the
+    emulator at SCHED_FIFO P - 10 on another CPU (each reported applied or not)."""
+    from pkrt.hil.can_hil import emulator_cpu
+    from pkrt.rt.loop import apply_realtime, restore_realtime
 
-    config = serial_config(MACHINE, None)
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz)
-    drives = DynamixelDrives.from_config(config, {"port": emu.port})
+    cpu = config.realtime.cpu if prio else -1
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, rate_hz, emulator_cpu(cpu), max(prio - 10, 0))
+    # a lenient driver (5 ms, no fault on misses) so the distribution is measured, not cut at
+    # the machine's timeout: ``over_timeout`` counts the paced round trips beyond it
+    lenient = dataclasses.replace(config, rate_hz=100.0)
+    drives = DynamixelDrives.from_config(lenient, {"port": emu.port, "timeout": 0.005, "retries": 0,
+                                                   "fail_cycles": 10 ** 6})
+    sched = apply_realtime(prio, cpu, mlockall=bool(prio), gc_freeze=False) if prio else {}
+    back, paced, fault = [], [], None
+    period = 1.0 / rate_hz
     try:
         drives.configure()
         drives.enable()
@@ -57,28 +69,53 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
         for _ in range(50):  # warm-up
             drives.read(0.0)
             drives.write(_hold(fb))
-        back = np.empty(cycles)
         for k in range(cycles):
-            t0 = time.perf_counter()
-            fb = drives.read(k * 0.001)
-            drives.write(_hold(fb))
-            back[k] = time.perf_counter() - t0
-        n_paced = max(cycles // 4, 10)
-        paced = np.empty(n_paced)
-        period = 1.0 / rate_hz
-        t_next = time.perf_counter()
-        for k in range(n_paced):
-            t_next += period
-            while time.perf_counter() < t_next:
-                time.sleep(max(0.0, t_next - time.perf_counter() - 2e-4))
             t0 = time.perf_counter()
             fb = drives.read(k * period)
             drives.write(_hold(fb))
-            paced[k] = time.perf_counter() - t0
-        stats = drives.info()
+            back.append(time.perf_counter() - t0)
+        t_next = time.perf_counter()
+        for k in range(cycles):
+            t_next += period
+            rest = t_next - time.perf_counter() - 1.5e-4
+            if rest > 0:
+                time.sleep(rest)
+            while time.perf_counter() < t_next:
+                pass
+            t0 = time.perf_counter()
+            fb = drives.read(k * period)
+            drives.write(_hold(fb))
+            paced.append(time.perf_counter() - t0)
+    except DriveError as e:  # e.g. the line stalled past the write timeout: what was measured stands
+        fault = str(e)
     finally:
+        stats = drives.info()
         drives.close()
+        if sched:
+            restore_realtime(sched)
         report = emu.stop()
+    back, paced = np.array(back), np.array(paced)
+    return {"master": sched.get("sched_fifo", "not requested"), "emulator": (report.get("scheduling") or {}).get("sched_fifo"),
+            "round_trip_back_to_back_us": _stats(back) if len(back) else None,
+            "round_trip_paced_us": _stats(paced) if len(paced) else None, "fault": fault,
+            "paced_over_timeout": int(np.sum(paced > config.drives.timeout)),
+            "back_to_back_over_timeout": int(np.sum(back > config.drives.timeout)),
+            "timeouts": stats["timeouts"], "late_answers": stats["late_answers"], "low_latency": stats["low_latency"],
+            "emulator_cycles": report.get("cycles")}
+
+
+def run_serial_bench(cycles: int = 2000, rate_hz: float | None = None, priorities: tuple = (0, 80)) -> dict:
+    """The figures above over ``cycles`` cycles, paced at ``rate_hz`` (default: the machine's,
+    1 kHz), once unprioritised and once at SCHED_FIFO (``priorities``), and one HIL run at the
+    machine's rate (``hil_1khz``). The pty's data is moved by the kernel's workers (normal
+    priority) whatever the two processes' priorities."""
+    from .bench_can import run_hil_1khz
+
+    config = serial_config(MACHINE, None)
+    rate_hz = rate_hz or config.rate_hz
+    line = {("unprioritised" if not p else f"sched_fifo_{p}"): _round_trips(config, cycles, rate_hz, p)
+            for p in priorities}
+    drives = DynamixelDrives.from_config(config, {"port": "loop://"})
 
     # encode/decode only: the same bytes, no line
     answers = b"".join(dxp.status(i, 0, struct.pack(FEEDBACK_FMT, 1000 + i, 0, 0, 0, 12, 345, -10240))
@@ -115,20 +152,17 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float = 250.0) -> dict:
 
     return {
         "servos": len(ids), "port": "pty to the emulator process", "rate_hz_paced": rate_hz,
-        "round_trip_back_to_back_us": _stats(back), "round_trip_paced_us": _stats(paced),
+        "timeout_us": config.drives.timeout * 1e6, **line,
         "encode_decode_us": _stats(codec), "emulator_us": _stats(emu_t),
         "bytes_per_cycle": {"out": len(sw) + len(sr), "in": len(answers)},
-        "timeouts": stats["timeouts"], "retries": stats["retries"], "crc_errors": stats["crc_errors"],
-        "late_answers": stats["late_answers"], "low_latency": stats["low_latency"],
-        "emulator_cycles": report.get("cycles"),
-        "hil_1khz": run_hil_1khz("serial"),
+        "hil_1khz": run_hil_1khz("serial"), "load_avg": os.getloadavg(),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", type=int, default=2000)
-    ap.add_argument("--rate", type=float, default=250.0)
+    ap.add_argument("--rate", type=float, help="paced rate in Hz (default: the machine's)")
     a = ap.parse_args()
     print(json.dumps(run_serial_bench(a.cycles, a.rate), indent=1))
 
