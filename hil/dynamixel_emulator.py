@@ -8,9 +8,11 @@ Read, Write, Sync Read and Sync Write for its servos, each with an X-series cont
 Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
 of a lockstep simulation whatever the jitter of the messages; periods the loop skipped after
-an overrun are added under the old currents before the next read is answered (or write
-applied), counted on the wall clock on a period grid anchored at the earliest-arriving read
-(write). ``wall`` advances it to the present wall-clock time before each Read / Sync Read is
+an overrun are added under the old currents before the next write is applied, counted on the
+wall clock on a period grid anchored at the earliest-arriving write. A write that the pty
+delivers more than a period late looks like a skip; the next write then lands in the same
+period and undoes it (the plant holds for that write), so message jitter never leaves the
+plant ahead of the loop (at 1 kHz the pty's delivery delay reaches a period: p99 0.9 ms). ``wall`` advances it to the present wall-clock time before each Read / Sync Read is
 answered and before each Goal Current write takes effect (torques piecewise constant in
 between), so message jitter shows up as motion. In both, a holding brake keeps the machine
 still while every servo's torque is off, and releases at the first Goal Current write after
@@ -201,10 +203,12 @@ class DynamixelEmulator:
         self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
         self.brake = True  # holding brake engaged: the plant does not move
-        self._t0 = {"read": None, "write": None}  # cycle clock: grid origins (earliest arrivals)
+        self._t0: float | None = None  # cycle clock: the writes' period grid origin (earliest arrival)
         self._k_plant = 0  # cycle clock: the plant is at the start of this period
+        self._unconfirmed = 0  # cycle clock: skips not yet confirmed by a write on the new phase
         self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
-        self.skips: list = []  # (cycle, "read"/"write", periods, phase) of the first 20 skips
+        self.late_writes = 0  # cycle clock: skips undone (a write delivered over a period late)
+        self.skips: list = []  # (cycle, periods, phase) of the first 20 skips
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.max_gap = 0.0  # s, longest silence on the line while cycling (a stall of either end)
         self._last_rx: float | None = None
@@ -234,12 +238,10 @@ class DynamixelEmulator:
             struct.pack_into("<h", t, 126, cur)
 
     def _catch_up(self, now: float) -> None:
-        """Before answering a read: the plant moves to the present (wall clock) or through
-        the loop periods skipped since the last write (cycle clock)."""
+        """Before answering a read: the plant moves to the present (wall clock; the cycle
+        clock moves it at writes only)."""
         if self.clock == "wall":
             self._advance(now)
-        elif not self.brake:
-            self._advance(now, self._skipped(now, "read") * self.dt)
 
     def _tick(self, now: float) -> None:
         """Realtime Tick (ms, wraps at 32768) and Moving of every servo at time ``now``."""
@@ -270,24 +272,32 @@ class DynamixelEmulator:
                 self.plant.step(self._tau, dt / n)
         self._update_present()
 
-    def _skipped(self, now: float, kind: str) -> int:
-        """Cycle clock: loop periods skipped before this ``kind`` ("read" or "write") of
-        instruction, on a grid anchored at the earliest-arriving one of that kind (reads come
-        early in a cycle, writes later). 0 normally."""
-        t0 = self._t0[kind]
-        if t0 is None:
-            self._t0[kind] = now - self._k_plant * self.dt
+    def _periods_at_write(self, now: float) -> int:
+        """Cycle clock, at a Goal Current write: the periods the loop skipped before it (added
+        under the old currents), 0 normally, or -1 when the plant is already past this write's
+        period (an earlier write arrived over a period late and was taken for a skip: undone,
+        the plant holds for this write). Grid anchored at the earliest-arriving write."""
+        if self._t0 is None:
+            self._t0 = now - self._k_plant * self.dt
             return 0
-        k = math.floor((now - t0) / self.dt)
-        if k < self._k_plant:  # earlier than any so far: re-anchor the grid here
-            self._t0[kind] = now - self._k_plant * self.dt
+        k = math.floor((now - self._t0) / self.dt + 1e-6)  # an arrival on the anchor's phase: its period
+        d = k - self._k_plant
+        if d > 0:
+            self._unconfirmed += d
+            self.skipped_periods += d
+            if len(self.skips) < 20:
+                self.skips.append((self.cycles, d, round((now - self._t0) / self.dt - self._k_plant, 3)))
+            return d
+        if d == 0:
+            self._unconfirmed = 0
             return 0
-        skipped = k - self._k_plant
-        if skipped and len(self.skips) < 20:
-            self.skips.append((self.cycles, kind, skipped, round((now - t0) / self.dt - self._k_plant, 3)))
-        self._k_plant = k
-        self.skipped_periods += skipped
-        return skipped
+        if self._unconfirmed > 0:  # two writes in one period: the last skip was a late write
+            self._unconfirmed -= 1
+            self.skipped_periods -= 1
+            self.late_writes += 1
+            return -1
+        self._t0 = now - self._k_plant * self.dt  # the grid's origin was a late arrival: re-anchor
+        return 0
 
     # -- faults -------------------------------------------------------------------------------
     def _activate(self) -> None:
@@ -408,17 +418,22 @@ class DynamixelEmulator:
             goal = addr == ADDR_GOAL_CURRENT and n == 2
             if self.clock == "wall":
                 self._advance(now)  # the old currents act up to now
-            elif goal and not self.brake:
-                self._advance(now, self._skipped(now, "write") * self.dt)  # periods the loop skipped
+            hold = False
+            if goal and not self.brake and self.clock == "cycle":
+                skipped = self._periods_at_write(now)
+                hold = skipped < 0
+                self._advance(now, max(skipped, 0) * self.dt)  # periods the loop skipped
+                self._k_plant += max(skipped, 0)
             for k in range(4, len(p), n + 1):
                 if p[k] in self.servos:
                     self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
             if goal and any(sv.torque for sv in self.servos.values()):
                 if self.brake:
                     self.brake = False
-                    self._t0 = {"read": None, "write": now}
+                    self._t0 = now
                     self._k_plant = 0
-                if self.clock == "cycle":
+                    self._unconfirmed = 0
+                if self.clock == "cycle" and not hold:
                     self._advance(now, self.dt)
                     self._k_plant += 1
                 self.cycles += 1
@@ -436,7 +451,7 @@ class DynamixelEmulator:
                     torque_on=[sv.applies_torque for sv in self.servos.values()], torque_off_at=self.torque_off_at,
                     bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
                     watchdog_trips=list(self.watchdog_trips),
-                    clock=self.clock, skipped_periods=self.skipped_periods, skips=self.skips,
+                    clock=self.clock, skipped_periods=self.skipped_periods, late_writes=self.late_writes, skips=self.skips,
                     max_gap_us=round(self.max_gap * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],

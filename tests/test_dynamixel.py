@@ -543,3 +543,31 @@ def test_leftovers_of_an_older_request_are_counted_not_spoiling_a_complete_cycle
     fresh, late, stats = repeat(attempt, lambda r: r[2]["timeouts"] > 0)  # a stall timed the read out
     assert late == 3, stats
     assert fresh, stats
+
+
+def test_cycle_clock_undoes_a_skip_that_was_a_late_write(emulator):
+    """Cycle clock: writes on a 1 ms grid; one delivered 1.3 ms late looks like a skipped
+    period, the next one lands in the same period and undoes it, so the plant ends on the
+    loop's period count (a late write used to leave it a period ahead for good); a real skip
+    (the loop's overrun: no write for a period) stays counted."""
+    emu = emulator.emu
+    emu.dt = 1e-3
+    emu._t0, emu._k_plant = None, 0
+    steps = []
+
+    def write(now):  # the plant's period accounting of one Goal Current write
+        d = emu._periods_at_write(now)
+        emu._k_plant += max(d, 0) + (d >= 0)
+        steps.append(d)
+
+    for k in range(5):
+        write(10.0 + k * 1e-3 + 2e-4)
+    write(10.0 + 5e-3 + 1.5e-3)  # cycle 5's write 1.3 ms late: in period 6
+    write(10.0 + 6e-3 + 2e-4)  # cycle 6's, on time: the same period
+    write(10.0 + 7e-3 + 2e-4)
+    assert steps == [0, 0, 0, 0, 0, 1, -1, 0] and emu._k_plant == 8
+    assert (emu.skipped_periods, emu.late_writes) == (0, 1)
+    write(10.0 + 9e-3 + 2e-4)  # the loop skipped cycle 8 (an overrun)
+    write(10.0 + 10e-3 + 2e-4)
+    assert steps[-2:] == [1, 0], (steps, emu._k_plant, emu._t0)
+    assert emu._k_plant == 11 and emu.skipped_periods == 1
