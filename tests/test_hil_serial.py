@@ -144,3 +144,22 @@ def test_bad_emulator_settings_refused_before_starting_anything(edit, field, tmp
     path.write_text(text.replace(edit[0], edit[1]))
     with pytest.raises(UserError, match=rf"serial.toml: \[emulator\], field '{field}'"):
         run_serial_hil(str(path), fault="drop", duration=0.2)
+
+
+@pytest.mark.parametrize("machine", ["delta-serial", "hexapod-serial"])
+@pytest.mark.parametrize("kind", ["drop", "drive-fault"])
+def test_delta_and_hexapod_faults_detected_within_3_cycles(machine, kind):
+    """The Delta (three rotary servos) and the hexapod (six servos on one line) at 1 kHz: the
+    same detection and torque-off bound, with their own emulator process."""
+    config = serial_config(machine, None)
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz, emulator_cpu(config.realtime.cpu))
+    try:
+        r = repeat(lambda: run_serial_hil(machine, fault=kind, duration=1.0, emulator=emu, reference=plan_reference),
+                   lambda r: fault_preempted(r, EXPECTED[kind]))
+    finally:
+        emu.stop()
+    assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
+    assert 0 <= r["detection_cycles"] <= 3 and 0 <= r["torque_off_cycle"] - r["fault_cycle"] <= 3, r
+    assert r["emulator"]["nonzero_after_off"] == 0
+    assert len(r["emulator"]["torque_on"]) == len(config.drives.ids) and not any(r["emulator"]["torque_on"])
+    assert len(r["emulator"]["theta"]) == len(config.drives.ids)
