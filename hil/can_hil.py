@@ -43,7 +43,7 @@ from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
-INTERFACES = ("udp_multicast", "virtual")
+INTERFACES = ("udp_pair", "udp_multicast", "virtual")
 _channels = itertools.count()
 
 
@@ -91,14 +91,16 @@ def reference_for(config, reference):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "udp_multicast", reference=None) -> HilResult:
+                interface: str = "udp_pair", reference=None) -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
     run's summary, the injection and torque-off cycles, the driver's figures (bus load, late
     TPDOs, SYNCs) and the emulator's (response time, frames, drive states)).
-    ``interface``: ``udp_multicast`` (emulator process) or ``virtual`` (emulator thread: one
-    process, one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
+    ``interface``: ``udp_pair`` (emulator process; one multicast group per direction, so no
+    end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
+    group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
+    one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
     see ``reference_for``."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
@@ -113,10 +115,15 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
     priority = table.priority
     config = dataclasses.replace(config, rate_hz=float(rate))
-    options = {}
+    options = emulator_channel = emulator_options = None
     if interface == "udp_multicast":
         channel, port = udp_channel() if channel is None else (channel, udp_channel()[1])
         options = {"port": port}
+    elif interface == "udp_pair":  # the driver listens on one group, the emulator on another
+        (channel, port), (emulator_channel, emulator_port) = udp_channel(), udp_channel()
+        options = {"port": port, "peer": f"{emulator_channel}:{emulator_port}"}
+        emulator_options = {"port": emulator_port, "peer": f"{channel}:{port}"}
+    options = options or {}
     channel = channel or f"pkrt-hil-{os.getpid()}-{next(_channels)}"
     tree = load_controller_tree(config)
     plan = plan_trajectory(config, tree, reference_for(config, reference), duration)
@@ -133,7 +140,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
         emulator.start()
     else:
-        emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface, channel, options,
+        emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
+                                      emulator_channel or channel, emulator_options or options,
                                       fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu))
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC

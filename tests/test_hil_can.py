@@ -113,16 +113,17 @@ def test_pkrt_hil_can_cli_json():
     r = repeat(run, lambda r: fault_preempted(r, "bus-off"))
     assert r["returncode"] == 0, r["stderr"]
     assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
-    assert r["interface"] == "udp_multicast" and r["emulator_process"]  # the default
+    assert r["interface"] == "udp_pair" and r["emulator_process"]  # the default
     assert r["drives"]["drive_watchdog"].startswith("master heartbeat 0x77F every 10 ms")
 
 
-def test_can_hil_with_the_emulator_in_its_own_process():
-    """Over udp_multicast the drives are another process: the controller's process never
-    imports the emulator, and every SYNC it sent was answered there."""
+@pytest.mark.parametrize("interface", ["udp_pair", "udp_multicast"])
+def test_can_hil_with_the_emulator_in_its_own_process(interface):
+    """Over udp_pair or udp_multicast the drives are another process: the controller's process
+    never imports the emulator, and every SYNC it sent was answered there."""
     code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
             "from pkrt.rt.cli.reference import plan_reference; "
-            "r = run_can_hil('orthoglide-can', duration=1.0, interface='udp_multicast', reference=plan_reference); "
+            f"r = run_can_hil('orthoglide-can', duration=1.0, interface={interface!r}, reference=plan_reference); "
             "print(json.dumps({'fault': r['fault'], 'cycles': r['cycles'], 'overruns': r['overruns'], "
             "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator', "
             "'realtime')}, "
@@ -143,7 +144,7 @@ def test_can_hil_with_the_emulator_in_its_own_process():
     assert r["fault"] is None, r["fault"]
     assert r["imported"] is False
     h = r["r"]
-    assert h["emulator_process"] and h["interface"] == "udp_multicast" and h["driver"]["bus_options"]["port"] > 0
+    assert h["emulator_process"] and h["interface"] == interface and h["driver"]["bus_options"]["port"] > 0
     assert h["emulator_error"] is None and h["emulator"]["heartbeat_events"] == []
     assert h["driver"]["syncs"] == r["cycles"] and h["emulator"]["cycles"] == h["driver"]["syncs"]
     if h["realtime"]["sched_fifo"] == "applied (priority 80)":  # the heartbeat thread above the loop

@@ -18,11 +18,12 @@ BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 
 def add_arguments_hil(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bus", choices=("can", "serial"), required=True,
-                   help="can: CiA 402 drives emulated in another process, over python-can's udp_multicast; "
+                   help="can: CiA 402 drives emulated in another process, over UDP multicast (udp_pair); "
                         "serial: Dynamixel 2.0 servos emulated in another process, over a pseudo-terminal")
-    p.add_argument("--interface", choices=("udp_multicast", "virtual"),
-                   help="CAN only: udp_multicast (default; emulator process) or virtual (emulator thread, "
-                        "in-process bus)")
+    p.add_argument("--interface", choices=("udp_pair", "udp_multicast", "virtual"),
+                   help="CAN only: udp_pair (default; emulator process, one multicast group per direction), "
+                        "udp_multicast (emulator process, one group: each end also hears its own frames) or "
+                        "virtual (emulator thread, in-process bus)")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
     p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
@@ -46,7 +47,7 @@ def run_hil(args) -> int:
     if args.bus == "can":
         from pkrt.hil.can_hil import run_can_hil as run
         machine = args.machine or "orthoglide-can"
-        kw["interface"] = args.interface or "udp_multicast"
+        kw["interface"] = args.interface or "udp_pair"
     else:
         from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
