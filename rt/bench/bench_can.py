@@ -9,8 +9,10 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
   round_trip     read() + write() against the live drive emulator (a thread in this process):
                  SYNC out, the emulator steps the plant and answers, TPDOs in, RPDOs out.
   emulator       the emulator's response to one SYNC (plant step + 6 TPDOs), for reference.
-  driver_path_udp_multicast   driver_path over udp_multicast (``pkrt hil``'s bus): each frame is
-                 a msgpack'd datagram, received through select + recvmsg.
+  driver_path_udp_pair, driver_path_udp_multicast   driver_path over udp_pair (``pkrt hil``'s
+                 bus: no end hears its own frames) and udp_multicast (every frame looped back
+                 to its sender too): each frame is a msgpack'd datagram, received through
+                 select + recvmsg.
   emulator_per_sync  the emulator's answer to one SYNC in this process, per interface, beside
                  python-can sending the same 6 frames alone: ``ours_us`` is the difference.
   hil_1khz       one 5 s ``pkrt hil --bus can`` run at 1 kHz: compute split into drivers,
@@ -90,7 +92,7 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
     # the same over udp_multicast (what `pkrt hil --bus can` uses): python-can packs every frame
     # with msgpack into one datagram, and the host loops each one back to its sender too
     for interface in INTERFACES:
-        group, opt = _channel(interface, f"{ch}-path")
+        (group, opt), peer = _channel(interface, f"{ch}-path")
         d2 = CiA402Drives.from_config(config, {"interface": interface, "channel": group, "bus_options": opt,
                                                "tpdo_timeout": 0.5 / rate_hz, "max_missed_cycles": 2})
         d2._bus = can.Bus(interface=interface, channel=group, **opt)  # enabled drives, no configuration
@@ -98,7 +100,7 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
         d2.state = DriveState.ENABLED
         try:
             key = "driver_path_us" if interface == "virtual" else f"driver_path_{interface}_us"
-            out[key] = _driver_path(d2, interface, group, opt, tp1, tp2, tau, cycles)
+            out[key] = _driver_path(d2, interface, *peer, tp1, tp2, tau, cycles)
         finally:
             d2._bus.shutdown()
     out["emulator_per_sync"] = {i: _emulator_per_sync(config, i, min(cycles, 2000)) for i in INTERFACES}
@@ -128,12 +130,16 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
     return out
 
 
-def _channel(interface: str, name: str) -> tuple[str, dict]:
-    """A channel of its own and the bus options: a multicast group and free port, or ``name``."""
+def _channel(interface: str, name: str) -> tuple[tuple[str, dict], tuple[str, dict]]:
+    """(channel, bus options) of the driver's end and of the peer's (the drives): one multicast
+    group and free port for both (udp_multicast), one each (udp_pair), or ``name``."""
     if interface == "udp_multicast":
         group, port = udp_channel()
-        return group, {"port": port}
-    return name, {}
+        return ((group, {"port": port}),) * 2
+    if interface == "udp_pair":
+        (g1, p1), (g2, p2) = udp_channel(), udp_channel()
+        return (g1, {"port": p1, "peer": f"{g2}:{p2}"}), (g2, {"port": p2, "peer": f"{g1}:{p1}"})
+    return ((name, {}),) * 2
 
 
 def _tpdos(drives) -> tuple[list, list]:
@@ -146,8 +152,9 @@ def _tpdos(drives) -> tuple[list, list]:
 
 
 def _driver_path(drives, interface: str, channel: str, options: dict, tp1, tp2, tau, cycles: int) -> dict:
-    """The driver's own work in one cycle, the TPDOs already queued by a scripted peer (no
-    waiting): drain, SYNC out, 6 TPDOs in and decoded, scaled to SI, 3 RPDOs encoded and out."""
+    """The driver's own work in one cycle, the TPDOs already queued by a scripted peer on
+    ``channel`` (no waiting): drain, SYNC out, 6 TPDOs in and decoded, scaled to SI, 3 RPDOs
+    encoded and out."""
     peer = can.Bus(interface=interface, channel=channel, **options)
     path = np.zeros(cycles)
     try:
@@ -178,10 +185,10 @@ def _emulator_per_sync(config, interface: str, cycles: int) -> dict:
     """The emulator's answer to one SYNC in this process, nobody waiting on it: plant step, 6
     TPDOs packed and sent (``per_sync_us``), beside python-can sending 6 frames alone on the same
     bus (``bus_send_6_us``): the difference (``ours_us``, medians) is the emulator's own work."""
-    ch, opt = _channel(interface, f"bench-em-{time.monotonic_ns()}")
+    (ch, opt), (em_ch, em_opt) = _channel(interface, f"bench-em-{time.monotonic_ns()}")
     drives = CiA402Drives.from_config(config, {"interface": interface, "channel": ch, "bus_options": opt,
                                                "tpdo_timeout": 0.5 / config.rate_hz, "max_missed_cycles": 2})
-    em = CiA402Emulator.from_config(config, ch, interface, bus_options=opt)
+    em = CiA402Emulator.from_config(config, em_ch, interface, bus_options=em_opt)
     em.plant.reset(np.array([-0.1, -0.1, -0.1]))
     em.start()
     try:
