@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import struct
 import time
 
@@ -514,6 +515,13 @@ def _apply_low_latency(ser, port: str) -> str:
     """ASYNC_LOW_LATENCY through TIOCSSERIAL (Linux) and, for FTDI USB adapters, the sysfs
     latency timer at 1 ms. Returns what was applied or why not."""
     out = []
+    sock = getattr(ser, "_socket", None)  # pyserial's socket:// (a serial device server, a HIL link)
+    if sock is not None:
+        try:  # each instruction packet leaves at once (Nagle would hold it for the last one's ACK)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return "TCP_NODELAY applied (socket:// port)"
+        except OSError as e:
+            return f"TCP_NODELAY not applied ({e})"
     if hasattr(ser, "set_low_latency_mode"):
         try:
             ser.set_low_latency_mode(True)

@@ -53,6 +53,7 @@ import json
 import math
 import os
 import select
+import socket
 import signal
 import struct
 import sys
@@ -458,8 +459,10 @@ class DynamixelEmulator:
                     **self.counts)
 
     # -- serving ------------------------------------------------------------------------------
-    def serve(self, master: int, control: int, reply=None) -> None:
+    def serve(self, master: int | None, control: int, reply=None, listener=None) -> None:
         """Answer on the pty master until ``control`` (a readable fd) reaches end of file.
+        With ``listener`` (a listening TCP socket) instead: answer on the connection it accepts,
+        the next one when the driver closes it (``master`` None until then).
 
         ``control`` also takes JSON lines: ``{"cmd": "arm", "fault": KIND|null, "inject_cycle":
         N, "rate_hz": R}`` (power-cycle and re-arm) and ``{"cmd": "report"}``; each is answered
@@ -473,14 +476,25 @@ class DynamixelEmulator:
             due = self.watchdog_due()
             if due is not None:
                 timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
-            r, _, _ = select.select([master, control], [], [], timeout)
+            fds = [control] + ([master] if master is not None else []) + ([listener] if listener else [])
+            r, _, _ = select.select(fds, [], [], timeout)
             if due is not None and time.monotonic() > due:
                 self.watchdog(time.monotonic())
-            if master in r:
+            if listener is not None and listener in r:
+                conn, _ = listener.accept()
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if master is not None:
+                    os.close(master)
+                master = conn.detach()
+                continue
+            if master is not None and master in r:
                 try:
                     data = os.read(master, 4096)
                 except OSError:
                     data = b""
+                if not data and listener is not None:  # the driver closed the link
+                    os.close(master)
+                    master = None
                 if data:
                     t = time.monotonic()
                     if self.cycles and self._last_rx is not None:
@@ -501,7 +515,8 @@ class DynamixelEmulator:
                 due = [x for x in pending if x[0] <= now]
                 if due:
                     pending[:] = [x for x in pending if x[0] > now]
-                    os.write(master, b"".join(b for _, b in due))
+                    if master is not None:
+                        os.write(master, b"".join(b for _, b in due))
 
     def command(self, line: bytes) -> dict:
         """One control command (see ``serve``); errors come back as ``{"error": ...}``."""
@@ -575,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--priority", type=int, help="SCHED_FIFO priority (default: [emulator] priority, 0 = none)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     ap.add_argument("--link", help="also make this path a symlink to the pty")
+    ap.add_argument("--tcp", action="store_true",
+                    help="serve on a TCP port on 127.0.0.1 (pyserial socket://) instead of a pty")
     a = ap.parse_args(argv)
     try:
         emu = build(a.machine, a.fault, a.inject_cycle, a.rate, a.fault_servo, a.fault_period, a.clock)
@@ -587,23 +604,33 @@ def main(argv: list[str] | None = None) -> int:
     sched.pop("gc_freeze", None)
     gc.collect()  # everything is loaded: one full collection now, none over it later
     gc.freeze()
-    master, slave, path = open_pty()
-    if a.link:
+    listener = None
+    if a.tcp:
+        listener = socket.create_server(("127.0.0.1", 0))
+        master = slave = None
+        path = f"socket://127.0.0.1:{listener.getsockname()[1]}"
+    else:
+        master, slave, path = open_pty()
+    if a.link and not a.tcp:
         if os.path.islink(a.link):
             os.unlink(a.link)
         os.symlink(path, a.link)
     signal.signal(signal.SIGTERM, lambda *_: os.close(0))
     print(json.dumps({"port": path}), flush=True)
     try:
-        emu.serve(master, sys.stdin.fileno(), reply=lambda d: print(json.dumps(d), flush=True))
+        emu.serve(master, sys.stdin.fileno(), reply=lambda d: print(json.dumps(d), flush=True),
+                  listener=listener)
     except (KeyboardInterrupt, OSError):
         pass
     finally:
         if a.link and os.path.islink(a.link):
             os.unlink(a.link)
     print(json.dumps({**emu.report(), "scheduling": sched}), flush=True)
-    os.close(slave)
-    os.close(master)
+    if listener is not None:
+        listener.close()
+    else:
+        os.close(slave)
+        os.close(master)
     return 0
 
 

@@ -24,13 +24,24 @@ from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
 
 
+# the serial line to the emulator: a TCP socket on 127.0.0.1 (the driver opens pyserial's
+# socket://, as for a serial device server), the default, or a pseudo-terminal. A pty's data is
+# moved by the kernel's normal-priority workers, whose wake-up reaches milliseconds on a busy
+# or non-preemptible kernel, more than a 1 kHz cycle allows; TCP over loopback is delivered in
+# the sender's own context (README, section 4).
+LINKS = ("tcp", "pty")
+
+
 class EmulatorProcess(_Process):
-    """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty."""
+    """``python -m pkrt.hil.dynamixel_emulator`` as a child process; ``port`` is its pty's
+    path, or with ``link = "tcp"`` its pyserial ``socket://127.0.0.1:PORT`` URL."""
 
     def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float,
-                 cpu: int = -1, priority: int | None = None):
+                 cpu: int = -1, priority: int | None = None, link: str = "tcp"):
+        if link not in LINKS:
+            raise UserError(f"serial HIL link {link!r}: expected one of {', '.join(LINKS)}")
         cmd = [sys.executable, "-m", "pkrt.hil.dynamixel_emulator", "--machine", machine_path,
-               "--rate", repr(float(rate_hz)), "--cpu", str(int(cpu))]
+               "--rate", repr(float(rate_hz)), "--cpu", str(int(cpu))] + (["--tcp"] if link == "tcp" else [])
         if priority is not None:  # else the configuration's [emulator] priority
             cmd += ["--priority", str(int(priority))]
         if fault is not None:
@@ -59,8 +70,9 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
-                   emulator: EmulatorProcess | None = None, reference=None) -> HilResult:
-    """Run the machine's demo through driver + pty + emulator process; returns the
+                   emulator: EmulatorProcess | None = None, reference=None, link: str = "tcp") -> HilResult:
+    """Run the machine's demo through driver + serial link (``link``: ``LINKS``) + emulator
+    process; returns the
     ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
     ``injected_cycle``, ``torque_off_cycle`` (measured in the emulator: the cycle at which every
     servo's torque was off), ``detection_cycles`` (cycles run from the injection to the fault),
@@ -80,7 +92,8 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     if fault is not None:
         inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
-        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate, emulator_cpu(config.realtime.cpu))
+        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate, emulator_cpu(config.realtime.cpu),
+                              link=link)
     else:
         emu = emulator
         emu.arm(fault, inject, rate)
@@ -104,7 +117,8 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         return (ran[-1] + 1) if ran else w
 
     injected = loop_cycle(report.get("injected_cycle"))
-    return hil_result(result, bus="serial", interface="pty", injected_fault=fault, injected_cycle=injected,
+    link_used = "tcp" if str(emu.port).startswith("socket://") else "pty"
+    return hil_result(result, bus="serial", interface=link_used, injected_fault=fault, injected_cycle=injected,
                       detection_cycles=cycles_run_between(ran, injected, result.get("fault_cycle")),
                       torque_off_cycle=loop_cycle(report.get("torque_off_cycle")), emulator_process=True,
                       emulator_error=report.get("error"), driver=drives.info(), emulator=report)

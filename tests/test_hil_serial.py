@@ -163,3 +163,25 @@ def test_delta_and_hexapod_faults_detected_within_3_cycles(machine, kind):
     assert r["emulator"]["nonzero_after_off"] == 0
     assert len(r["emulator"]["torque_on"]) == len(config.drives.ids) and not any(r["emulator"]["torque_on"])
     assert len(r["emulator"]["theta"]) == len(config.drives.ids)
+
+
+@pytest.mark.parametrize("link", ["tcp", "pty"])
+def test_both_links_carry_the_run_and_a_fault(link):
+    """The default link is TCP on 127.0.0.1 (pyserial socket://, Nagle off on both ends); a
+    pseudo-terminal still works: a fault is detected the same way on either."""
+    r = repeat(lambda: run_serial_hil(MACHINE, fault="drop", duration=1.0, reference=plan_reference, link=link),
+               lambda r: fault_preempted(r, EXPECTED["drop"]))
+    assert r["interface"] == link and r["emulator_process"]
+    assert r["fault"] is not None and EXPECTED["drop"] in r["fault"] and 0 <= r["detection_cycles"] <= 3
+    port, low = r["driver"]["port"], r["driver"]["low_latency"]
+    if link == "tcp":
+        assert port.startswith("socket://127.0.0.1:") and low == "TCP_NODELAY applied (socket:// port)"
+    else:
+        assert port.startswith("/dev/pts/") and "ASYNC_LOW_LATENCY" in low
+
+
+def test_link_is_for_the_serial_bus_only(capsys):
+    assert main(["hil", "--bus", "can", "--link", "tcp"]) == 2
+    assert capsys.readouterr().err.strip() == "pkrt: error: --link applies to --bus serial only"
+    with pytest.raises(UserError, match="serial HIL link 'usb': expected one of tcp, pty"):
+        run_serial_hil(MACHINE, duration=0.1, link="usb")

@@ -1,4 +1,5 @@
-"""Benchmark: per-cycle cost of the Dynamixel driver path for 3 servos over a pseudo-terminal.
+"""Benchmark: per-cycle cost of the Dynamixel driver path for 3 servos over each HIL link: TCP
+on 127.0.0.1 (pyserial socket://, the default) and a pseudo-terminal.
 
 Figures (microseconds, p50 / p99 / max), nothing asserted:
   round_trip      read() + write() against the servo emulator in another process: Sync Read
@@ -29,7 +30,7 @@ from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveError
 from pkrt.drivers.dynamixel import FEEDBACK_ADDR, FEEDBACK_FMT, FEEDBACK_LEN, DynamixelDrives
 from pkrt.hil.dynamixel_emulator import build
-from pkrt.hil.serial_hil import EmulatorProcess, serial_config
+from pkrt.hil.serial_hil import LINKS, EmulatorProcess, serial_config
 
 MACHINE = "orthoglide-serial"
 
@@ -45,7 +46,7 @@ def _hold(fb) -> np.ndarray:
     return 200.0 * (-0.1 - fb.position) - 20.0 * fb.velocity + np.array([0.0, 0.0, 60.0])
 
 
-def _round_trips(config, cycles: int, rate_hz: float, prio: int) -> dict:
+def _round_trips(config, cycles: int, rate_hz: float, prio: int, link: str) -> dict:
     """Back-to-back and paced (``rate_hz``) round trips against an emulator process; ``prio`` 0:
     unprioritised, P > 0: this thread at SCHED_FIFO P on the machine's ``[realtime]`` CPU, the
     emulator at SCHED_FIFO P - 10 on another CPU (each reported applied or not)."""
@@ -53,7 +54,8 @@ def _round_trips(config, cycles: int, rate_hz: float, prio: int) -> dict:
     from pkrt.rt.loop import apply_realtime, restore_realtime
 
     cpu = config.realtime.cpu if prio else -1
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, rate_hz, emulator_cpu(cpu), max(prio - 10, 0))
+    emu = EmulatorProcess(os.path.abspath(config.path), None, None, rate_hz, emulator_cpu(cpu), max(prio - 10, 0),
+                          link=link)
     # a lenient driver (5 ms, no fault on misses) so the distribution is measured, not cut at
     # the machine's timeout: ``over_timeout`` counts the paced round trips beyond it
     lenient = dataclasses.replace(config, rate_hz=100.0)
@@ -113,8 +115,8 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float | None = None, prioritie
 
     config = serial_config(MACHINE, None)
     rate_hz = rate_hz or config.rate_hz
-    line = {("unprioritised" if not p else f"sched_fifo_{p}"): _round_trips(config, cycles, rate_hz, p)
-            for p in priorities}
+    line = {f"{link}_" + ("unprioritised" if not p else f"sched_fifo_{p}"): _round_trips(config, cycles, rate_hz, p, link)
+            for p in priorities for link in LINKS}  # the links take turns (the machine's load drifts)
     drives = DynamixelDrives.from_config(config, {"port": "loop://"})
 
     # encode/decode only: the same bytes, no line
@@ -151,7 +153,7 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float | None = None, prioritie
         emu_t[k] = time.perf_counter() - t0
 
     return {
-        "servos": len(ids), "port": "pty to the emulator process", "rate_hz_paced": rate_hz,
+        "servos": len(ids), "port": "tcp (socket://) and pty to the emulator process", "rate_hz_paced": rate_hz,
         "timeout_us": config.drives.timeout * 1e6, **line,
         "encode_decode_us": _stats(codec), "emulator_us": _stats(emu_t),
         "bytes_per_cycle": {"out": len(sw) + len(sr), "in": len(answers)},

@@ -19,11 +19,14 @@ BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 def add_arguments_hil(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bus", choices=("can", "serial"), required=True,
                    help="can: CiA 402 drives emulated in another process, over UDP multicast (udp_pair); "
-                        "serial: Dynamixel 2.0 servos emulated in another process, over a pseudo-terminal")
+                        "serial: Dynamixel 2.0 servos emulated in another process, over TCP or a pseudo-terminal")
     p.add_argument("--interface", choices=("udp_pair", "udp_multicast", "virtual"),
                    help="CAN only: udp_pair (default; emulator process, one multicast group per direction), "
                         "udp_multicast (emulator process, one group: each end also hears its own frames) or "
                         "virtual (emulator thread, in-process bus)")
+    p.add_argument("--link", choices=("tcp", "pty"),
+                   help="serial only: the line to the servo emulator, tcp (default; pyserial socket:// on "
+                        "127.0.0.1) or pty (a pseudo-terminal)")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
     p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
@@ -37,6 +40,8 @@ def run_hil(args) -> int:
         raise UserError(f"--fault {args.fault} applies to --bus {BUS_ONLY[args.fault]} only")
     if args.interface and args.bus != "can":
         raise UserError("--interface applies to --bus can only")
+    if args.link and args.bus != "serial":
+        raise UserError("--link applies to --bus serial only")
     if args.duration <= 0:
         raise UserError("--duration must be positive")
     from .reference import plan_reference
@@ -51,6 +56,7 @@ def run_hil(args) -> int:
     else:
         from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
+        kw["link"] = args.link or "tcp"
     r: HilResult = run(machine, **kw)  # the same keys for both buses (hil/result.py)
     rms, mx = r.get("rms_error"), r.get("max_error")
     u = "m" + (r.get("units") or ["m"])[0]  # mm or mrad
