@@ -185,6 +185,21 @@ def plant_step_model(model, x, tau_cmd, dt, n_sub, params, views) -> int:
     return worst
 
 
+def plant_left_its_model(plant: "Plant", status: int) -> str | None:
+    """Why a plant step's ``status`` leaves the plant without physics (None if it does not):
+    out of the model's domain, out of its tree's box (a region tree: clamping would integrate
+    wrong dynamics), or a state that is not finite. The simulated drives stop on it, the
+    emulated drives go to fault."""
+    if status == OUT_OF_DOMAIN:
+        return "simulated plant left its model's domain"
+    if status == 3:
+        return "simulated plant state is not finite"
+    if status == CLAMPED:
+        return (f"simulated plant left its tree's box at position {np.round(plant.theta, 6).tolist()} "
+                f"(box {np.c_[plant.tree.lo, plant.tree.hi].tolist()})")
+    return None
+
+
 class Plant:
     """The simulated machine: state, parameters and one model source, the plant's tree or
     ``model`` (a callable (theta, H, D, p) -> status filling H, D, p_ext: the exact reduction,
@@ -354,14 +369,9 @@ class SimDrives(Drives):
             st = 0
             for _ in range(n):  # skipped periods: the plant's step stays one period's
                 st = max(st, self.plant.step(tau, dt / n))
-            if st == OUT_OF_DOMAIN:
-                raise DriveError("simulated plant left its model's domain")
-            if st == CLAMPED:  # outside the plant tree's box its physics is not defined
-                raise DriveError(f"simulated plant left its tree's box at position "
-                                 f"{np.round(self.plant.theta, 6).tolist()} (box "
-                                 f"{np.c_[self.plant.tree.lo, self.plant.tree.hi].tolist()})")
-            if st == 3:
-                raise DriveError("simulated plant state is not finite")
+            reason = plant_left_its_model(self.plant, st)
+            if reason is not None:
+                raise DriveError(reason)
         self._t = t
         s = self.n_axes
         x = self.plant.x
@@ -392,5 +402,5 @@ class SimDrives(Drives):
             self._tau[:] = 0.0
 
 
-__all__ = ["Plant", "SimDrives", "plant_step", "plant_step_model", "plant_workspace", "workspace_views",
+__all__ = ["Plant", "SimDrives", "plant_left_its_model", "plant_step", "plant_step_model", "plant_workspace", "workspace_views",
            "CLAMPED", "OUT_OF_DOMAIN"]

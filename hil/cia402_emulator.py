@@ -71,12 +71,14 @@ from canopen.sdo import SdoAbortedError
 
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
+from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
 from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
 
 S = p.State
+EMCY_PLANT = 0x7300  # sensor (CiA 402): sent when the simulated plant left its model's box
 
 
 def _var(name: str, index: int, sub: int, data_type: int, access: str, default) -> od.ODVariable:
@@ -194,6 +196,7 @@ class CiA402Emulator:
         self._running = False
         self._thread: threading.Thread | None = None
         self.error: str | None = None  # an unexpected exception in the emulator thread
+        self.plant_error: str | None = None  # the plant left its tree's box: the drives faulted
 
     @classmethod
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
@@ -436,9 +439,17 @@ class CiA402Emulator:
                 self._set_state(i, S.FAULT)  # transition 14 after this cycle's report
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
-        if dt > 0.0:  # period by period: a gap after an overrun integrates like the periods it spans
-            for _ in range(max(1, int(round(dt / self.period)))):
-                self.plant.step(self.tau, self.period)
+        if dt > 0.0 and self.plant_error is None:  # period by period: a gap after an overrun
+            for _ in range(max(1, int(round(dt / self.period)))):  # integrates like the periods it spans
+                reason = plant_left_its_model(self.plant, self.plant.step(self.tau, self.period))
+                if reason is not None:  # no physics here: every drive faults, the plant stops
+                    self.plant_error = reason
+                    for i in range(len(self.node_ids)):
+                        if self.state[i] is not S.FAULT:
+                            self._set_state(i, S.FAULT_REACTION_ACTIVE)
+                            self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
+                                                   data=p.encode_emcy(EMCY_PLANT, 0x80), is_extended_id=False))
+                    break
         for i in range(len(self.node_ids)):
             if self.nodes[i].nmt.state != "OPERATIONAL":
                 continue
@@ -566,7 +577,8 @@ class CiA402Emulator:
                 "emulator_cpu_us_per_cycle": round(self.cpu_s / (self.cycle + 1) * 1e6, 1) if self.cycle >= 0 else None,
                 "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
                                          "p99": round(float(np.percentile(r, 99)), 1), "max": round(float(r.max()), 1)},
-                "drive_states": [st.name for st in self.state], "emulator_error": self.error}
+                "drive_states": [st.name for st in self.state], "emulator_error": self.error,
+                "plant_error": self.plant_error}
 
 
 # -- the emulator as a process of its own (``pkrt hil --bus can`` over udp_multicast) -----------

@@ -67,6 +67,7 @@ from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_
                                     ADDR_OPERATING_MODE, ADDR_PRESENT_POSITION, ADDR_PRESENT_VELOCITY,
                                     ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
                                     DynamixelSettings, load_settings)
+from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
@@ -76,6 +77,7 @@ EEPROM_END = 64  # addresses below: EEPROM area, writable only with torque off
 READ_ONLY = {0, 1, 2, 3, 4, 5, 6, 69, 70, 120, 121, 122, 123, *range(124, 147)}
 MODEL_XM540_W270 = 1120
 HW_OVERLOAD = 0x20
+HW_ENCODER = 0x08  # motor encoder error: what a servo reports when the plant left its model's box
 INT32_MIN = -(2 ** 31)
 GOAL_VALUES = (*range(100, 108), *range(116, 120))  # Goal PWM, Current, Velocity, Position
 
@@ -210,6 +212,7 @@ class DynamixelEmulator:
         self.skipped_periods = 0  # cycle clock: loop periods skipped (overruns)
         self.late_writes = 0  # cycle clock: skips undone (a write delivered over a period late)
         self.skips: list = []  # (cycle, periods, phase) of the first 20 skips
+        self.plant_error: str | None = None  # the plant left its tree's box (the servos stopped)
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.max_gap = 0.0  # s, longest silence on the line while cycling (a stall of either end)
         self._last_rx: float | None = None
@@ -267,10 +270,15 @@ class DynamixelEmulator:
             return
         for i, dxl_id in enumerate(self.st.ids):
             self._tau[i] = self.servos[dxl_id].goal_current() * self._f_per_lsb[i] if self._drives_plant(dxl_id) else 0.0
-        if np.all(np.isfinite(self.plant.x)):
+        if np.all(np.isfinite(self.plant.x)) and self.plant_error is None:
             n = max(1, math.ceil(dt / self.dt - 1e-9))
             for _ in range(n):
-                self.plant.step(self._tau, dt / n)
+                if plant_left_its_model(self.plant, self.plant.step(self._tau, dt / n)):
+                    self.plant_error = plant_left_its_model(self.plant, self.plant.status)
+                    for sv in self.servos.values():  # no physics here: every servo stops
+                        sv.shutdown(HW_ENCODER)
+                    self._check_torque_off()
+                    break
         self._update_present()
 
     def _periods_at_write(self, now: float) -> int:
@@ -452,7 +460,7 @@ class DynamixelEmulator:
                     torque_on=[sv.applies_torque for sv in self.servos.values()], torque_off_at=self.torque_off_at,
                     bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
                     watchdog_trips=list(self.watchdog_trips),
-                    clock=self.clock, skipped_periods=self.skipped_periods, late_writes=self.late_writes, skips=self.skips,
+                    plant_error=self.plant_error, clock=self.clock, skipped_periods=self.skipped_periods, late_writes=self.late_writes, skips=self.skips,
                     max_gap_us=round(self.max_gap * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
