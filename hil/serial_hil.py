@@ -51,6 +51,14 @@ class EmulatorProcess(_Process):
         super().__init__(cmd, "servo emulator")
         self.port = self.hello["port"]
 
+    @classmethod
+    def of(cls, config: MachineConfig, fault: str | None = None, inject_cycle: int | None = None,
+           link: str = "tcp") -> "EmulatorProcess":
+        """The emulator of a machine configuration at its rate, on a CPU other than the
+        controller's (``[realtime] cpu``)."""
+        return cls(os.path.abspath(config.path), fault, inject_cycle, config.rate_hz,
+                   emulator_cpu(config.realtime.cpu), link=link)
+
     def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float) -> None:
         """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle``."""
         self.command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz})
@@ -92,8 +100,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     if fault is not None:
         inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
-        emu = EmulatorProcess(os.path.abspath(config.path), fault, inject, rate, emulator_cpu(config.realtime.cpu),
-                              link=link)
+        emu = EmulatorProcess.of(config, fault, inject, link)
     else:
         emu = emulator
         emu.arm(fault, inject, rate)

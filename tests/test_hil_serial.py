@@ -6,12 +6,10 @@ rate. Runs a stall of this shared machine spoils are repeated (tests/realtime.py
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from pkrt.hil.dynamixel_emulator import FAULT_KINDS
-from pkrt.hil.can_hil import emulator_cpu
 from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
 from pkrt.rt.cli import main
 from pkrt.rt.cli.reference import plan_reference
@@ -27,8 +25,7 @@ MACHINE = "orthoglide-serial"
 
 @pytest.fixture(scope="module")
 def emulator():
-    config = serial_config(MACHINE, None)
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz, emulator_cpu(config.realtime.cpu))
+    emu = EmulatorProcess.of(serial_config(MACHINE, None))
     yield emu
     emu.stop()
 
@@ -152,7 +149,7 @@ def test_delta_and_hexapod_faults_detected_within_3_cycles(machine, kind):
     """The Delta (three rotary servos) and the hexapod (six servos on one line) at 1 kHz: the
     same detection and torque-off bound, with their own emulator process."""
     config = serial_config(machine, None)
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz, emulator_cpu(config.realtime.cpu))
+    emu = EmulatorProcess.of(config)
     try:
         r = repeat(lambda: run_serial_hil(machine, fault=kind, duration=1.0, emulator=emu, reference=plan_reference),
                    lambda r: fault_preempted(r, EXPECTED[kind]))

@@ -5,14 +5,12 @@ the emulator's side), and the log is complete with the reason."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
 
 import pytest
 
-from pkrt.hil.can_hil import emulator_cpu
 from pkrt.hil.serial_hil import EmulatorProcess, serial_config
 from pkrt.rt.logfile import read_log
 from tests.processes import child, stop, wait_until
@@ -26,8 +24,7 @@ MACHINE = "orthoglide-serial"
 
 @pytest.fixture(scope="module")
 def emulator():
-    config = serial_config(MACHINE, None)
-    emu = EmulatorProcess(os.path.abspath(config.path), None, None, config.rate_hz, emulator_cpu(config.realtime.cpu))
+    emu = EmulatorProcess.of(serial_config(MACHINE, None))
     yield emu
     emu.stop()
 
