@@ -43,7 +43,7 @@ from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
-INTERFACES = ("udp_pair", "udp_multicast", "virtual")
+INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
 _channels = itertools.count()
 
 
@@ -91,14 +91,15 @@ def reference_for(config, reference):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "udp_pair", reference=None) -> HilResult:
+                interface: str = "unix_pair", reference=None) -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
     run's summary, the injection and torque-off cycles, the driver's figures (bus load, late
     TPDOs, SYNCs) and the emulator's (response time, frames, drive states)).
-    ``interface``: ``udp_pair`` (emulator process; one multicast group per direction, so no
-    end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
+    ``interface``: ``unix_pair`` (emulator process; one Unix datagram socket per end:
+    ``hil/unix_pair.py``), ``udp_pair`` (emulator process; one multicast group per direction, so
+    no end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
     group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
     one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
     see ``reference_for``."""
@@ -115,10 +116,19 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
     priority = table.priority
     config = dataclasses.replace(config, rate_hz=float(rate))
+    window = (min(table.tpdo_timeout, 0.75 / config.rate_hz) if table.tpdo_timeout is not None else
+              config.drives.tpdo_timeout or 0.5 / config.rate_hz)  # s, the driver's TPDO window
+    if fault == "delay" and table.delay_cycles / config.rate_hz <= window:
+        raise UserError(f"{config.path}: [emulator] delay_cycles = {table.delay_cycles} periods does not hold the "
+                        f"TPDOs back past the driver's window: the delay fault would go unseen")
     options = emulator_channel = emulator_options = None
     if interface == "udp_multicast":
         channel, port = udp_channel() if channel is None else (channel, udp_channel()[1])
         options = {"port": port}
+    elif interface == "unix_pair":  # a socket each, in the abstract namespace
+        channel = f"@pkrt-hil-{os.getpid()}-{next(_channels)}"
+        emulator_channel = channel + "-drives"
+        options, emulator_options = {"peer": emulator_channel}, {"peer": channel}
     elif interface == "udp_pair":  # the driver listens on one group, the emulator on another
         (channel, port), (emulator_channel, emulator_port) = udp_channel(), udp_channel()
         options = {"port": port, "peer": f"{emulator_channel}:{emulator_port}"}
@@ -129,7 +139,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     plan = plan_trajectory(config, tree, reference_for(config, reference), duration)
     overrides = {"interface": interface, "channel": channel, "bus_options": options}
     if table.tpdo_timeout is not None:
-        overrides["tpdo_timeout"] = min(table.tpdo_timeout, 0.75 / config.rate_hz)
+        overrides["tpdo_timeout"] = window
     if table.max_missed_cycles is not None:
         overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)

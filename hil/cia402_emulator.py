@@ -136,7 +136,7 @@ class CiA402Emulator:
 
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
-                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.7,
+                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.9,
                  bus_options: dict | None = None):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")

@@ -509,7 +509,7 @@ class CanEmulatorTable(EmulatorPlantTable):
     inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
     sync_timeout_cycles: float = spec(NUMBER, "a drive without SYNC this many periods goes to Fault", 3.5,
                                       unit="periods", lo=1.0, hi=1e9)
-    delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.7, unit="periods",
+    delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.9, unit="periods",
                                lo=0.0, hi=1000.0)
     priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
 

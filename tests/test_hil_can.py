@@ -113,13 +113,13 @@ def test_pkrt_hil_can_cli_json():
     r = repeat(run, lambda r: fault_preempted(r, "bus-off"))
     assert r["returncode"] == 0, r["stderr"]
     assert "bus-off" in r["fault"] and r["torque_off_cycle"] - r["fault_cycle"] <= 3
-    assert r["interface"] == "udp_pair" and r["emulator_process"]  # the default
+    assert r["interface"] == "unix_pair" and r["emulator_process"]  # the default
     assert r["drives"]["drive_watchdog"].startswith("master heartbeat 0x77F every 10 ms")
 
 
-@pytest.mark.parametrize("interface", ["udp_pair", "udp_multicast"])
+@pytest.mark.parametrize("interface", ["unix_pair", "udp_pair", "udp_multicast"])
 def test_can_hil_with_the_emulator_in_its_own_process(interface):
-    """Over udp_pair or udp_multicast the drives are another process: the controller's process
+    """Over unix_pair, udp_pair or udp_multicast the drives are another process: the controller's process
     never imports the emulator, and every SYNC it sent was answered there."""
     code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
             "from pkrt.rt.cli.reference import plan_reference; "
@@ -144,7 +144,8 @@ def test_can_hil_with_the_emulator_in_its_own_process(interface):
     assert r["fault"] is None, r["fault"]
     assert r["imported"] is False
     h = r["r"]
-    assert h["emulator_process"] and h["interface"] == interface and h["driver"]["bus_options"]["port"] > 0
+    assert h["emulator_process"] and h["interface"] == interface
+    assert h["driver"]["bus_options"].get("port", 1) > 0 and h["driver"]["bus_options"].get("peer", "-") != ""
     assert h["emulator_error"] is None and h["emulator"]["heartbeat_events"] == []
     assert h["driver"]["syncs"] == r["cycles"] and h["emulator"]["cycles"] == h["driver"]["syncs"]
     if h["realtime"]["sched_fifo"] == "applied (priority 80)":  # the heartbeat thread above the loop
@@ -181,3 +182,20 @@ def test_pkrt_hil_run_shorter_than_the_injection_says_so():
     lines = r["stderr"].strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pkrt: error: ")
     assert "never injected" in lines[0] and "--duration" in lines[0], lines
+
+
+def test_a_delay_within_the_tpdo_window_is_one_line(tmp_path):
+    """A `delay` fault that holds the TPDOs back less than the driver's window would go unseen."""
+    from pathlib import Path
+    import re
+
+    machines = Path(load_machine("orthoglide-can").path).parent
+    text = (machines / "orthoglide-can.toml").read_text()
+    text = re.sub(r'^model = "orthoglide"', f'model = "{machines / "orthoglide.toml"}"', text, flags=re.M)
+    for key in ("tree", "plant_tree"):
+        text = re.sub(rf'^{key} = "([^"/]+)"', lambda m: f'{key} = "{machines / m.group(1)}"', text, flags=re.M)
+    text = re.sub(r"^delay_cycles = .*$", "delay_cycles = 0.6", text, flags=re.M)
+    path = tmp_path / "slow-window.toml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"\[emulator\] delay_cycles = 0.6 periods does not hold the TPDOs back past"):
+        run_can_hil(str(path), fault="delay", duration=0.5)

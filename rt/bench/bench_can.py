@@ -9,13 +9,14 @@ Figures (microseconds, p50 / p99 / max), nothing asserted:
   round_trip     read() + write() against the live drive emulator (a thread in this process):
                  SYNC out, the emulator steps the plant and answers, TPDOs in, RPDOs out.
   emulator       the emulator's response to one SYNC (plant step + 6 TPDOs), for reference.
-  driver_path_udp_pair, driver_path_udp_multicast   driver_path over udp_pair (``pkrt hil``'s
-                 bus: no end hears its own frames) and udp_multicast (every frame looped back
-                 to its sender too): each frame is a msgpack'd datagram, received through
-                 select + recvmsg.
+  driver_path_unix_pair, driver_path_udp_pair, driver_path_udp_multicast   driver_path over
+                 unix_pair (``pkrt hil``'s bus: a Unix datagram per frame), udp_pair (UDP
+                 multicast, one group per end) and udp_multicast (every frame looped back to
+                 its sender too): on the UDP ones each frame is a msgpack'd datagram.
   emulator_per_sync  the emulator's answer to one SYNC in this process, per interface, beside
                  python-can sending the same 6 frames alone: ``ours_us`` is the difference.
-  hil_1khz       one 5 s ``pkrt hil --bus can`` run at 1 kHz: compute split into drivers,
+  hil_1khz       one 5 s ``pkrt hil --bus can`` run at 1 kHz (``hil_1khz_udp_pair``: the same
+                 over udp_pair, right after): compute split into drivers,
                  controller and loop overhead, the controller process' cycle without the
                  drivers, wake latency, overruns, late frames, the emulator process' figures.
 
@@ -126,16 +127,21 @@ def run_can_bench(cycles: int = 2000, rate_hz: float = 100.0) -> dict:
         enc[k] = time.perf_counter() - a
     out["encode_decode_us"] = _stats(enc)
     out["bus_load_1mbit_1khz"] = round((47 + 3 * (79 + 95 + 79)) * 1000 / 1e6, 3)
-    out["hil_1khz"] = run_hil_1khz("can")
+    out["hil_1khz"] = run_hil_1khz("can")  # unix_pair, pkrt hil's default
+    out["hil_1khz_udp_pair"] = run_hil_1khz("can", interface="udp_pair")
     return out
 
 
 def _channel(interface: str, name: str) -> tuple[tuple[str, dict], tuple[str, dict]]:
     """(channel, bus options) of the driver's end and of the peer's (the drives): one multicast
-    group and free port for both (udp_multicast), one each (udp_pair), or ``name``."""
+    group and free port for both (udp_multicast), one each (udp_pair), a socket each (unix_pair),
+    or ``name``."""
     if interface == "udp_multicast":
         group, port = udp_channel()
         return ((group, {"port": port}),) * 2
+    if interface == "unix_pair":
+        a, b = f"@{name}-{os.getpid()}-drv", f"@{name}-{os.getpid()}-drives"
+        return (a, {"peer": b}), (b, {"peer": a})
     if interface == "udp_pair":
         (g1, p1), (g2, p2) = udp_channel(), udp_channel()
         return (g1, {"port": p1, "peer": f"{g2}:{p2}"}), (g2, {"port": p2, "peer": f"{g1}:{p1}"})
@@ -217,12 +223,12 @@ def _emulator_per_sync(config, interface: str, cycles: int) -> dict:
     return {"per_sync_us": a, "bus_send_6_us": b, "ours_us": round(a["p50"] - b["p50"], 1)}
 
 
-def run_hil_1khz(bus: str, duration: float = 5.0) -> dict:
+def run_hil_1khz(bus: str, duration: float = 5.0, interface: str = "unix_pair") -> dict:
     """One ``pkrt hil`` run at the machine's rate (1 kHz): the figures a HIL run reports.
     ``cycle_without_drives_us`` is the controller process' own work per cycle with no plant in
     it (controller + loop overhead, the drivers' time taken out)."""
     if bus == "can":
-        r = run_can_hil("orthoglide-can", duration=duration, reference=plan_reference)
+        r = run_can_hil("orthoglide-can", duration=duration, reference=plan_reference, interface=interface)
         d, e = r["driver"], r["emulator"]
         extra = {"late_frames": d["late_frames"], "heartbeat_thread": d.get("heartbeat_thread"),
                  "emulator_response_us": e["response_us"], "emulator_cpu_us_per_cycle": e["cpu_us_per_cycle"],

@@ -18,10 +18,11 @@ BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 
 def add_arguments_hil(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bus", choices=("can", "serial"), required=True,
-                   help="can: CiA 402 drives emulated in another process, over UDP multicast (udp_pair); "
+                   help="can: CiA 402 drives emulated in another process, over Unix datagram sockets (unix_pair); "
                         "serial: Dynamixel 2.0 servos emulated in another process, over TCP or a pseudo-terminal")
-    p.add_argument("--interface", choices=("udp_pair", "udp_multicast", "virtual"),
-                   help="CAN only: udp_pair (default; emulator process, one multicast group per direction), "
+    p.add_argument("--interface", choices=("unix_pair", "udp_pair", "udp_multicast", "virtual"),
+                   help="CAN only: unix_pair (default; emulator process, a Unix datagram socket per end), "
+                        "udp_pair (emulator process, one multicast group per direction), "
                         "udp_multicast (emulator process, one group: each end also hears its own frames) or "
                         "virtual (emulator thread, in-process bus)")
     p.add_argument("--link", choices=("tcp", "pty"),
@@ -52,7 +53,7 @@ def run_hil(args) -> int:
     if args.bus == "can":
         from pkrt.hil.can_hil import run_can_hil as run
         machine = args.machine or "orthoglide-can"
-        kw["interface"] = args.interface or "udp_pair"
+        kw["interface"] = args.interface or "unix_pair"
     else:
         from pkrt.hil.serial_hil import run_serial_hil as run
         machine = args.machine or "orthoglide-serial"
