@@ -32,6 +32,22 @@ class DriveError(Fault):
 
 DriveConfigError = ConfigError  # bad drive settings in a machine configuration (exit 2)
 
+
+def round_carried(x: float, carry: list[float], i: int, lim: int) -> int:
+    """A command ``x`` (finite, in the drive's integer unit) rounded into [-lim, lim], with the
+    rounding left over from axis i's last command (``carry[i]``) added first and this one's
+    kept there (error feedback): averaged over a few cycles the drive applies ``x`` exactly, as
+    a finer unit would, where plain rounding leaves up to half a unit of force unmatched (the
+    Orthoglide then stood 1-2 encoder counts off its target: README, section 4). A clamped
+    command carries nothing."""
+    x += carry[i]
+    c = round(x)
+    if -lim <= c <= lim:
+        carry[i] = x - c
+        return c
+    carry[i] = 0.0
+    return lim if c > lim else -lim
+
 class Feedback:
     """Preallocated feedback of one read: positions (m or rad), velocities (m/s or rad/s),
     ``fresh`` true when this read brought new data from every axis, ``stamp`` the loop time

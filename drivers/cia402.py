@@ -50,7 +50,7 @@ import canopen
 import numpy as np
 
 from . import cia402_protocol as p
-from .base import DriveConfigError, DriveError, Drives
+from .base import DriveConfigError, DriveError, Drives, round_carried
 
 _TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
 
@@ -315,6 +315,7 @@ class CiA402Drives(Drives):
         self._age[:] = 0.0
         self._last_t = None
         self._window_dt = self.period
+        self._carry = [0.0] * self.n_axes  # target torque rounding carried between writes (write)
         self._cyclic = True
 
     def _do_disable(self) -> None:
@@ -443,7 +444,9 @@ class CiA402Drives(Drives):
         return fb
 
     def write(self, tau: np.ndarray) -> None:
-        """Target torque (N or N m, actuator order) to every drive in one RPDO each."""
+        """Target torque (N or N m, actuator order) to every drive in one RPDO each, in 0.1 %
+        of the rated torque, rounded with the remainder carried to the next write
+        (``round_carried``)."""
         if not self._cyclic or not self.torque_on:
             return
         try:
@@ -451,8 +454,7 @@ class CiA402Drives(Drives):
                 v = tau[i] * self._permille_per_si[i]
                 if not math.isfinite(v):
                     self._fail(f"non-finite torque command {tau[i]!r} for node {self.node_ids[i]}")
-                v = min(max(v, -p.INT16_MAX), p.INT16_MAX)
-                p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, int(round(v)))
+                p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, round_carried(v, self._carry, i, p.INT16_MAX))
                 self._bus.send(msg, 0.001)
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN send failed: {e}")

@@ -48,7 +48,7 @@ import serial.rs485
 from . import dynamixel_protocol as dxp
 from pkrt.rt.schema import BUS_WATCHDOG_UNIT_MS, DynamixelSettings  # noqa: F401 (BUS_WATCHDOG_UNIT_MS re-exported)
 
-from .base import DriveConfigError, DriveError, Drives
+from .base import DriveConfigError, DriveError, Drives, round_carried
 
 # X-series (XM430 / XM540) control table
 ADDR_MODEL_NUMBER = 0
@@ -133,6 +133,7 @@ class DynamixelDrives(Drives):
         self._last_tx = 0.0  # time.perf_counter() of the last packet sent
         self._goal_fmt = "<" + "Bh" * s
         self._goal_args = [0] * (2 * s)
+        self._carry = [0.0] * s  # LSB, Goal Current rounding left over for the next write (see write)
         for i, dxl_id in enumerate(st.ids):
             self._goal_args[2 * i] = dxl_id
 
@@ -327,6 +328,7 @@ class DynamixelDrives(Drives):
     def _send_goal_zero(self) -> None:
         for i in range(self.n_axes):
             self._goal_args[2 * i + 1] = 0
+            self._carry[i] = 0.0
         self._send(self._pack_goal())
 
     def _do_disable(self) -> None:
@@ -460,7 +462,10 @@ class DynamixelDrives(Drives):
 
     def write(self, tau: np.ndarray) -> None:
         """Sync Write of Goal Current for actuator forces/torques ``tau`` (N or N m), clamped to
-        the current limit. Nothing is sent unless the drives are enabled."""
+        the current limit. Nothing is sent unless the drives are enabled.
+
+        Goal Current is an integer (2.69 mA, 0.75 N on the Orthoglide's belt axis): rounded with
+        its remainder carried to the next write (``round_carried``)."""
         if not self.torque_on:
             return
         args = self._goal_args
@@ -470,9 +475,7 @@ class DynamixelDrives(Drives):
                 reason = f"non-finite torque command on axis {i} (servo {self.settings.ids[i]})"
                 self.fault(reason)
                 raise DriveError(reason)
-            c = round(x)
-            lim = self._limit[i]
-            args[2 * i + 1] = lim if c > lim else (-lim if c < -lim else c)
+            args[2 * i + 1] = round_carried(x, self._carry, i, self._limit[i])
         try:
             self._send(self._pack_goal())
         except DriveError as e:

@@ -319,6 +319,26 @@ def test_configure_enable_read_write_disable(drives, emulator):
 
 
 @pytest.mark.realtime
+def test_goal_current_rounding_is_carried_to_the_next_write(drives, emulator):
+    """Goal Current is whole LSB (0.75 N here): over n writes of one force the servos get n
+    times its LSB value to within half an LSB, not n times its rounding."""
+    emu = emulator.emu
+    drives.configure()
+    drives.enable()
+    drives.read(0.0)
+    fpl = drives.settings.force_per_lsb(0)
+    tau = np.array([10.0, -20.2, 60.0])  # 13.3, -26.9, 79.8 LSB
+    sums = np.zeros(3)
+    for k in range(8):
+        drives.write(tau)
+        drives.read(0.001 * (k + 1))  # the write has been handled once the next answer is in
+        sums += [sv.goal_current() for sv in emu.servos.values()]
+    assert np.all(np.abs(sums - 8 * tau / fpl) <= 0.5), (sums, 8 * tau / fpl)
+    assert not np.allclose(sums, 8 * np.round(tau / fpl))  # plain rounding would give these
+    drives.disable()
+
+
+@pytest.mark.realtime
 def test_servo_status_error_is_reported(drives):
     drives.configure()
     with pytest.raises(DriveError, match="servo 2: access error during model write"):
