@@ -197,5 +197,6 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
                   "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),
                   "cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
-                  "sync_wait_us_max": em.get("sync_wait_us_max"), "scheduling": em.get("scheduling"),
+                  "sync_wait_us_max": em.get("sync_wait_us_max"), "stalls": em.get("stalls"),
+                  "stall_us_max": em.get("stall_us_max"), "scheduling": em.get("scheduling"),
                   "drive_states": em.get("drive_states"), "plant_error": em.get("plant_error")})

@@ -26,10 +26,11 @@ def timing_fault(fault: str | None, expected: str | None = None) -> bool:
 
 def hil_stalled(r: dict, expected: str | None = None) -> bool:
     """A HIL result (hil/result.py) that a stall disturbed: overruns, periods the emulator
-    skipped or writes it saw over a period late, frames or answers late or missing (a timeout),
-    or a timing fault other than the ``expected`` one."""
+    skipped or writes it saw over a period late, an emulator held over a period, frames or
+    answers late or missing (a timeout), or a timing fault other than the ``expected`` one."""
     emu, drv = r.get("emulator") or {}, r.get("driver") or {}
     return (r.get("overruns", 0) > 0 or emu.get("skipped_periods", 0) > 0 or bool(emu.get("skips"))
+            or (emu.get("stalls") or 0) > 0
             or emu.get("late_writes", 0) > 0 or drv.get("late_frames", 0) > 0 or drv.get("late_answers", 0) > 0
             or drv.get("timeouts", 0) > 0 or timing_fault(r.get("fault"), expected))
 

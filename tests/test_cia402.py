@@ -453,3 +453,26 @@ def test_emulator_steps_skipped_periods_one_period_at_a_time(config, plant):
         np.testing.assert_array_equal(em.plant.x, ref.x)  # exact: same plant code and steps, one process
     finally:
         em.bus.shutdown()
+
+
+def test_the_sync_watchdog_times_the_master_not_a_host_that_held_the_emulator(config, plant):
+    """A drive's SYNC watchdog measures the master's silence. When the host held the emulator
+    itself (it woke over a period after the time it asked for: this VM stops both CPUs for
+    2-5 ms now and then), that time is not the master's: the watchdog skips it and the stall
+    is counted. A wake-up late by less than a period changes nothing."""
+    drives, em, ch = make_pair(config, plant)
+    try:
+        em.cycle = 0
+        em.state = [p.State.OPERATION_ENABLED] * 3
+        now = 100.0
+        em.last_sync = now - 4.0 * em.period  # past the 3.5-period watchdog ...
+        em._held(3.0 * em.period)  # ... but the host held this process for 3 periods of it
+        em._watchdog(now)
+        assert em.state == [p.State.OPERATION_ENABLED] * 3 and em.report()["stalls"] == 1
+        em._held(0.5 * em.period)  # ordinary wake-up jitter: not a stall
+        em._watchdog(now + 1.0 * em.period)
+        assert em.report()["stalls"] == 1 and em.state == [p.State.OPERATION_ENABLED] * 3
+        em._watchdog(now + 3.0 * em.period)  # the master silent for 4 periods of the drive's own time
+        assert p.State.OPERATION_ENABLED not in em.state
+    finally:
+        em.bus.shutdown()
