@@ -332,3 +332,33 @@ def test_controller_gains_are_named_rows_of_the_kernel_array(config, tree):
     assert np.array_equal(g.kp, c.kp) and np.array_equal(g.coulomb, c.coulomb) and np.array_equal(g.tau_max, c.tau_max)
     assert np.shares_memory(g.kp, ctrl.gains) and np.array_equal(ctrl.gains[KP], c.kp)
     assert np.array_equal(ctrl.gains[COULOMB], c.coulomb)
+
+
+def test_pinning_the_loop_moves_the_other_threads_off_its_cpu():
+    """With the loop pinned, the process' other threads (the log writer ...) run on the other
+    CPUs: unpinned, the log writer ran on the loop's CPU while it slept, was preempted holding
+    the GIL and delayed the loop's wake-up. restore_realtime gives them every CPU back."""
+    import os
+    import threading
+
+    from pkrt.rt.loop import apply_realtime, restore_realtime
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nowhere to move the other threads")
+    cpu = max(cpus)
+    done = threading.Event()
+    th = threading.Thread(target=done.wait, name="pkrt-test-worker", daemon=True)
+    th.start()
+    try:
+        rep = apply_realtime(0, cpu, False, gc_freeze=False)
+        try:
+            assert os.sched_getaffinity(0) == {cpu}
+            assert os.sched_getaffinity(th.native_id) == cpus - {cpu}
+            assert "pkrt-test-worker" in rep["other_threads"] and rep["other_threads"].startswith("applied")
+        finally:
+            restore_realtime(rep)
+        assert os.sched_getaffinity(0) == cpus and os.sched_getaffinity(th.native_id) == cpus
+    finally:
+        done.set()
+        th.join()
