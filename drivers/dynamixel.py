@@ -160,12 +160,29 @@ class DynamixelDrives(Drives):
         self.parser.clear()
         self.stats["garbage_bytes"] = self.parser.garbage
 
+    def _waiting_bytes(self) -> bytes:
+        """Every byte already received, without waiting. pyserial's socket:// says 1 for
+        ``in_waiting`` whenever anything is there (select), so its socket is read directly: a
+        drain that read 1 byte of late answers left the rest to be taken as the next cycle's."""
+        sock = getattr(self.ser, "_socket", None)
+        if sock is None:
+            n = self.ser.in_waiting
+            return self.ser.read(n) if n else b""
+        out = b""
+        while True:
+            try:
+                chunk = sock.recv(65536, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return out
+            if not chunk:
+                raise serial.SerialException("socket disconnected")
+            out += chunk
+
     def _drain(self) -> int:
         """Take in what arrived unasked (before a request) and empty the parser; returns the
         number of status packets in it (late answers)."""
         try:
-            n = self.ser.in_waiting
-            data = self.ser.read(n) if n else b""
+            data = self._waiting_bytes()
         except (serial.SerialException, OSError) as e:
             raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
         self.stats["rx_bytes"] += len(data)
@@ -432,7 +449,7 @@ class DynamixelDrives(Drives):
         t_ms = time.perf_counter() * 1e3
         self._send(pkt)
         self._receive(want, STATUS_FEEDBACK_BYTES * len(ids))
-        late = 0
+        late = self._take_newer(want)
         for dxl_id in ids:
             p = want[dxl_id]
             if p is None:
@@ -444,6 +461,23 @@ class DynamixelDrives(Drives):
                 late += 1
         self.stats["late_answers"] += late
         return late
+
+    def _take_newer(self, want: dict) -> int:
+        """Status packets already in behind the ones taken for ``want``: the line delivered an
+        older request's answers late and this one's right behind them (after a stall the servo
+        emulator answered both at once, same Realtime Tick, positions a period apart). The
+        later answer of a servo replaces the earlier, which is counted late; returns how many."""
+        data = self._waiting_bytes()
+        if not data:
+            return 0
+        self.stats["rx_bytes"] += len(data)
+        self.parser.feed(data)
+        replaced = 0
+        while (pkt := self.parser.next()) is not None:
+            if pkt.instruction == dxp.STATUS and pkt.id in want:
+                replaced += want[pkt.id] is not None
+                want[pkt.id] = pkt
+        return replaced
 
     def _stale(self, i: int, tick: int, t_ms: float) -> bool:
         """True when servo i stamped this answer (``tick``, ms) well before the request went
