@@ -410,14 +410,16 @@ class CiA402Drives(Drives):
                         continue
                     break
                 self._on_frame(msg, True)
-            if self._need:
-                # frames already queued that reached the bus within the window (their bus
-                # timestamp says so) count, though this thread was too late to take them
-                wall_deadline = self._sync_wall + self.tpdo_timeout
+            # frames already queued: those that reached the bus within the window (their bus
+            # timestamp says so) count, though this thread was too late to take them; and with
+            # the window complete, a TPDO right behind its twin is the newer sample (after a
+            # stall the drives answered two SYNCs at once: the first set, a period old, had
+            # filled the window), which replaces the older (counted late: _mark)
+            wall_deadline = self._sync_wall + self.tpdo_timeout
+            msg = bus.recv(0.0)
+            while msg is not None:
+                self._on_frame(msg, msg.timestamp <= wall_deadline)
                 msg = bus.recv(0.0)
-                while msg is not None:
-                    self._on_frame(msg, msg.timestamp <= wall_deadline)
-                    msg = bus.recv(0.0)
         except (can.CanError, OSError, ValueError) as e:
             self._fail(f"CAN bus error: {e}")
 
@@ -503,9 +505,11 @@ class CiA402Drives(Drives):
                 self._fail(f"node {n}: {p.emcy_text(code, reg)}")
 
     def _mark(self, k: int, in_window: bool) -> None:
-        if not in_window:
+        """TPDO k (2 i + j) taken; one arriving late, or replacing its twin in this window (the
+        twin was an older SYNC's answer), counts in ``late_frames``."""
+        if not in_window or self._got[k]:
             self.late_frames += 1
-        elif not self._got[k]:
+        else:
             self._got[k] = True
             self._need -= 1
 

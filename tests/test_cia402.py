@@ -476,3 +476,33 @@ def test_the_sync_watchdog_times_the_master_not_a_host_that_held_the_emulator(co
         assert p.State.OPERATION_ENABLED not in em.state
     finally:
         em.bus.shutdown()
+
+
+def test_a_tpdo_right_behind_its_twin_is_the_newer_sample(config):
+    """After a stall the drives can answer two SYNCs at once: the first set of TPDOs (a period
+    old) fills the window and the second arrives right behind it. The second is the feedback,
+    the first counts as late (the first was taken: a position a period old, 0.8 mm on an axis
+    at 0.8 m/s)."""
+    ch = f"test-cia402-twin-{next(_ch)}"
+    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch, "max_missed_cycles": 2})
+    drives._bus = can.Bus(interface="virtual", channel=ch)
+    drives._cyclic, drives.torque_on = True, True
+    peer = can.Bus(interface="virtual", channel=ch)
+    k = 1.0 / drives._si_per_increment[0]  # increments per m
+    try:
+        def tpdos(pos_m: float) -> None:
+            for n in drives.node_ids:
+                peer.send(can.Message(arbitration_id=0x180 + n, is_extended_id=False,
+                                      data=struct.pack("<Hi", 0x0037, int(round(pos_m * k)))))
+                peer.send(can.Message(arbitration_id=0x280 + n, is_extended_id=False, data=struct.pack("<i", 0)))
+
+        drives.sync()
+        tpdos(-0.1008)  # the answer to the SYNC before, late
+        tpdos(-0.1)  # this SYNC's
+        drives.collect(time.perf_counter() + 0.01)
+        fb = drives.publish(0.0)
+        assert fb.fresh and drives.late_frames == 6
+        np.testing.assert_allclose(fb.position, -0.1, rtol=0, atol=1e-6)
+    finally:
+        drives._bus.shutdown()
+        peer.shutdown()
