@@ -367,9 +367,12 @@ def test_goal_current_rounding_is_carried_to_the_next_write(drives, emulator):
     fpl = drives.settings.force_per_lsb(0)
     tau = np.array([10.0, -20.2, 60.0])  # 13.3, -26.9, 79.8 LSB
     sums = np.zeros(3)
+    c0 = emu.cycles
     for k in range(8):
         drives.write(tau)
-        drives.read(0.001 * (k + 1))  # the write has been handled once the next answer is in
+        deadline = time.monotonic() + 5.0
+        while emu.cycles < c0 + k + 1 and time.monotonic() < deadline:  # the emulator thread took it
+            time.sleep(0.0005)
         sums += [sv.goal_current() for sv in emu.servos.values()]
     assert np.all(np.abs(sums - 8 * tau / fpl) <= 0.5), (sums, 8 * tau / fpl)
     assert not np.allclose(sums, 8 * np.round(tau / fpl))  # plain rounding would give these
@@ -612,7 +615,10 @@ def test_an_answer_right_behind_an_older_one_replaces_it(config):
     the feedback, the earlier is counted late (the earlier was taken: a reading one or two
     periods old, 1.6 mm on an axis at 0.8 m/s, and a force kick the next cycle)."""
     server = socket.create_server(("127.0.0.1", 0))
-    d = DynamixelDrives.from_config(config, {"port": f"socket://127.0.0.1:{server.getsockname()[1]}"})
+    # a 20 ms window without retry (10 Hz): the scripted peer is a thread of this process
+    raw = {**config.raw, "drives": {**config.raw["drives"], "timeout": 0.02, "retries": 0, "bus_watchdog_ms": 0}}
+    slow = dataclasses.replace(config, rate_hz=10.0, raw=raw).with_drives()
+    d = DynamixelDrives.from_config(slow, {"port": f"socket://127.0.0.1:{server.getsockname()[1]}"})
     d._open()
     peer, _ = server.accept()
     try:
