@@ -199,8 +199,11 @@ def test_configuration_enable_and_cyclic_frames_byte_exact(config, plant):
         assert tp[0x201] == h("0f003200") and tp[0x202] == h("0f00ceff") and tp[0x203] == h("0f000200")
         assert np.allclose(em.target, [50, -50, 2])
         drives.write(np.array([10.0, -10.0, 0.3]))  # the half per mille rounded up last time is carried
-        time.sleep(0.005)
-        assert dict(frames(sniff))[0x203] == h("0f000100") and np.allclose(em.target, [50, -50, 1])
+        assert dict(frames(sniff))[0x203] == h("0f000100")  # the virtual bus delivers at send
+        deadline = time.monotonic() + 0.02  # well inside the SYNC watchdog still
+        while em.target[2] != 1 and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert np.allclose(em.target, [50, -50, 1])
 
         drives.disable()  # torque off: disable operation (0x0007), zero torque, all drives at once
         time.sleep(0.005)
