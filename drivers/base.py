@@ -14,8 +14,8 @@ import enum
 
 import numpy as np
 
-from pkrt.rt.errors import Fault
-from pkrt.rt.schema import ConfigError
+from pkrt.rt.core.errors import Fault
+from pkrt.rt.core.schema import ConfigError
 
 
 class DriveState(enum.Enum):

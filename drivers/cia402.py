@@ -172,7 +172,7 @@ class CiA402Drives(Drives):
         ``interface``, ``channel``, ``bitrate``) replace its keys."""
         if config.backend != "cia402":
             raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'cia402', got {config.backend!r}")
-        config = config.with_drives(overrides)  # validated by the schema (pkrt.rt.schema.CiA402DrivesTable)
+        config = config.with_drives(overrides)  # validated by the schema (pkrt.rt.core.schema.CiA402DrivesTable)
         d = config.drives
         if d.interface not in can.VALID_INTERFACES:
             raise DriveConfigError(f"{config.path}: [drives], field 'interface': unknown python-can interface "

@@ -46,7 +46,7 @@ import serial
 import serial.rs485
 
 from . import dynamixel_protocol as dxp
-from pkrt.rt.schema import BUS_WATCHDOG_UNIT_MS, DynamixelSettings  # noqa: F401 (BUS_WATCHDOG_UNIT_MS re-exported)
+from pkrt.rt.core.schema import BUS_WATCHDOG_UNIT_MS, DynamixelSettings  # noqa: F401 (BUS_WATCHDOG_UNIT_MS re-exported)
 
 from .base import DriveConfigError, DriveError, Drives, round_carried
 
@@ -73,13 +73,13 @@ STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with the block, u
 TICK_WRAP = 32768.0  # ms
 TICK_MS = 1.0  # resolution of the Realtime Tick (ms): a stamp is up to this much before the instant
 READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
-# READ_SLICES_WORST (pkrt.rt.schema) = 1 + 1 / READ_SLICES timeouts
+# READ_SLICES_WORST (pkrt.rt.core.schema) = 1 + 1 / READ_SLICES timeouts
 SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
 
 
 def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
     """The machine configuration's ``[drives]`` table with ``overrides`` applied, validated by
-    its schema (``pkrt.rt.schema.DynamixelSettings``)."""
+    its schema (``pkrt.rt.core.schema.DynamixelSettings``)."""
     if config.backend != "dynamixel":
         raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'dynamixel', got {config.backend!r}")
     return config.with_drives(overrides).drives

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from pkrt.rt.friction import V_EPS
-from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities, work_size
+from pkrt.rt.core.friction import V_EPS
+from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities, work_size
 
 from .base import DriveConfigError, DriveError, Drives
 
@@ -163,7 +163,7 @@ def plant_step(T, x, tau_cmd, dt, n_sub, params, ws):
 
 def plant_step_model(model, x, tau_cmd, dt, n_sub, params, views) -> int:
     """``plant_step`` with H, D, p_ext from ``model(theta, H, D, p) -> status`` (a Python
-    callable: the exact reduction, ``pkrt.rt.cli.reference.ExactInLoop``) at every RK4 stage;
+    callable: the exact reduction, ``pkrt.rt.app.reference.ExactInLoop``) at every RK4 stage;
     the same kernels for everything else. views = workspace_views(plant_workspace(s), s)."""
     s = tau_cmd.shape[0]
     H, L, D, p, rhs, tau, w, y, a, work, k, xs = views
@@ -264,7 +264,7 @@ class Plant:
     def from_config(cls, config, mass_scale: float | None = None, model=None) -> "Plant":
         """The plant of a machine configuration's ``[drives]`` table (``plant_tree``, or
         ``plant = "exact"`` with ``model``, the exact reduction built by the caller)."""
-        from pkrt.rt.treefile import load_tree
+        from pkrt.rt.core.treefile import load_tree
 
         d = config.plant_table()  # [drives] of sim, else [emulator] (validated by the schema)
         table = "drives" if d is config.drives else "emulator"

@@ -35,9 +35,9 @@ import time
 import numpy as np
 
 from pkrt.drivers.cia402 import CiA402Drives
-from pkrt.rt.config import load_machine
-from pkrt.rt.errors import Fault, UserError
-from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.core.errors import Fault, UserError
+from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
 
 from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
@@ -84,7 +84,7 @@ def emulator_cpu(controller_cpu: int) -> int:
 
 def reference_for(config, reference):
     """The run's reference from ``reference(config)``: the caller's planner (the CLI layer's
-    ``pkrt.rt.cli.reference.plan_reference``, the demo planned from the model), None: none (the
+    ``pkrt.rt.app.reference.plan_reference``, the demo planned from the model), None: none (the
     runtime then says a reference is needed)."""
     return None if reference is None else reference(config)
 
@@ -110,7 +110,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     config = load_machine(machine)
     if config.backend != "cia402":
         raise UserError(f"{config.path}: [drives] backend is {config.backend!r}, not 'cia402'")
-    table = config.emulator  # validated by the schema (pkrt.rt.schema.CanEmulatorTable)
+    table = config.emulator  # validated by the schema (pkrt.rt.core.schema.CanEmulatorTable)
     rate = rate_hz if rate_hz is not None else (table.rate_hz or config.rate_hz)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1.0 <= rate <= 100000.0:
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")

@@ -72,8 +72,8 @@ from canopen.sdo import SdoAbortedError
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
 from pkrt.drivers.sim import plant_left_its_model
-from pkrt.rt.errors import UserError
-from pkrt.rt.loop import apply_realtime
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.loop import apply_realtime
 
 from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
 
@@ -209,7 +209,7 @@ class CiA402Emulator:
         from pkrt.drivers.sim import Plant
 
         ref = CiA402Drives.from_config(config, {"interface": "virtual", "channel": channel})
-        em = config.emulator  # validated by the schema (pkrt.rt.schema.CanEmulatorTable)
+        em = config.emulator  # validated by the schema (pkrt.rt.core.schema.CanEmulatorTable)
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(em.inject_after * config.rate_hz)) if fault else None,
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     its report."""
     import dataclasses
 
-    from pkrt.rt.config import load_machine
+    from pkrt.rt.runtime.config import load_machine
 
     ap = argparse.ArgumentParser(prog="python -m pkrt.hil.cia402_emulator", description=__doc__.split("\n")[0])
     ap.add_argument("--machine", default="orthoglide-can")

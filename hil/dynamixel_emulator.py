@@ -68,8 +68,8 @@ from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_
                                     ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
                                     DynamixelSettings, load_settings)
 from pkrt.drivers.sim import plant_left_its_model
-from pkrt.rt.errors import UserError
-from pkrt.rt.loop import apply_realtime
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.loop import apply_realtime
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
 TABLE_SIZE = 147  # up to Present Temperature (146)
@@ -559,7 +559,7 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
           clock: str | None = None) -> DynamixelEmulator:
     """An emulator for a machine configuration (its ``[drives]`` and ``[emulator]`` tables)."""
     from pkrt.drivers.sim import Plant
-    from pkrt.rt.config import load_machine
+    from pkrt.rt.runtime.config import load_machine
 
     config = load_machine(machine)
     em = serial_emulator_table(config)
@@ -579,7 +579,7 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
 
 def serial_emulator_table(config):
     """The validated ``[emulator]`` table of a serial machine configuration
-    (``pkrt.rt.schema.SerialEmulatorTable``)."""
+    (``pkrt.rt.core.schema.SerialEmulatorTable``)."""
     if config.drives.backend != "dynamixel":
         raise UserError(f"{config.path}: [drives], field 'backend': the servo emulator needs 'dynamixel', "
                         f"got {config.drives.backend!r}")

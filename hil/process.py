@@ -8,7 +8,7 @@ import select
 import subprocess
 import tempfile
 
-from pkrt.rt.errors import Fault, UserError
+from pkrt.rt.core.errors import Fault, UserError
 
 START_TIMEOUT = 60.0  # s for an emulator to load its plant and open its end of the bus
 

@@ -15,8 +15,8 @@ import sys
 
 from pkrt.drivers import open_drives
 from pkrt.drivers.dynamixel import load_settings
-from pkrt.rt.config import MachineConfig, load_machine
-from pkrt.rt.errors import UserError
+from pkrt.rt.runtime.config import MachineConfig, load_machine
+from pkrt.rt.core.errors import UserError
 
 from .can_hil import emulator_cpu, reference_for
 from .dynamixel_emulator import FAULT_KINDS
@@ -87,7 +87,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
     running (otherwise one is started and stopped). ``reference``: see ``can_hil.reference_for``."""
-    from pkrt.rt.run import run_session
+    from pkrt.rt.runtime.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
         hint = " (bus-off is a CAN fault)" if fault == "bus-off" else ""
@@ -136,7 +136,7 @@ def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float |
     """The same machine, controller, trajectory and rate in lockstep on the simulated plant of
     the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
     from pkrt.drivers.sim import Plant, SimDrives
-    from pkrt.rt.run import run_session
+    from pkrt.rt.runtime.run import run_session
 
     config = serial_config(machine, rate_hz)
     drives = SimDrives(Plant.from_config(config))  # run_session starts it at the trajectory's start

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from pkrt.rt.treefile import save_tree
+from pkrt.rt.core.treefile import save_tree
 
 from .mechanism import load_mechanism
 from .treebuild import BuildSettings, build_tree

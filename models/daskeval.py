@@ -31,8 +31,8 @@ import numpy as np
 from distributed import as_completed
 from distributed.client import FutureCancelledError
 
-from pkrt.rt.errors import Fault, UserError
-from pkrt.rt.versions import software_versions
+from pkrt.rt.core.errors import Fault, UserError
+from pkrt.rt.core.versions import software_versions
 
 from .mechanism import Mechanism, load_mechanism
 from .reduction import ExactModel

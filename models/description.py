@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.errors import UserError
-from pkrt.rt.filekind import MODEL, expect
-from pkrt.rt.schema import field_message
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.filekind import MODEL, expect
+from pkrt.rt.core.schema import field_message
 
 from .joints import ACTUATABLE, JOINT_TYPES
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from pkrt.rt.errors import ModelFailure
+from pkrt.rt.core.errors import ModelFailure
 
 from . import constraints as C
 from .description import GROUND, Description, ModelError, load_description

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pkrt.rt.tree import quad_velocities
+from pkrt.rt.core.tree import quad_velocities
 
 from . import constraints as C
 from .mechanism import AssemblyError, Config, Mechanism
@@ -24,7 +24,7 @@ def velocity_pairs(s: int) -> list[tuple[int, int]]:
 
 def quadratic_velocities(theta_dot: np.ndarray) -> np.ndarray:
     """[td td] of ``shared/reference-models.md``, in ``velocity_pairs`` order (the core's
-    kernel ``pkrt.rt.tree.quad_velocities``)."""
+    kernel ``pkrt.rt.core.tree.quad_velocities``)."""
     td = np.asarray(theta_dot, dtype=float)
     out = np.empty(len(td) * (len(td) + 1) // 2)
     quad_velocities(td, out)

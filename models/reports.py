@@ -3,8 +3,8 @@ a model's structure at its reference assembly, and a tree file's summary."""
 
 from __future__ import annotations
 
-from pkrt.rt.tree import Tree
-from pkrt.rt.treefile import tree_bytes
+from pkrt.rt.core.tree import Tree
+from pkrt.rt.core.treefile import tree_bytes
 
 from .mechanism import Mechanism
 

@@ -40,7 +40,7 @@ from fractions import Fraction
 import numpy as np
 from scipy.interpolate import make_interp_spline
 
-from pkrt.rt.tree import ORDER, SPLINE, Tree, empty_boxes, n_outputs
+from pkrt.rt.core.tree import ORDER, SPLINE, Tree, empty_boxes, n_outputs
 
 from .mechanism import Mechanism
 from .reduction import velocity_pairs

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from pkrt.rt.errors import UserError
-from pkrt.rt.plan import (Planned, cartesian_path, circle_basis, concatenate, plan_moves, quintic_profile,
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import (Planned, cartesian_path, circle_basis, concatenate, plan_moves, quintic_profile,
                           read_csv_samples)
 
 from .mechanism import AssemblyError, Config, Mechanism
@@ -147,7 +147,7 @@ def circle(centre, radius: float, duration: float, rate_hz: float, normal=(0, 0,
            tilt: float = 0.0, tilt_cycles: float = 2.0) -> TaskPath:
     """Circle of ``radius`` (m) about ``centre`` (task coordinates: x, y, z, then roll, pitch,
     yaw if 6-DOF; or x, y for a planar tool) in the plane normal to ``normal``, starting at centre + radius e1
-    (``pkrt.rt.plan.circle_basis``), with a quintic phase over ``duration`` (s) (at rest at both
+    (``pkrt.rt.core.plan.circle_basis``), with a quintic phase over ``duration`` (s) (at rest at both
     ends). For 6-DOF, ``tilt`` (rad) adds roll = tilt sin(tilt_cycles phase) per lap."""
     c = np.asarray(centre, float)
     if not radius > 0:
@@ -412,7 +412,7 @@ def forward_kinematics(mech: Mechanism, theta_rows) -> np.ndarray:
 
 
 def plan_demo(mech: Mechanism, demo, rate_hz: float) -> Planned:
-    """The machine's demo from its configuration's ``[demo]`` table (``pkrt.rt.schema.DemoTable``):
+    """The machine's demo from its configuration's ``[demo]`` table (``pkrt.rt.core.schema.DemoTable``):
     quintic moves through the actuator ``points`` (back to the first), then the task-space piece
     (``circle`` or ``adept-cycle``) from and back to the home tool pose, planned by the model's
     inverse kinematics. Actuator pos, vel, acc at ``rate_hz``."""

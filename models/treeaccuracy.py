@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree
+from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree
 
 from .mechanism import Mechanism
 from .splinebuild import tau_of_flat

@@ -32,9 +32,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from pkrt.rt.errors import UserError
-from pkrt.rt.tree import Tree
-from pkrt.rt.versions import software_versions
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.tree import Tree
+from pkrt.rt.core.versions import software_versions
 
 from .mechanism import Mechanism
 from .reduction import output_layout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree
+from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree
 
 from .mechanism import Mechanism
 from .reduction import output_layout

@@ -20,8 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from pkrt.rt.errors import UserError
-from pkrt.rt.tree import BOXES, ORDER, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.tree import BOXES, ORDER, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
 
 from .mechanism import AssemblyError, Mechanism
 from .reduction import (ExactModel, flatten_outputs, output_layout, quadratic_velocities,

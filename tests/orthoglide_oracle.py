@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pkrt.rt.errors import UserError
-from pkrt.rt.plan import Planned, cartesian_path, circle_basis, concatenate, plan_moves
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned, cartesian_path, circle_basis, concatenate, plan_moves
 
 
 def orthoglide_ik(P: np.ndarray, Pd: np.ndarray, Pdd: np.ndarray, L: float):

@@ -1,5 +1,5 @@
 """Every field of every machine-configuration table, enumerated from the schema itself
-(pkrt.rt.schema), gets a wrong type, a NaN, a negative and a missing value: through
+(pkrt.rt.core.schema), gets a wrong type, a NaN, a negative and a missing value: through
 `pkrt run --lockstep --machine FILE` each bad one is one line naming the file, the table and
 the field, exit 2, no traceback; the schema says per field where a negative or a missing value
 is valid, and then the file loads (or fails on a relation naming another field)."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pkrt.rt import schema
+from pkrt.rt.core import schema
 from pkrt.rt.cli import main
-from pkrt.rt.config import load_machine
+from pkrt.rt.runtime.config import load_machine
 
 MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
 FILES = {"sim": "orthoglide-sim.toml", "cia402": "orthoglide-can.toml", "dynamixel": "orthoglide-serial.toml"}
@@ -153,7 +153,7 @@ def test_cli_overrides_are_validated_by_the_schema(tmp_path):
 
 def test_readme_lists_every_table_and_field():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert schema.markdown() in readme, "README.md: regenerate the table list with pkrt.rt.schema.markdown()"
+    assert schema.markdown() in readme, "README.md: regenerate the table list with pkrt.rt.core.schema.markdown()"
 
 
 def test_no_reads_around_the_schema():
@@ -165,6 +165,6 @@ def test_no_reads_around_the_schema():
             for n, line in enumerate(f.read_text().splitlines(), 1):
                 if ".raw" in line and ("config.raw" in line or "self.raw" in line):
                     uses.append(f"{f.relative_to(root)}:{n}: {line.strip()}")
-    allowed = [u for u in uses if u.startswith("rt/config.py:") or '"machine": config.raw' in u]
+    allowed = [u for u in uses if u.startswith("rt/runtime/config.py:") or '"machine": config.raw' in u]
     assert uses == allowed, "\n".join(set(uses) - set(allowed))
     assert any('"machine": config.raw' in u for u in uses)  # the log header keeps the file as read

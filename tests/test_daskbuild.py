@@ -238,7 +238,7 @@ def test_worker_that_differs_from_the_client_is_refused(cluster, what):
     """The plugin compares the worker's versions and its reading of the model with what the
     client sent; a batch on a worker that differs raises WorkerMismatch naming it."""
     from pkrt.models.daskeval import NUMERICS, ModelPlugin, WorkerMismatch, run_batch
-    from pkrt.rt.versions import software_versions
+    from pkrt.rt.core.versions import software_versions
 
     address, client = cluster
     mech = load_mechanism("fivebar")

@@ -1,4 +1,4 @@
-"""Errors are classed by cause (pkrt.rt.errors); the CLI alone maps classes to exit codes."""
+"""Errors are classed by cause (pkrt.rt.core.errors); the CLI alone maps classes to exit codes."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from pkrt.drivers.base import DriveConfigError, DriveError
 from pkrt.models.description import ModelError
 from pkrt.models.mechanism import AssemblyError
-from pkrt.rt import errors
+from pkrt.rt.core import errors
 from pkrt.rt.cli import EXIT_CODES, exit_code, main
-from pkrt.rt.logfile import LogFileError
-from pkrt.rt.treefile import TreeFileError
+from pkrt.rt.runtime.logfile import LogFileError
+from pkrt.rt.core.treefile import TreeFileError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pkrt.rt import filekind as fk
+from pkrt.rt.core import filekind as fk
 from pkrt.rt.cli import main
 
 MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pkrt.rt.cli import main
-from pkrt.rt.foxglovelive import FoxgloveLive, parse_address
-from pkrt.rt.logfile import read_log
-from pkrt.rt.run import channel_list
+from pkrt.rt.runtime.foxglovelive import FoxgloveLive, parse_address
+from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.run import channel_list
 
 SUBPROTOCOL = "foxglove.sdk.v1"
 AXES = ["q1", "q2", "q3"]
@@ -152,7 +152,7 @@ def test_bad_addresses_are_one_line_errors(capsys):
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=30))
 def test_parse_address_takes_host_port_or_says_what_it_expects(text):
-    from pkrt.rt.errors import UserError
+    from pkrt.rt.core.errors import UserError
 
     try:
         host, port = parse_address(text)

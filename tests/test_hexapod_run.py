@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.config import MACHINES_DIR, load_machine
-from pkrt.rt.logfile import read_log
+from pkrt.rt.runtime.config import MACHINES_DIR, load_machine
+from pkrt.rt.runtime.logfile import read_log
 
 
 @pytest.fixture(scope="module")
 def hexapod():
-    from pkrt.rt.cli.reference import machine_mechanism, plan_reference
+    from pkrt.rt.app.reference import machine_mechanism, plan_reference
 
     config = load_machine("hexapod")
     mech = machine_mechanism(config)
@@ -30,9 +30,9 @@ def hexapod():
 def _run(hexapod, tmp_path, name: str, controller: str = "ct", mass_scale: float = 1.0, model: str = "tree"):
     """A lockstep run on the exact plant; the summary with the tool error (mm) from its log."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.cli.reference import ExactInLoop, exact_model
-    from pkrt.rt.cli.toolchannels import tool_channels, tool_error
-    from pkrt.rt.run import run_session
+    from pkrt.rt.app.reference import ExactInLoop, exact_model
+    from pkrt.rt.app.toolchannels import tool_channels, tool_error
+    from pkrt.rt.runtime.run import run_session
 
     config, mech, plan = hexapod
     loop_model = None
@@ -104,9 +104,9 @@ def test_the_exact_plant_is_converged_in_its_substeps(hexapod, tmp_path):
     """Twice the RK4 substeps of the shipped plant (2 -> 4) change the computed-torque tracking
     by less than 2 % RMS over the first 0.8 s (the approach and the start of the circle)."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.cli.reference import ExactInLoop
-    from pkrt.rt.plan import Planned
-    from pkrt.rt.run import run_session
+    from pkrt.rt.app.reference import ExactInLoop
+    from pkrt.rt.core.plan import Planned
+    from pkrt.rt.runtime.run import run_session
 
     config, mech, plan = hexapod
     short = Planned(plan.rate_hz, plan.pos[:800], plan.vel[:800], plan.acc[:800])

@@ -16,10 +16,10 @@ import pytest
 from pkrt.drivers.sim import Plant, SimDrives
 from pkrt.hil.can_hil import run_can_hil
 from pkrt.hil.cia402_emulator import FAULT_KINDS
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.config import load_machine
-from pkrt.rt.errors import UserError
-from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
 
 from .realtime import SETUP_TIMEOUTS, fault_preempted, hil_stalled, repeat, timing_fault
 
@@ -122,7 +122,7 @@ def test_can_hil_with_the_emulator_in_its_own_process(interface):
     """Over unix_pair, udp_pair or udp_multicast the drives are another process: the controller's process
     never imports the emulator, and every SYNC it sent was answered there."""
     code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
-            "from pkrt.rt.cli.reference import plan_reference; "
+            "from pkrt.rt.app.reference import plan_reference; "
             f"r = run_can_hil('orthoglide-can', duration=1.0, interface={interface!r}, reference=plan_reference); "
             "print(json.dumps({'fault': r['fault'], 'cycles': r['cycles'], 'overruns': r['overruns'], "
             "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator', "

@@ -15,8 +15,8 @@ from pkrt.hil.serial_hil import run_serial_hil
 from pkrt.models.build_trees import MACHINES
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.treefile import save_tree
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.core.treefile import save_tree
 
 pytestmark = pytest.mark.realtime
 

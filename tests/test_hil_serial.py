@@ -12,9 +12,9 @@ import pytest
 from pkrt.hil.dynamixel_emulator import FAULT_KINDS
 from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
 from pkrt.rt.cli import main
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.errors import UserError
-from pkrt.rt.logfile import read_log
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.logfile import read_log
 
 from .realtime import SETUP_TIMEOUTS, fault_preempted, hil_stalled, repeat, timing_fault
 

@@ -35,7 +35,7 @@ def test_import_contracts_pass(tmp_path):
     for name in PACKAGES:
         (tmp_path / "pkrt" / name).symlink_to(ROOT / name)
     lint = Path(sys.executable).parent / "lint-imports"
-    r = subprocess.run([str(lint), "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=tmp_path,
+    r = subprocess.run([str(lint), str(ROOT / ".importlinter"), "--no-cache"], cwd=tmp_path,
                        env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -44,18 +44,16 @@ def test_import_contracts_pass(tmp_path):
 
 
 def test_every_rt_module_has_a_layer():
+    """A module's layer is its folder: rt/ holds only layer folders, each one in the layers
+    contract; no benchmark imports the CLI (bench is the layer below the CLI)."""
     c = _contracts()
-    core = _modules(c, "core", "source_modules")
-    runtime = _modules(c, "runtime", "source_modules")
-    assert not core & runtime
-    top = {"pkrt.rt.cli", "pkrt.rt.bench"}  # layer 6: may import everything
-    have = {f"pkrt.rt.{p.stem}" for p in (ROOT / "rt").glob("*.py") if p.stem != "__init__"}
-    have |= {f"pkrt.rt.{p.parent.name}" for p in (ROOT / "rt").glob("*/__init__.py")}
-    assert have == core | runtime | top, "place new modules of rt/ in a layer in .importlinter"
-    # every module the core and the runtime must not reach is listed where it is forbidden
-    assert _modules(c, "core", "forbidden_modules") >= runtime | top
-    assert _modules(c, "drivers", "forbidden_modules") >= runtime | top | {"pkrt.models", "pkrt.hil"}
-    assert _modules(c, "models", "forbidden_modules") >= runtime | top | {"pkrt.drivers", "pkrt.hil"}
+    layers = c["importlinter:contract:layers"]["layers"].split()
+    listed = {x for x in layers if x != "|"}
+    loose = [p.name for p in (ROOT / "rt").glob("*.py") if p.stem != "__init__"]
+    assert not loose, f"modules of rt/ outside a layer folder: {loose}"
+    folders = {f"pkrt.rt.{p.parent.name}" for p in (ROOT / "rt").glob("*/__init__.py")}
+    assert folders <= listed, f"place the new folder in the layers contract: {sorted(folders - listed)}"
+    assert layers.index("pkrt.rt.cli") < layers.index("pkrt.rt.bench") < layers.index("pkrt.rt.app")
 
 
 PROBE = """
@@ -70,8 +68,8 @@ print(json.dumps({"code": code, "loaded": loaded}))
 def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
     """A run of actuator values loads no model; the demo (and a task-space CSV) is planned from
     the model in the CLI layer before the run, so that run does load pkrt.models."""
-    from pkrt.rt.config import load_machine
-    from pkrt.rt.run import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.run import load_controller_tree, tree_axes
 
     axes, _ = tree_axes(load_controller_tree(load_machine("orthoglide")))
     traj = tmp_path / "q.csv"
@@ -82,7 +80,7 @@ def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
                            cwd=ROOT)
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert out["code"] == 0, r.stderr
-        assert "pkrt.rt.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
+        assert "pkrt.rt.runtime.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
         loaded = [m for m in out["loaded"] if m.startswith("pkrt.models")]
         assert (loaded != []) == models, loaded
 

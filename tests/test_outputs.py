@@ -17,7 +17,7 @@ import pytest
 
 from pkrt.models.description import MACHINES_DIR
 from pkrt.rt.cli import main
-from pkrt.rt.logfile import read_log
+from pkrt.rt.runtime.logfile import read_log
 
 
 @contextmanager

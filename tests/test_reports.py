@@ -5,8 +5,8 @@ from __future__ import annotations
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reports import check_report, tree_depth, tree_summary
 from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.rt.config import MACHINES_DIR
-from pkrt.rt.treefile import load_tree
+from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.core.treefile import load_tree
 
 
 def test_check_report_of_the_fourbar():

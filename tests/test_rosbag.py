@@ -18,10 +18,10 @@ from rosbags.typesys import Stores, get_typestore
 from ruamel.yaml import YAML
 
 from pkrt.rt.cli import main
-from pkrt.rt.config import load_machine
-from pkrt.rt.logfile import LogWriter, read_log
-from pkrt.rt.replay import model_torques
-from pkrt.rt.treefile import load_tree
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.logfile import LogWriter, read_log
+from pkrt.rt.runtime.replay import model_torques
+from pkrt.rt.core.treefile import load_tree
 from tests.test_logfile import write_demo_log
 
 TS = get_typestore(Stores.ROS2_JAZZY)
@@ -269,8 +269,8 @@ def test_joint_state_reader_accepts_good_bags_and_names_the_first_defect(data):
     """Random recordings: joints in any order with extras, some steps repeated, backwards or
     long, a NaN, a joint left out. The reader returns the machine's joints in its order, or one
     line naming the first defect in the order of the module docstring."""
-    from pkrt.rt.errors import UserError
-    from pkrt.rt.rosbag import read_joint_states
+    from pkrt.rt.core.errors import UserError
+    from pkrt.rt.runtime.rosbag import read_joint_states
 
     n = data.draw(st.integers(2, 12))
     steps = data.draw(st.lists(st.sampled_from([5_000_000] * 6 + [0, -1_000_000, 60_000_000]), min_size=n - 1,

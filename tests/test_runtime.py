@@ -10,12 +10,12 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.drivers.base import DriveState
-from pkrt.rt.config import load_machine
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.errors import UserError
-from pkrt.rt.logfile import read_log
-from pkrt.rt.run import run_session
-from pkrt.rt.trajectory import plan_moves
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.run import run_session
+from pkrt.rt.runtime.trajectory import plan_moves
 
 
 _DEMOS: dict = {}
@@ -200,7 +200,7 @@ def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, 
     """Bad --inject / --telemetry values were found after the drives were opened, and left them
     open (a CAN bus or serial port stays claimed); the telemetry socket was never closed."""
     import pkrt.drivers
-    from pkrt.rt import telemetry as tel_mod
+    from pkrt.rt.runtime import telemetry as tel_mod
     from pkrt.rt.cli import main
 
     opened, sockets = [], []
@@ -257,7 +257,7 @@ def test_realtime_factor_counts_skipped_periods(config, tree):
 def test_sim_sensor_settings_are_validated(config, field, value):
     """The sim backend's sensor settings went through float()/int() unchecked: a string gave a
     traceback, a negative delay or noise was silently taken."""
-    from pkrt.rt.schema import ConfigError
+    from pkrt.rt.core.schema import ConfigError
 
     with pytest.raises(ConfigError, match=rf"\[drives\], field '{field}'"):
         open_drives(config, {field: value})
@@ -266,7 +266,7 @@ def test_sim_sensor_settings_are_validated(config, field, value):
 def test_a_log_write_failure_is_reported_in_the_summary(config, tree, tmp_path, monkeypatch):
     """The writer thread records a failed write (disk full) in ``error``; the run's summary
     dropped it, so a run whose log lost its data looked complete."""
-    from pkrt.rt import logfile
+    from pkrt.rt.runtime import logfile
 
     real = logfile._pack
 
@@ -323,7 +323,7 @@ def test_sim_plant_integrates_skipped_periods_at_its_step(config):
 
 def test_controller_gains_are_named_rows_of_the_kernel_array(config, tree):
     """The kernel takes one (7, s) array (no per-call unboxing); ``Gains`` names its rows."""
-    from pkrt.rt.controller import COULOMB, KP, Controller, Gains
+    from pkrt.rt.runtime.controller import COULOMB, KP, Controller, Gains
 
     c = config.controller
     ctrl = Controller(tree, "ct", c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
@@ -341,7 +341,7 @@ def test_pinning_the_loop_moves_the_other_threads_off_its_cpu():
     import os
     import threading
 
-    from pkrt.rt.loop import apply_realtime, restore_realtime
+    from pkrt.rt.runtime.loop import apply_realtime, restore_realtime
 
     cpus = os.sched_getaffinity(0)
     if len(cpus) < 2:

@@ -13,7 +13,7 @@ import pytest
 from pkrt.models.build_trees import MACHINES
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treeaccuracy import accuracies
-from pkrt.rt.treefile import load_tree
+from pkrt.rt.core.treefile import load_tree
 
 # the targets of the controller's tree (relative to each output's scale)
 MAX_COEF, MAX_TAU, MAX_JUMP, MAX_BYTES = 5e-3, 5e-3, 1e-3, 16 * 2 ** 20

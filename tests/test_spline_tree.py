@@ -17,9 +17,9 @@ from pkrt.models.splinebuild import fit, spline_tree
 from pkrt.models.treebuild import BuildError, BuildSettings, build_tree
 from pkrt.models.treeverify import face_jumps
 from pkrt.rt.cli import main
-from pkrt.rt.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_model, eval_outputs, eval_tau,
+from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_model, eval_outputs, eval_tau,
                           n_outputs)
-from pkrt.rt.treefile import TreeFileError, tree_bytes, tree_from_bytes
+from pkrt.rt.core.treefile import TreeFileError, tree_bytes, tree_from_bytes
 
 from .test_treefile import repack, set_array
 

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from pkrt.drivers import open_drives
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.logfile import read_log
-from pkrt.rt.errors import Stopped
-from pkrt.rt.run import STOP_SIGNALS, StopSignals, run_session
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.core.errors import Stopped
+from pkrt.rt.runtime.run import STOP_SIGNALS, StopSignals, run_session
 from tests.processes import child, log_has_cycles, stop, wait_until
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)

@@ -11,8 +11,8 @@ import pytest
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.taskspace import (TaskKinematics, adept_cycle, circle, join, line, load_task_csv,
                                    plan_task_path, round_trip, tool_pose)
-from pkrt.rt.errors import UserError
-from pkrt.rt.plan import Planned
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned
 from tests.orthoglide_oracle import orthoglide_fk, orthoglide_ik
 from tests.test_delta_hexapod import HOME, delta_fk, delta_ik, hexapod_fk, hexapod_ik
 
@@ -186,8 +186,8 @@ def test_runtime_consumes_a_task_space_plan_unchanged(machines):
     plant, computed torque) as any planned reference: no fault, tracking under 0.1 mm (10 um
     measured)."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.config import load_machine
-    from pkrt.rt.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.run import load_controller_tree, run_session
 
     config = load_machine("orthoglide")
     home = orthoglide_fk(np.full(3, -0.1), 0.31)

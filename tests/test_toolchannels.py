@@ -20,9 +20,9 @@ import pytest
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.taskspace import TaskKinematics, circle
 from pkrt.rt.cli import main
-from pkrt.rt.cli.toolchannels import tool_channels, tool_error
-from pkrt.rt.config import MACHINES_DIR
-from pkrt.rt.logfile import LogWriter, read_log
+from pkrt.rt.app.toolchannels import tool_channels, tool_error
+from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.runtime.logfile import LogWriter, read_log
 from tests.orthoglide_oracle import orthoglide_fk
 from tests.test_delta_hexapod import HOME
 from tests.test_mcapexport import read_mcap

@@ -15,9 +15,9 @@ from pkrt.models.treebuild import (BuildSettings, basis_matrix, build_tree, held
                                    inner_corners)
 from pkrt.models.treeverify import verify_tree
 from pkrt.rt.cli import main
-from pkrt.rt.tree import (CLAMPED, OK, Tree, TreeWorkspace, eval_outputs, eval_outputs_w,
+from pkrt.rt.core.tree import (CLAMPED, OK, Tree, TreeWorkspace, eval_outputs, eval_outputs_w,
                           eval_tau, eval_tau_w, n_basis, n_outputs, work_size)
-from pkrt.rt.treefile import load_tree, tree_bytes, tree_from_bytes
+from pkrt.rt.core.treefile import load_tree, tree_bytes, tree_from_bytes
 
 from .test_spline_tree import header_for
 

@@ -17,8 +17,8 @@ from pkrt.models.reduction import ExactModel, flatten_outputs
 from pkrt.models.treebuild import BuildSettings, BuildError, build_tree, ccd_points
 from pkrt.models.treeverify import tree_outputs, verify_tree
 from pkrt.rt.cli import main
-from pkrt.rt.tree import CLAMPED, OK, OUT_OF_DOMAIN, eval_model, eval_outputs, eval_tau
-from pkrt.rt.treefile import check_tree_matches_model, load_tree, tree_bytes, tree_from_bytes
+from pkrt.rt.core.tree import CLAMPED, OK, OUT_OF_DOMAIN, eval_model, eval_outputs, eval_tau
+from pkrt.rt.core.treefile import check_tree_matches_model, load_tree, tree_bytes, tree_from_bytes
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +313,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
 def test_allocation_free_kernels_match_and_workspace():
     """Exact comparisons: the kernels run the same arithmetic in the same order, in one
     process on one machine (no stored values from elsewhere)."""
-    from pkrt.rt.tree import TreeWorkspace, eval_outputs_w, eval_tau_w, work_size
+    from pkrt.rt.core.tree import TreeWorkspace, eval_outputs_w, eval_tau_w, work_size
     tree = load_tree(MACHINES / "orthoglide.pkt")
     ws = TreeWorkspace(tree)
     rng = np.random.default_rng(11)

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pkrt.rt.cli import main
-from pkrt.rt.tree import OUT_OF_DOMAIN, Tree, eval_outputs, eval_tau, n_basis, n_outputs
-from pkrt.rt.treefile import (TreeFileError, check_tree_matches_model, load_tree, save_tree,
+from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree, eval_outputs, eval_tau, n_basis, n_outputs
+from pkrt.rt.core.treefile import (TreeFileError, check_tree_matches_model, load_tree, save_tree,
                               tree_bytes, tree_from_bytes)
 
 

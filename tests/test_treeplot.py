@@ -15,8 +15,8 @@ from pkrt.models.reduction import ExactModel
 from pkrt.models.treebuild import BuildSettings, build_tree
 from pkrt.models.treeplot import PLOT_SIZE_PX, plot_data, slice_planes
 from pkrt.rt.cli import main
-from pkrt.rt.tree import eval_outputs
-from pkrt.rt.treefile import save_tree
+from pkrt.rt.core.tree import eval_outputs
+from pkrt.rt.core.treefile import save_tree
 
 MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
 
@@ -75,7 +75,7 @@ def test_error_maps_are_the_largest_error_over_outputs(data, tree2, orthoglide):
 
 
 def test_slices_for_one_and_two_actuators():
-    from pkrt.rt.treefile import load_tree
+    from pkrt.rt.core.treefile import load_tree
     assert slice_planes(load_tree(MACHINES / "fourbar.pkt")) == []
     two = slice_planes(load_tree(MACHINES / "fivebar.pkt"))
     assert len(two) == 1 and two[0]["fixed"].size == 0

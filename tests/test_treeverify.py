@@ -14,11 +14,11 @@ import pytest
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import ExactModel
 from pkrt.models.treebuild import BuildSettings, basis_matrix, build_tree
-from pkrt.rt.tree import SPLINE
+from pkrt.rt.core.tree import SPLINE
 from pkrt.models.treeverify import (face_jumps, internal_faces, output_groups, stress_points,
                                     tree_outputs, verify_tree)
 from pkrt.rt.cli import main
-from pkrt.rt.tree import eval_outputs
+from pkrt.rt.core.tree import eval_outputs
 
 
 @pytest.fixture(scope="module")

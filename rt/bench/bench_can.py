@@ -40,8 +40,8 @@ from pkrt.drivers.base import DriveError, DriveState
 from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.hil.can_hil import INTERFACES, run_can_hil, udp_channel
 from pkrt.hil.cia402_emulator import CiA402Emulator
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.config import load_machine
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.runtime.config import load_machine
 
 
 def _stats(x_s: np.ndarray) -> dict:
@@ -267,7 +267,7 @@ def run_can_udp_bench(cycles: int = 3000, rate_hz: float = 1000.0, priorities: t
 
     from pkrt.hil.can_hil import CanEmulatorProcess, udp_channel
 
-    from .bench_safestop import THETA0, machine_copy
+    from pkrt.rt.bench.bench_safestop import THETA0, machine_copy
 
     out: dict = {"interface": "udp_multicast", "rate_hz": rate_hz, "cycles": cycles}
     theta0 = np.array(THETA0)

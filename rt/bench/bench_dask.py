@@ -22,7 +22,7 @@ import numpy as np
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.rt.treefile import tree_bytes
+from pkrt.rt.core.treefile import tree_bytes
 from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, peak_rss_mb
 
 MODEL = "orthoglide"

@@ -16,10 +16,10 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
 
     from pkrt.drivers import open_drives
 
-    from pkrt.rt.config import load_machine
-    from pkrt.rt.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
-    from pkrt.rt.cli.reference import plan_reference
-    from pkrt.rt.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
+    from pkrt.rt.app.reference import plan_reference
+    from pkrt.rt.runtime.run import load_controller_tree, run_session
 
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)

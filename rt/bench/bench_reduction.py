@@ -25,9 +25,9 @@ import numpy as np
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import Assembler, reduce_at
-from pkrt.rt.config import MACHINES_DIR
-from pkrt.rt.tree import eval_outputs_w, n_outputs, work_size
-from pkrt.rt.treefile import load_tree
+from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.core.tree import eval_outputs_w, n_outputs, work_size
+from pkrt.rt.core.treefile import load_tree
 
 
 def _median_ms(samples: list[float]) -> float:

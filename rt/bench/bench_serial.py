@@ -51,7 +51,7 @@ def _round_trips(config, cycles: int, rate_hz: float, prio: int, link: str) -> d
     unprioritised, P > 0: this thread at SCHED_FIFO P on the machine's ``[realtime]`` CPU, the
     emulator at SCHED_FIFO P - 10 on another CPU (each reported applied or not)."""
     from pkrt.hil.can_hil import emulator_cpu
-    from pkrt.rt.loop import apply_realtime, restore_realtime
+    from pkrt.rt.runtime.loop import apply_realtime, restore_realtime
 
     cpu = config.realtime.cpu if prio else -1
     emu = EmulatorProcess(os.path.abspath(config.path), None, None, rate_hz, emulator_cpu(cpu), max(prio - 10, 0),
@@ -111,7 +111,7 @@ def run_serial_bench(cycles: int = 2000, rate_hz: float | None = None, prioritie
     1 kHz), once unprioritised and once at SCHED_FIFO (``priorities``), and one HIL run at the
     machine's rate (``hil_1khz``). The pty's data is moved by the kernel's workers (normal
     priority) whatever the two processes' priorities."""
-    from .bench_can import run_hil_1khz
+    from pkrt.rt.bench.bench_can import run_hil_1khz
 
     config = serial_config(MACHINE, None)
     rate_hz = rate_hz or config.rate_hz

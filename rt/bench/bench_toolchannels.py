@@ -1,4 +1,4 @@
-"""Benchmark: the tool channels' forward kinematics per log row (``pkrt.rt.cli.toolchannels``:
+"""Benchmark: the tool channels' forward kinematics per log row (``pkrt.rt.app.toolchannels``:
 ``TaskKinematics.forward``, Newton per row by the model's constraint solver).
 
 Run: ``.venv/bin/python -m pkrt.rt.bench.bench_toolchannels`` (about a minute). Prints figures;
@@ -21,7 +21,7 @@ import numpy as np
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.taskspace import TaskKinematics, circle, plan_demo
-from pkrt.rt.config import load_machine
+from pkrt.rt.runtime.config import load_machine
 
 RATE = 1000.0
 

@@ -14,9 +14,9 @@ import json
 from pkrt.drivers import open_drives
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.rt.cli.reference import plan_reference
-from pkrt.rt.config import load_machine
-from pkrt.rt.run import load_controller_tree, run_session
+from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.run import load_controller_tree, run_session
 
 
 def run_tracking_bench(jobs: int | None = None) -> dict:

@@ -16,9 +16,9 @@ from numba import njit
 
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.reduction import ExactModel
-from pkrt.rt.config import MACHINES_DIR
-from pkrt.rt.tree import TreeWorkspace, eval_tau_w
-from pkrt.rt.treefile import load_tree
+from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.core.tree import TreeWorkspace, eval_tau_w
+from pkrt.rt.core.treefile import load_tree
 
 MACHINES = MACHINES_DIR
 
@@ -91,8 +91,8 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     along the demo trajectory and at random states; the exact reduction; build times."""
     from pkrt.models.build_trees import settings_for
     from pkrt.models.treebuild import BuildSettings, build_tree
-    from pkrt.rt.cli.reference import plan_reference
-    from pkrt.rt.config import load_machine
+    from pkrt.rt.app.reference import plan_reference
+    from pkrt.rt.runtime.config import load_machine
 
     tree = load_tree(MACHINES / "orthoglide.pkt")
     mech = load_mechanism("orthoglide")

@@ -1,10 +1,12 @@
 """The ``pkrt`` command line.
 
 The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``,
-``hil``, ``log``, ``replay``, ``bench``), imported only when one of its verbs runs; each lists
-its verbs in ``VERBS`` (verb -> (add_arguments(parser), run(args) -> int)). Verb modules parse
-and print; the logic lives in the library modules they call. Errors are classed by cause
-(``pkrt.rt.errors``) and mapped to exit codes here only (``EXIT_CODES``): 0 success, 1 a fault
+``hil``, ``log``, ``replay``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
+(add_arguments(parser), run(args) -> int)). The command line is an argparse tree: a subparser
+per verb, and per group of two-word verbs (``pkrt tree --help`` lists the group's verbs); only
+the module of the verb being run is imported and fills its subparser. Verb modules parse, call
+the library (the application layer ``pkrt.rt.app`` for what wires a machine together) and print. Errors are classed by cause
+(``pkrt.rt.core.errors``) and mapped to exit codes here only (``EXIT_CODES``): 0 success, 1 a fault
 at run time or a failed check, 2 bad input or usage, a model that cannot be computed there, an
 output not written (``pkrt: error: ...`` on stderr; ``--debug`` shows the traceback).
 """
@@ -20,10 +22,11 @@ import traceback
 
 import numpy as np
 
-from ..errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
-from ..plain import to_jsonable
+from pkrt.rt.core.errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
+from pkrt.rt.core.plain import to_jsonable
 
-# verb -> (module, one-line help). Two-word verbs are written "model check".
+# verb -> (module, one-line help). Two-word verbs are written "model check"; their first word is a
+# group with its own help (GROUPS).
 COMMANDS: dict[str, tuple[str, str]] = {
     "model check": ("pkrt.rt.cli.model", "check a machine description: coordinates, constraints, mobility, singularity"),
     "model eval": ("pkrt.rt.cli.model", "evaluate H, D, p_ext (and h, tau) of a model or a tree"),
@@ -38,6 +41,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log export": ("pkrt.rt.cli.log", "export a run log as CSV, MCAP or a ROS 2 bag"),
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
+}
+
+GROUPS: dict[str, str] = {
+    "model": "machine descriptions: check, evaluate",
+    "tree": "reduced-dynamics trees: header, verification, plots",
+    "log": "run logs: summary, export, plot",
 }
 
 # The one place errors become exit codes: the first class an error is an instance of decides.
@@ -133,6 +142,7 @@ def _plain(d: dict, indent: str = "") -> str:
 
 
 def _find_verb(argv: list[str]) -> str | None:
+    """The verb the command line names (its first words), so that only its module is imported."""
     words = [a for a in argv if not a.startswith("-")][:2]
     if len(words) >= 2 and f"{words[0]} {words[1]}" in COMMANDS:
         return f"{words[0]} {words[1]}"
@@ -143,14 +153,38 @@ def _find_verb(argv: list[str]) -> str | None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise UserError(f"{self.prog.split(' ', 1)[-1]}: {message}")
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        raise UserError(f"{where}{message}")
 
 
-def _usage() -> str:
-    w = max(len(k) for k in COMMANDS)
-    rows = "\n".join(f"  pkrt {k:<{w}}  {h}" for k, (_, h) in COMMANDS.items())
-    return ("usage: pkrt VERB [options] [--json] [--debug]\n\nverbs:\n" + rows +
-            "\n\nEvery verb takes --help. Exit codes: 0 ok, 1 fault at run time, 2 bad input.")
+EPILOG = "Every verb takes --help. Exit codes: 0 ok, 1 fault at run time or failed check, 2 bad input."
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: a subparser per verb (inside its group's for two-word verbs);
+    ``verb``'s module is imported and adds that verb's arguments (the others stay empty)."""
+    top = _Parser(prog="pkrt", description="pkrt: real-time controller runtime for parallel robots",
+                  epilog=EPILOG)
+    top.add_argument("--debug", action="store_true", help="show tracebacks")
+    verbs = top.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser, required=True)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for name, (module, text) in COMMANDS.items():
+        words = name.split()
+        if len(words) == 2:
+            if words[0] not in groups:
+                g = verbs.add_parser(words[0], help=GROUPS[words[0]], description=GROUPS[words[0]], epilog=EPILOG)
+                groups[words[0]] = g.add_subparsers(dest="group_verb", metavar="VERB", parser_class=_Parser,
+                                                    required=True)
+            p = groups[words[0]].add_parser(words[1], help=text, description=text)
+        else:
+            p = verbs.add_parser(name, help=text, description=text)
+        p.set_defaults(command=name)
+        if name == verb:
+            add_arguments, run = importlib.import_module(module).VERBS[name]
+            p.add_argument("--debug", action="store_true", help="show tracebacks")
+            add_arguments(p)
+            p.set_defaults(run=run)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,30 +192,26 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     try:
-        if not argv or argv[0] in ("-h", "--help"):
-            print(_usage())
-            return 0 if argv else 2
+        if not argv:
+            build_parser().print_help(sys.stderr)
+            return 2
         verb = _find_verb(argv)
-        if verb is None:
+        if verb is None and argv[0] not in ("-h", "--help") and argv[0] not in GROUPS:
             raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
                             f"(try 'pkrt --help')")
-        add_arguments, run = importlib.import_module(COMMANDS[verb][0]).VERBS[verb]
-        parser = _Parser(prog=f"pkrt {verb}", description=COMMANDS[verb][1])
-        parser.add_argument("--debug", action="store_true", help="show tracebacks")
-        add_arguments(parser)
-        # drop the verb words wherever they stood
-        rest = list(argv)
-        for w in verb.split():
-            rest.remove(w)
-        args = parser.parse_args(_join_negative_values(rest))
+        args, extra = build_parser(verb).parse_known_args(_join_negative_values(argv))
+        if extra:
+            raise UserError(f"{args.command}: unrecognized arguments: {' '.join(extra)}")
         args.debug = debug
-        return int(run(args) or 0)
+        return int(args.run(args) or 0)
     except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
         print(f"pkrt: error: {e}", file=sys.stderr)
         return exit_code(e)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # --help printed
+        return int(e.code or 0) if isinstance(e.code, int) else 0
     except BrokenPipeError:
         return 0
     except ERRORS as e:

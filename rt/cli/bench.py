@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from ..bench import SECTIONS
-from ..errors import UserError
-from . import emit
+from pkrt.rt.bench import SECTIONS
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.cli import emit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

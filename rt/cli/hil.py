@@ -10,7 +10,7 @@ import argparse
 
 from pkrt.hil.result import HilResult
 from pkrt.rt.cli import emit, positive_number
-from pkrt.rt.errors import CheckFailed, Fault, OutputError, UserError
+from pkrt.rt.core.errors import CheckFailed, Fault, OutputError, UserError
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
@@ -45,7 +45,7 @@ def run_hil(args) -> int:
         raise UserError("--link applies to --bus serial only")
     if args.duration <= 0:
         raise UserError("--duration must be positive")
-    from .reference import plan_reference
+    from pkrt.rt.app.reference import plan_reference
 
     kw = dict(fault=args.fault, duration=args.duration, rate_hz=args.rate, reference=plan_reference)
     if args.log:

@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from pkrt.rt.cli import emit, vector
-from pkrt.rt.errors import CheckFailed, UserError
+from pkrt.rt.core.errors import CheckFailed, UserError
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
@@ -64,15 +64,15 @@ def add_arguments_model_eval(p: argparse.ArgumentParser) -> None:
 
 
 def run_model_eval(args) -> int:
-    from pkrt.rt import filekind as fk
+    from pkrt.rt.core import filekind as fk
 
     kind = fk.sniff(args.model)  # by content, whatever the file's name
     if kind not in (fk.TREE, fk.MODEL, fk.TOML, fk.TEXT, fk.MISSING, fk.FOLDER):
         raise fk.WrongFileKind(f"{args.model}: this is {fk.describe(kind)}, expected a machine "
                                f"description or a pkrt tree file")
     if kind == fk.TREE:
-        from pkrt.rt.tree import CLAMPED, OUT_OF_DOMAIN, TreeWorkspace
-        from pkrt.rt.treefile import load_tree
+        from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, TreeWorkspace
+        from pkrt.rt.core.treefile import load_tree
 
         tree = load_tree(args.model)
         s = tree.s

@@ -1,13 +1,13 @@
-"""CLI verb ``pkrt replay``: parse and print; the replay itself is ``pkrt.rt.replay``."""
+"""CLI verb ``pkrt replay``: parse and print; the replay itself is ``pkrt.rt.runtime.replay``."""
 
 from __future__ import annotations
 
-from ..errors import Fault, UserError
-from ..logfile import read_log
-from ..outputs import check_outputs
-from ..replay import offline, replay
-from . import emit
-from .log import warn_problems
+from pkrt.rt.core.errors import Fault, UserError
+from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.core.outputs import check_outputs
+from pkrt.rt.runtime.replay import offline, replay
+from pkrt.rt.cli import emit
+from pkrt.rt.cli.log import warn_problems
 
 
 def add_arguments(p) -> None:
@@ -63,7 +63,7 @@ def _text(r: dict) -> str:
 
 
 def run(args) -> int:
-    from ..rosbag import DEFAULT_TOPIC, is_bag, offline_bag
+    from pkrt.rt.runtime.rosbag import DEFAULT_TOPIC, is_bag, offline_bag
 
     if is_bag(args.log):
         if not args.offline:

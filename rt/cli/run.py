@@ -4,18 +4,10 @@ simulated plant in real time at 1 kHz."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
-from pathlib import Path
 
-from . import emit, positive_number
-from ..config import load_machine
-from ..errors import OutputError, UserError
-from ..plan import Planned
-from ..outputs import check_outputs
-
-SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
-
+from pkrt.rt.app.machinerun import SIM_FAULTS
+from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.core.errors import OutputError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide",
@@ -49,135 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _inject(drives, spec: str, rate: float):
-    """Parse KIND@T[=VALUE]; returns an on_cycle hook for 'slow' (a watchdog test)."""
-    try:
-        kind, rest = spec.split("@", 1)
-        at, _, val = rest.partition("=")
-        at_s = float(at)
-        value = float(val) if val else 200.0
-    except ValueError:
-        raise UserError(f"--inject: expected KIND@T or push@T=FORCE, got '{spec}'") from None
-    if not (math.isfinite(at_s) and math.isfinite(value)):  # nan@nan would never fire
-        raise UserError(f"--inject: time and force must be finite numbers, got '{spec}'")
-    if kind not in SIM_FAULTS:
-        raise UserError(f"--inject: unknown fault '{kind}' ({', '.join(SIM_FAULTS)})")
-    if kind == "slow":
-        import time
-
-        def hook(k, t):
-            if t >= at_s:
-                time.sleep(2.5 / rate)  # the cycle overruns by more than a period
-        return hook
-    if not hasattr(drives, "inject"):
-        raise UserError("--inject works with the simulated plant only (use pkrt hil --fault for drives)")
-    drives.inject(kind, at_s, value)
-    return None
-
-
 def run(args) -> int:
-    from pkrt.drivers import open_drives
+    from pkrt.rt.app.machinerun import RunOptions, run_machine
+    from pkrt.rt.runtime.run import check_run
 
-    from ..rosbag import is_bag
-    from ..run import check_run, load_controller_tree, run_inputs, run_session, tree_axes
-    from ..telemetry import Fanout
-
-    config = load_machine(args.machine)
-    if args.rate is not None:
-        if not 1 <= args.rate <= 100000:
-            raise UserError("--rate must be in [1, 100000] Hz")
-        config = dataclasses.replace(config, rate_hz=float(args.rate))
-    if args.model is not None:
-        config = dataclasses.replace(config, controller=dataclasses.replace(config.controller, model=args.model))
-    if args.no_rt:
-        config = dataclasses.replace(config, realtime=dataclasses.replace(
-            config.realtime, priority=0, cpu=-1, mlockall=False))
-    overrides = {k: v for k, v in (("interface", args.interface), ("channel", args.channel),
-                                   ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
-    log = None if args.no_log else args.log
-    plot = (args.plot or str(Path(log).with_suffix(".png"))) if log else None
-    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, args.traj))
-    tree = load_controller_tree(config)
-    sim = config.backend == "sim"
-    by_config = sim and config.drives.lockstep and not args.lockstep  # a plant that cannot keep real time
-    lockstep = args.lockstep or by_config
-    plant_model = mech = None
-    if sim and config.drives.plant == "exact":  # the simulated plant on the exact reduction, built here
-        from .reference import ExactInLoop, machine_mechanism
-
-        mech = machine_mechanism(config)
-        plant_model = ExactInLoop(mech)
-    drives = open_drives(config, overrides, plant_model=plant_model)
-    telemetry = live = None
-    try:  # the drives (a bus, a port) and the telemetry socket are released on every way out
-        hook = _inject(drives, args.inject, config.rate_hz) if args.inject else None
-        if args.telemetry:
-            from ..telemetry import Telemetry
-
-            host, _, port = args.telemetry.rpartition(":")
-            if not host or not (port.isascii() and port.isdigit()):
-                raise UserError(f"--telemetry: expected HOST:PORT, got '{args.telemetry}'")
-            telemetry = Telemetry(host, int(port), args.telemetry_rate, axes=tree_axes(tree)[0])
-        if args.foxglove:
-            from ..foxglovelive import FoxgloveLive, announce, parse_address
-            from ..run import channel_list
-
-            axes, units = tree_axes(tree)
-            live = FoxgloveLive(*parse_address(args.foxglove), args.telemetry_rate, axes,
-                                channel_list(len(axes), units[0]))
-            announce(live)
-        sinks = [x for x in (telemetry, live) if x is not None]
-        traj = args.traj
-        if args.traj and is_bag(args.traj):
-            from ..rosbag import DEFAULT_TOPIC, trajectory_from_bag
-
-            traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
-        elif args.topic:
-            raise UserError("--topic applies to a ROS 2 bag given with --traj")
-        else:  # the demo or a task-space CSV: planned from the model here, before the run
-            from .reference import plan_reference
-
-            traj = plan_reference(config, traj, mech=mech, axes=tree_axes(tree)[0])
-        model = exact_figures = None
-        if config.controller.model == "exact":  # built here from the model, measured before the loop
-            from ..trajectory import load_trajectory_csv
-            from .reference import exact_model
-
-            if not isinstance(traj, Planned):
-                traj = load_trajectory_csv(traj, config.rate_hz, tree_axes(tree)[0])
-            model, exact_figures = exact_model(config, traj, lockstep)
-        summary = run_session(config, drives, trajectory=traj, duration=args.duration, model=model,
-                              lockstep=lockstep, log_path=log, controller=args.controller,
-                              telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
-                              on_cycle=hook, tree=tree)
-    finally:
-        drives.close()
-        if telemetry is not None:
-            telemetry.close()
-        if live is not None:
-            live.close()
-    if by_config:
-        summary["lockstep_by"] = "[drives] lockstep = true"
-    if exact_figures is not None:
-        summary["exact_model_us"] = exact_figures  # before the loop; in the loop: controller_us
-    if telemetry is not None:
-        summary["telemetry"] = telemetry.stats()
-    if live is not None:
-        summary["foxglove"] = live.stats()
-    if log:
-        try:
-            from ..logstats import plot_log
-            from ..logfile import read_log
-            from .toolchannels import tool_channels, tool_error
-
-            data, tool = tool_channels(read_log(log))  # after the run, from the log: never in the loop
-            summary["tool_channels"] = tool
-            summary["tool_error"] = tool_error(data)
-            plot_log(data, plot)
-            summary["plot"] = plot
-        except (ImportError, OSError, UserError, OutputError) as e:
-            summary["plot"] = None
-            summary["plot_error"] = str(e)
+    opts = RunOptions(machine=args.machine, traj=args.traj, topic=args.topic, rate=args.rate,
+                      duration=args.duration, lockstep=args.lockstep, controller=args.controller,
+                      model=args.model, mass_scale=args.mass_scale, log=None if args.no_log else args.log,
+                      plot=args.plot, realtime=not args.no_rt, inject=args.inject, telemetry=args.telemetry,
+                      telemetry_rate=args.telemetry_rate, foxglove=args.foxglove, interface=args.interface,
+                      channel=args.channel, port=args.port)
+    summary = run_machine(opts)
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
     if summary.get("log_error") or summary.get("plot_error"):

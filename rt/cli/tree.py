@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.errors import CheckFailed, UserError
-from pkrt.rt.outputs import check_outputs
-from pkrt.rt.treefile import check_tree_matches_model, load_tree, save_tree
+from pkrt.rt.core.errors import CheckFailed, UserError
+from pkrt.rt.core.outputs import check_outputs
+from pkrt.rt.core.treefile import check_tree_matches_model, load_tree, save_tree
 
 from pkrt.models.description import resolve_model_path
 from pkrt.models.mechanism import load_mechanism
@@ -270,7 +270,7 @@ def add_arguments_tree_plot(p: argparse.ArgumentParser) -> None:
 
 def _check_output(out: Path, inputs: list[str]) -> None:
     """Refuse an output that is a folder, in a missing folder, or a pkrt file (an input)."""
-    from pkrt.rt import filekind as fk
+    from pkrt.rt.core import filekind as fk
 
     if not out.parent.is_dir():
         raise UserError(f"{out}: the output folder does not exist")

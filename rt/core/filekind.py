@@ -16,7 +16,7 @@ import re
 
 import msgpack
 
-from .errors import UserError
+from pkrt.rt.core.errors import UserError
 
 HEAD = 64 * 1024  # bytes read to tell a file's kind
 

@@ -1,9 +1,9 @@
 """``pkrt log info | export | plot``: summaries, CSV export and plots of run logs.
 
-Channel names are the runtime's (``pkrt.rt.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
+Channel names are the runtime's (``pkrt.rt.runtime.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
 ``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``;
 and the tool channels ``tool_ref`` and ``tool`` (task coordinates, column labels in
-``Log.labels``) when the CLI computed them after the run (``pkrt.rt.cli.toolchannels``).
+``Log.labels``) when the CLI computed them after the run (``pkrt.rt.app.toolchannels``).
 Every tool works on whatever subset a log holds.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
-from .flags import FLAG_BITS
-from .logfile import Log, LogFileError, read_log
-from .outputs import atomic_write, check_outputs
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.flags import FLAG_BITS
+from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
+from pkrt.rt.core.outputs import atomic_write, check_outputs
 
 
 
@@ -270,7 +270,7 @@ TIMING_FLOOR_US = 0.1  # lockstep wake latency is exactly 0; a log axis needs a 
 def plot_log(log: Log, out_path) -> str:
     """Write a 1600 x 1000 px PNG: tracking error per axis, commanded and model torques,
     histogram of wake latency and compute time, and a text summary; with the tool channels
-    (``tool_ref``, ``tool``: ``pkrt.rt.cli.toolchannels``) also the tool's path, reference
+    (``tool_ref``, ``tool``: ``pkrt.rt.app.toolchannels``) also the tool's path, reference
     against actual, and the tool error over time (mm). Returns the path."""
     import matplotlib
 

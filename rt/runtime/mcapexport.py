@@ -11,7 +11,7 @@ the actuator names, in the log's units, SI at the actuators):
 - ``/pkrt/safety``: ``flags`` and its bits (saturated, clamped_or_out_of_domain, overrun,
   stale_feedback); ``fault`` (true from the first fault event on; export only)
 - ``/pkrt/timing``: ``wake_us``, ``compute_us``
-- ``/pkrt/tool``: the tool channels computed after the run (``pkrt.rt.cli.toolchannels``):
+- ``/pkrt/tool``: the tool channels computed after the run (``pkrt.rt.app.toolchannels``):
   ``reference`` (``tool_ref``) and ``position`` (``tool``), keyed by the tool's coordinates (x,
   y, z in m; roll, pitch, yaw in rad for 6-DOF), and ``error`` = reference - position; any
   other channel named ``tool_<field>`` too (e.g. ``tool_pos`` -> ``position`` keyed x, y, z)
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import UserError
-from .flags import FLAG_BITS
-from .logfile import Log, channel_slices
-from .logstats import columns, loop_cycles
-from .plain import to_jsonable
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.flags import FLAG_BITS
+from pkrt.rt.runtime.logfile import Log, channel_slices
+from pkrt.rt.runtime.logstats import columns, loop_cycles
+from pkrt.rt.core.plain import to_jsonable
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TOOL_PREFIX = "tool_"

@@ -1,5 +1,5 @@
 """A reference sampled at the loop rate, and the pure path maths shared by the offline
-planners (``pkrt.models.taskspace``) and the runtime's trajectories (``pkrt.rt.trajectory``).
+planners (``pkrt.models.taskspace``) and the runtime's trajectories (``pkrt.rt.runtime.trajectory``).
 
 Part of the core: imports nothing of pkrt but the errors and file kinds. Arrays ``pos``,
 ``vel``, ``acc`` have shape (n, s) in actuator units (m or rad and their derivatives).
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import UserError
-from .filekind import CSV, expect
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.filekind import CSV, expect
 
 MAX_SAMPLES = 10_000_000  # a plan longer than this (2.8 h at 1 kHz) is a unit mistake, not a run
 

@@ -16,9 +16,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
-from .friction import V_EPS
-from .tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
+from pkrt.rt.runtime.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
+from pkrt.rt.core.friction import V_EPS
+from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 
 CT, PD = 0, 1
 

@@ -3,7 +3,7 @@
 Every trajectory is sampled at the loop rate into arrays ``pos``, ``vel``, ``acc`` of shape
 (n, s) (actuator units: m or rad and their derivatives), so a cycle only indexes them.
 Kinds: joint-space quintic point-to-point moves and actuator CSV files resampled to the loop
-rate; task-space paths are planned from the model before the run (``pkrt.rt.cli.reference``).
+rate; task-space paths are planned from the model before the run (``pkrt.rt.app.reference``).
 The ``Planned`` type and the path maths shared with the offline planners live in ``plan`` (core).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import UserError
-from .plan import Planned, plan_moves, read_csv_samples  # noqa: F401 (plan_moves: the runtime's name for it)
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned, plan_moves, read_csv_samples  # noqa: F401 (plan_moves: the runtime's name for it)
 
 
 def quintic_duration(delta: np.ndarray, vmax: np.ndarray, amax: np.ndarray) -> float:
@@ -27,7 +27,7 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str]) -> Planned:
     """A CSV with a header: ``t`` then one column per actuator (named as the model's
     actuators). Resampled to the loop rate by a cubic spline (velocities and accelerations from
     the spline). Task-space CSVs (x, y, z, ...) are planned from the model before the run
-    (``pkrt.rt.cli.reference``)."""
+    (``pkrt.rt.app.reference``)."""
     head, P, Pd, Pdd = read_csv_samples(path, rate_hz, [list(axes)])
     return Planned(rate_hz, P, Pd, Pdd, {"kind": "csv", "path": str(path), "columns": head})
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import OutputError, UserError
+from pkrt.rt.core.errors import OutputError, UserError
 
 
 def same_file(a, b) -> bool:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
-from .logfile import Log
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.logfile import Log
 
 DEFAULT_TOPIC = "/joint_states"
 REFERENCE_TOPIC = "/pkrt/reference/joint_states"
@@ -71,7 +71,7 @@ def export_ros2(log: Log, out_dir: str) -> dict:
     from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
     from rosbags.rosbag2.errors import WriterError
 
-    from .mcapexport import _text, cycle_times, damage
+    from pkrt.rt.runtime.mcapexport import _text, cycle_times, damage
 
     if Path(out_dir).exists():
         raise UserError(f"{out_dir}: exists already; a ROS 2 bag is written into a new directory")
@@ -211,7 +211,7 @@ def read_joint_states(path: str, joints: list[str], topic: str = DEFAULT_TOPIC) 
 def trajectory_from_bag(path: str, rate_hz: float, axes: list[str], topic: str = DEFAULT_TOPIC):
     """A ``Planned`` reference from a bag's joint positions, resampled to the loop rate exactly
     as a CSV trajectory is."""
-    from .plan import Planned, resample
+    from pkrt.rt.core.plan import Planned, resample
 
     js = read_joint_states(path, axes, topic)
     P, Pd, Pdd = resample(js.t, js.pos, rate_hz, f"{path}: {topic}")
@@ -229,7 +229,7 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
     """The bag's joint states as a run log (``t``, ``pos``, ``tau`` = the recorded efforts) on a
     uniform grid at the recorded rate: positions through the trajectory resampling, efforts
     linearly interpolated (both exact at the samples when the recording is uniform)."""
-    from .plan import resample
+    from pkrt.rt.core.plan import resample
 
     js = read_joint_states(path, axes, topic)
     if js.effort is None:
@@ -255,12 +255,12 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
 def offline_bag(path: str, *, machine: str | None, tree_path: str | None, window: int | None,
                 topic: str = DEFAULT_TOPIC) -> dict:
     """``replay --offline`` for a bag: the model's torques at the recorded states against the
-    recorded efforts (``pkrt.rt.replay.offline``), on the machine given (default the
+    recorded efforts (``pkrt.rt.runtime.replay.offline``), on the machine given (default the
     Orthoglide, as ``pkrt run``)."""
-    from .config import load_machine
-    from .replay import offline
-    from .run import tree_axes
-    from .treefile import load_tree
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.replay import offline
+    from pkrt.rt.runtime.run import tree_axes
+    from pkrt.rt.core.treefile import load_tree
 
     config = load_machine(machine or "orthoglide")
     tree_path = tree_path or config.tree

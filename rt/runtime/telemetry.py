@@ -21,7 +21,7 @@ import socket
 import msgpack
 import numpy as np
 
-from .errors import UserError
+from pkrt.rt.core.errors import UserError
 
 PER_AXIS = frozenset({"ref_pos", "ref_vel", "ref_acc", "pos", "vel", "tau", "tau_model"})  # 1 column per axis
 

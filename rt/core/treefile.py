@@ -6,7 +6,7 @@ Layout (msgpack map, keys sorted):
 
 ``payload`` is itself a msgpack map ``{"arrays": {...}, "header": {...}, "kind": "boxes" |
 "spline"}``. Each array is ``{"dtype": "<f8" | "<i4" | "|u1", "shape": [...], "data":
-little-endian bytes}``; the arrays are those of :class:`pkrt.rt.tree.Tree`, both kinds' (the
+little-endian bytes}``; the arrays are those of :class:`pkrt.rt.core.tree.Tree`, both kinds' (the
 unused kind's are empty). Version 1 files (boxes only, no kind) are refused with a message to
 rebuild. The header holds the model's name and content hash,
 actuator names, units and ranges (SI), the output layout, the output scales, the build
@@ -23,10 +23,10 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from .errors import UserError
-from .filekind import TREE, expect
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.filekind import TREE, expect
 
-from .tree import BOXES, KIND_NAMES, ORDER, SPLINE, Tree, n_basis, n_outputs
+from pkrt.rt.core.tree import BOXES, KIND_NAMES, ORDER, SPLINE, Tree, n_basis, n_outputs
 
 FORMAT = "pkrt-tree"
 VERSION = 2
@@ -93,7 +93,7 @@ def tree_bytes(tree: Tree) -> bytes:
 
 def save_tree(tree: Tree, path) -> None:
     """Write a tree file (atomically: a temporary file beside it, then a rename)."""
-    from .outputs import atomic_write
+    from pkrt.rt.core.outputs import atomic_write
 
     data = tree_bytes(tree)
     with atomic_write(path, "tree", "wb") as f:

@@ -4,7 +4,7 @@ model against the logged motion.
 Replay: the log's reference (``ref_pos``, ``ref_vel``, ``ref_acc``, sample for sample when the
 rates agree, periods a real-time run skipped filled by quintic Hermite segments; otherwise a
 cubic spline of ``ref_pos``) runs through
-``pkrt.rt.run.run_session`` on the machine the log names (or ``--machine``), with the logged
+``pkrt.rt.runtime.run.run_session`` on the machine the log names (or ``--machine``), with the logged
 sim plant settings unless overridden; the replay's log is compared cycle by cycle with the
 original: per axis RMS and max of the position and commanded torque differences.
 
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
-from .friction import V_EPS
-from .logfile import Log, LogFileError, read_log
-from .logstats import columns, loop_cycles
-from .outputs import check_outputs
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.friction import V_EPS
+from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
+from pkrt.rt.runtime.logstats import columns, loop_cycles
+from pkrt.rt.core.outputs import check_outputs
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
                   "quantization", "delay_cycles", "seed")
@@ -62,7 +62,7 @@ def log_rate(log: Log) -> float:
 def machine_for_log(log: Log, machine: str | None):
     """The machine configuration: ``--machine``, else the log's ``machine_path``, else the
     configuration named in the logged ``[machine]`` table."""
-    from .config import load_machine
+    from pkrt.rt.runtime.config import load_machine
 
     if machine:
         return load_machine(machine)
@@ -91,7 +91,7 @@ def _contiguous(log: Log) -> bool:
 
 def reference_from_log(log: Log, rate_hz: float):
     """The logged reference as a ``Planned`` at rate_hz, and whether it is sample-exact."""
-    from .plan import Planned
+    from pkrt.rt.core.plan import Planned
 
     _need(log, "t", "ref_pos")
     desc = {"kind": "replay", "log": log.path, "original": log.header.get("trajectory")}
@@ -113,7 +113,7 @@ def _fill_gaps(log: Log, rate_hz: float, desc: dict):
     """The logged reference at every loop cycle from the first row to the last: logged rows
     as they are, skipped periods filled by quintic Hermite segments through the position,
     velocity and acceleration at both ends (continuous to the second derivative)."""
-    from .plan import Planned
+    from pkrt.rt.core.plan import Planned
 
     k = loop_cycles(log)
     k = k - k[0]
@@ -207,7 +207,7 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     """Run the log's reference again and compare with the log (see the module docstring)."""
     from pkrt.drivers import open_drives
 
-    from .run import load_controller_tree, run_session
+    from pkrt.rt.runtime.run import load_controller_tree, run_session
 
     config = machine_for_log(log, machine)
     rate = log_rate(log)  # the run's own rate (pkrt run --rate), not the configuration's
@@ -286,7 +286,7 @@ def derivatives(pos: np.ndarray, rate_hz: float, window: int, polyorder: int):
 
 def model_torques(tree, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray):
     """tau = H acc + D [vel vel] - p_ext per row from the tree; and the tree status per row."""
-    from .tree import eval_tau
+    from pkrt.rt.core.tree import eval_tau
 
     n, s = pos.shape
     H, D, p = np.zeros((s, s)), np.zeros((s, s * (s + 1) // 2)), np.zeros(s)
@@ -301,8 +301,8 @@ def model_torques(tree, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray):
 def offline(log: Log, *, machine: str | None = None, tree_path: str | None = None,
             window: int | None = None, polyorder: int = 3) -> dict:
     """Residual between the logged commanded torques and the model's at the logged states."""
-    from .tree import OUT_OF_DOMAIN
-    from .treefile import load_tree
+    from pkrt.rt.core.tree import OUT_OF_DOMAIN
+    from pkrt.rt.core.treefile import load_tree
 
     _need(log, "t", "pos", "tau")
     rate = log_rate(log)

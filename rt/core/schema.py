@@ -6,8 +6,8 @@ typed instance. Every bad value is one ``ConfigError`` line naming the file, the
 field (exit 2). Per-axis fields ("axes") take one number for every axis or a list of s numbers
 and become float arrays of shape (s,). Units: SI at the actuators (m or rad, N or N m), Hz, s.
 
-This module imports only numpy and ``pkrt.rt.errors`` (the core): drivers and emulators read
-their typed tables from ``MachineConfig`` (``pkrt.rt.config``) without importing the runtime.
+This module imports only numpy and ``pkrt.rt.core.errors`` (the core): drivers and emulators read
+their typed tables from ``MachineConfig`` (``pkrt.rt.runtime.config``) without importing the runtime.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import UserError
+from pkrt.rt.core.errors import UserError
 
 
 def field_message(path, where: str, name: str | None, what: str) -> str:

@@ -2,7 +2,7 @@
 
 Paths inside a configuration are relative to the configuration file. A machine argument is a
 path or a built-in name (``orthoglide`` means ``models/machines/orthoglide-sim.toml``).
-Every table is validated by its schema (``pkrt.rt.schema``, which documents every field);
+Every table is validated by its schema (``pkrt.rt.core.schema``, which documents every field);
 readers use the typed tables, ``raw`` is kept only for the log header.
 Units: SI at the actuators (m or rad, N or N m), Hz, s.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import schema
-from .errors import UserError
-from .filekind import MACHINE, expect
-from .schema import ConfigError, ControllerConfig, Limits, RealtimeConfig  # noqa: F401 (re-exported)
+from pkrt.rt.core import schema
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.filekind import MACHINE, expect
+from pkrt.rt.core.schema import ConfigError, ControllerConfig, Limits, RealtimeConfig  # noqa: F401 (re-exported)
 
-MACHINES_DIR = Path(__file__).resolve().parent.parent / "models" / "machines"
+MACHINES_DIR = Path(__file__).resolve().parents[2] / "models" / "machines"
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     m = schema.validate(schema.MachineTable, doc["machine"], ctx("machine"))
     model = model_file(m.model, path.parent)  # a file (any extension), relative to this one, or a built-in name
     if n_axes is None or ranges is None:  # the runtime's view of the model: its tree's header
-        from .treefile import load_tree
+        from pkrt.rt.core.treefile import load_tree
         tree_path = path.parent / m.tree
         try:
             header = load_tree(tree_path).header

@@ -52,9 +52,9 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from .errors import UserError
-from .filekind import LOG, expect
-from .versions import software_versions
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.filekind import LOG, expect
+from pkrt.rt.core.versions import software_versions
 
 FORMAT = "pkrt-log"
 VERSION = 2

@@ -16,14 +16,14 @@ from numba import njit
 
 from pkrt.drivers.base import DriveError, Drives
 
-from .config import MachineConfig
-from .controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
-from .errors import Fault, Stopped, UserError
-from .loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
-from .safety import Supervisor
-from .trajectory import Planned, load_trajectory_csv, validate
-from .tree import OUT_OF_DOMAIN, Tree, find_leaf
-from .versions import software_versions
+from pkrt.rt.runtime.config import MachineConfig
+from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
+from pkrt.rt.core.errors import Fault, Stopped, UserError
+from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
+from pkrt.rt.runtime.safety import Supervisor
+from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
+from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree, find_leaf
+from pkrt.rt.core.versions import software_versions
 
 
 @njit(cache=True)
@@ -39,7 +39,7 @@ def domain_mask(T, pos):
 
 def load_controller_tree(config: MachineConfig) -> Tree:
     """The configuration's tree, checked against its model file's content hash."""
-    from .treefile import TreeFileError, check_tree_matches_model, load_tree
+    from pkrt.rt.core.treefile import TreeFileError, check_tree_matches_model, load_tree
 
     tree = load_tree(config.tree)
     try:
@@ -63,7 +63,7 @@ def tree_axes(tree: Tree) -> tuple[list[str], list[str]]:
 def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
                     duration: float | None) -> Planned:
     """The reference at the loop rate: a plan made before (the demo and task-space paths are
-    planned from the model in the CLI layer, ``pkrt.rt.cli.reference``) or an actuator CSV file;
+    planned from the model in the CLI layer, ``pkrt.rt.app.reference``) or an actuator CSV file;
     validated against ranges, domain and limits before anything moves."""
     rate = config.rate_hz
     axes, _ = tree_axes(tree)
@@ -71,7 +71,7 @@ def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | Non
         plan = traj
     elif traj is None or traj == "demo":
         raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
-                        f"run (pkrt.rt.cli.reference.plan_reference)")
+                        f"run (pkrt.rt.app.reference.plan_reference)")
     else:
         plan = load_trajectory_csv(traj, rate, axes)
     if abs(plan.rate_hz - rate) > 1e-9:
@@ -194,7 +194,7 @@ class Session:
         c = config.controller
         if c.model == "exact" and model is None:
             raise UserError(f"{config.path}: [controller] model = \"exact\" needs the exact model, built from "
-                            f"the model before the run (pkrt.rt.cli.reference.exact_model)")
+                            f"the model before the run (pkrt.rt.app.reference.exact_model)")
         self.model_kind = "exact" if model is not None else "tree"
         self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
@@ -213,8 +213,8 @@ class Session:
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
-            from .logfile import LogWriter
-            from .outputs import check_output
+            from pkrt.rt.runtime.logfile import LogWriter
+            from pkrt.rt.core.outputs import check_output
 
             check_output(log_path, "log", run_inputs(config, trajectory))
             stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import MachineConfig
-from ..errors import UserError
-from ..plan import Planned, csv_columns
+from pkrt.rt.runtime.config import MachineConfig
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned, csv_columns
 
 if TYPE_CHECKING:
     from pkrt.models.mechanism import Mechanism

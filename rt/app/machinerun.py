@@ -1,0 +1,216 @@
+"""A machine run set up from its configuration: what ``pkrt run`` does between parsing and
+printing. It wires the layers together: the configuration (runtime), the drives (drivers), the
+reference and the exact model (planned from the models here, before the run), live views, the
+loop (``run_session``), and after the run the tool channels and the plot (from the log, never in
+the loop). Times in s, rates in Hz."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+from pkrt.rt.core.errors import OutputError, UserError
+from pkrt.rt.core.outputs import check_outputs
+from pkrt.rt.core.plan import Planned
+from pkrt.rt.runtime.config import MachineConfig, load_machine
+
+SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """What a user may ask of a run (``pkrt run``'s options, by the same names)."""
+
+    machine: str = "orthoglide"
+    traj: str | None = None  # CSV (actuators or task coordinates) or ROS 2 bag; None: the [demo]
+    topic: str | None = None  # bag topic
+    rate: float | None = None  # Hz; None: the configuration's
+    duration: float | None = None  # s; cut the trajectory or hold its end
+    lockstep: bool = False
+    controller: str | None = None  # "ct" or "pd"
+    model: str | None = None  # "tree" or "exact"
+    mass_scale: float | None = None  # simulated plant only
+    log: str | None = "pkrt-run.pktlog"  # None: no log and no plot
+    plot: str | None = None  # None: the log path with .png
+    realtime: bool = True  # False: none of the configuration's real-time settings
+    inject: str | None = None  # KIND@T[=VALUE], simulated plant fault
+    telemetry: str | None = None  # HOST:PORT
+    telemetry_rate: float = 50.0  # messages per second
+    foxglove: str | None = None  # [HOST:]PORT
+    interface: str | None = None  # CAN
+    channel: str | None = None  # CAN
+    port: str | None = None  # serial
+
+
+def machine_config(opts: RunOptions) -> MachineConfig:
+    """The configuration with the run's overrides (rate, model in the loop, real-time settings)."""
+    config = load_machine(opts.machine)
+    if opts.rate is not None:
+        if not 1 <= opts.rate <= 100000:
+            raise UserError("--rate must be in [1, 100000] Hz")
+        config = dataclasses.replace(config, rate_hz=float(opts.rate))
+    if opts.model is not None:
+        config = dataclasses.replace(config, controller=dataclasses.replace(config.controller, model=opts.model))
+    if not opts.realtime:
+        config = dataclasses.replace(config, realtime=dataclasses.replace(
+            config.realtime, priority=0, cpu=-1, mlockall=False))
+    return config
+
+
+def sim_fault(drives, spec: str, rate: float):
+    """Arm ``KIND@T[=VALUE]`` on the simulated plant; returns an ``on_cycle`` hook for ``slow``
+    (a cycle that overruns by 2.5 periods: the watchdog's test), else None."""
+    try:
+        kind, rest = spec.split("@", 1)
+        at, _, val = rest.partition("=")
+        at_s = float(at)
+        value = float(val) if val else 200.0
+    except ValueError:
+        raise UserError(f"--inject: expected KIND@T or push@T=FORCE, got '{spec}'") from None
+    if not (math.isfinite(at_s) and math.isfinite(value)):  # nan@nan would never fire
+        raise UserError(f"--inject: time and force must be finite numbers, got '{spec}'")
+    if kind not in SIM_FAULTS:
+        raise UserError(f"--inject: unknown fault '{kind}' ({', '.join(SIM_FAULTS)})")
+    if kind == "slow":
+        def hook(k, t):
+            if t >= at_s:
+                time.sleep(2.5 / rate)
+        return hook
+    if not hasattr(drives, "inject"):
+        raise UserError("--inject works with the simulated plant only (use pkrt hil --fault for drives)")
+    drives.inject(kind, at_s, value)
+    return None
+
+
+class LiveViews:
+    """The run's live views (UDP telemetry, Foxglove), closed on every way out."""
+
+    def __init__(self, opts: RunOptions, axes: list[str], units: list[str]):
+        self.telemetry = self.foxglove = None
+        if opts.telemetry:
+            from pkrt.rt.runtime.telemetry import Telemetry
+
+            host, _, port = opts.telemetry.rpartition(":")
+            if not host or not (port.isascii() and port.isdigit()):
+                raise UserError(f"--telemetry: expected HOST:PORT, got '{opts.telemetry}'")
+            self.telemetry = Telemetry(host, int(port), opts.telemetry_rate, axes=axes)
+        if opts.foxglove:
+            from pkrt.rt.runtime.foxglovelive import FoxgloveLive, announce, parse_address
+            from pkrt.rt.runtime.run import channel_list
+
+            try:
+                self.foxglove = FoxgloveLive(*parse_address(opts.foxglove), opts.telemetry_rate, axes,
+                                             channel_list(len(axes), units[0]))
+            except BaseException:
+                self.close()
+                raise
+            announce(self.foxglove)
+
+    def sink(self):
+        """One telemetry sink for the loop (None, one view, or both behind a ``Fanout``)."""
+        from pkrt.rt.runtime.telemetry import Fanout
+
+        sinks = [x for x in (self.telemetry, self.foxglove) if x is not None]
+        return sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None
+
+    def stats(self, summary: dict) -> None:
+        if self.telemetry is not None:
+            summary["telemetry"] = self.telemetry.stats()
+        if self.foxglove is not None:
+            summary["foxglove"] = self.foxglove.stats()
+
+    def close(self) -> None:
+        for x in (self.telemetry, self.foxglove):
+            if x is not None:
+                x.close()
+
+
+def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech=None):
+    """The run's reference: a ROS 2 bag's joint states, or the demo / a task-space CSV planned
+    from the model, or an actuator CSV's path (the runtime reads it)."""
+    from pkrt.rt.runtime.rosbag import is_bag
+
+    if opts.traj and is_bag(opts.traj):
+        from pkrt.rt.runtime.rosbag import DEFAULT_TOPIC, trajectory_from_bag
+
+        return trajectory_from_bag(opts.traj, config.rate_hz, axes, opts.topic or DEFAULT_TOPIC)
+    if opts.topic:
+        raise UserError("--topic applies to a ROS 2 bag given with --traj")
+    from pkrt.rt.app.reference import plan_reference
+
+    return plan_reference(config, opts.traj, mech=mech, axes=axes)
+
+
+def run_machine(opts: RunOptions) -> dict:
+    """Run the machine as ``opts`` asks; return the run's summary (``run_session``'s, plus
+    ``lockstep_by``, ``exact_model_us``, live view figures, ``tool_channels``, ``tool_error``,
+    ``plot``/``plot_error``). Drives, ports and sockets are released on every way out."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.runtime.run import load_controller_tree, run_inputs, run_session, tree_axes
+
+    config = machine_config(opts)
+    overrides = {k: v for k, v in (("interface", opts.interface), ("channel", opts.channel),
+                                   ("port", opts.port), ("mass_scale", opts.mass_scale)) if v is not None}
+    log = opts.log
+    plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
+    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, opts.traj))
+    tree = load_controller_tree(config)
+    axes, units = tree_axes(tree)
+    sim = config.backend == "sim"
+    by_config = sim and config.drives.lockstep and not opts.lockstep  # a plant that cannot keep real time
+    lockstep = opts.lockstep or by_config
+    plant_model = mech = None
+    if sim and config.drives.plant == "exact":  # the simulated plant on the exact reduction, built here
+        from pkrt.rt.app.reference import ExactInLoop, machine_mechanism
+
+        mech = machine_mechanism(config)
+        plant_model = ExactInLoop(mech)
+    drives = open_drives(config, overrides, plant_model=plant_model)
+    views = None
+    try:
+        hook = sim_fault(drives, opts.inject, config.rate_hz) if opts.inject is not None else None
+        views = LiveViews(opts, axes, units)
+        traj = run_reference(config, opts, axes, mech)
+        model = exact_figures = None
+        if config.controller.model == "exact":  # built here from the model, measured before the loop
+            from pkrt.rt.app.reference import exact_model
+            from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+            if not isinstance(traj, Planned):
+                traj = load_trajectory_csv(traj, config.rate_hz, axes)
+            model, exact_figures = exact_model(config, traj, lockstep)
+        summary = run_session(config, drives, trajectory=traj, duration=opts.duration, model=model,
+                              lockstep=lockstep, log_path=log, controller=opts.controller,
+                              telemetry=views.sink(), on_cycle=hook, tree=tree)
+    finally:
+        drives.close()
+        if views is not None:
+            views.close()
+    if by_config:
+        summary["lockstep_by"] = "[drives] lockstep = true"
+    if exact_figures is not None:
+        summary["exact_model_us"] = exact_figures  # before the loop; in the loop: controller_us
+    views.stats(summary)
+    if log:
+        after_run(summary, log, plot)
+    return summary
+
+
+def after_run(summary: dict, log: str, plot: str) -> None:
+    """Tool channels (forward kinematics of the log) and the plot, into ``summary``; a failure
+    is reported there (``plot_error``), never raised: the run and its log stand."""
+    try:
+        from pkrt.rt.app.toolchannels import tool_channels, tool_error
+        from pkrt.rt.runtime.logfile import read_log
+        from pkrt.rt.runtime.logstats import plot_log
+
+        data, tool = tool_channels(read_log(log))
+        summary["tool_channels"] = tool
+        summary["tool_error"] = tool_error(data)
+        plot_log(data, plot)
+        summary["plot"] = plot
+    except (ImportError, OSError, UserError, OutputError) as e:
+        summary["plot"] = None
+        summary["plot_error"] = str(e)

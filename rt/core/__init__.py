@@ -1,0 +1,1 @@
+"""pkrt.rt.core."""
