@@ -2,8 +2,10 @@
 
 ``open_drives(config)`` returns the backend that the machine configuration's ``[drives]``
 table names: ``sim`` (simulated plant), ``cia402`` (CANopen CiA 402 over python-can) or
-``dynamixel`` (Dynamixel Protocol 2.0 over pyserial). Adding a drive family adds one line
-here and touches no loop code.
+``dynamixel`` (Dynamixel Protocol 2.0 over pyserial). A drive family is one module: its
+``Drives`` class with its configuration tables (``DRIVES_TABLE``: ``[drives]``;
+``EMULATOR_TABLE``: ``[emulator]`` of its HIL bus, or None), and one line in ``BACKENDS``; it
+touches no loop code and no schema outside its module.
 """
 
 from __future__ import annotations
@@ -19,15 +21,25 @@ BACKENDS = {
 }
 
 
+def backend_class(name: str, path: str = "") -> type[Drives]:
+    """The ``Drives`` class of a backend (its module imported here)."""
+    if name not in BACKENDS:
+        raise DriveConfigError(f"{path}: [drives], field 'backend': unknown backend {name!r} "
+                               f"(known: {', '.join(BACKENDS)})")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def drive_tables(name: str, path: str = "") -> tuple[type, type | None]:
+    """The family's ``[drives]`` table class and its ``[emulator]`` table class (or None)."""
+    cls = backend_class(name, path)
+    return cls.DRIVES_TABLE, cls.EMULATOR_TABLE
+
+
 def open_drives(config, overrides: dict | None = None, plant_model=None) -> Drives:
     """Drives for a ``pkrt.rt.runtime.config.MachineConfig``; ``overrides`` replace entries of its
     ``[drives]`` table (e.g. ``{"interface": "virtual", "channel": "hil0"}`` or a port);
     ``plant_model``: the simulated plant's exact model for ``plant = "exact"`` (a callable
     (theta, H, D, p) -> status, built from the model outside the drivers)."""
-    name = config.drives.backend  # validated by the configuration's schema
-    if name not in BACKENDS:
-        raise DriveConfigError(f"{config.path}: [drives], field 'backend': unknown backend {name!r} "
-                               f"(known: {', '.join(BACKENDS)})")
-    module, cls = BACKENDS[name].split(":")
     kw = {} if plant_model is None else {"plant_model": plant_model}  # only the sim backend has a plant
-    return getattr(importlib.import_module(module), cls).from_config(config, dict(overrides or {}), **kw)
+    return backend_class(config.drives.backend, config.path).from_config(config, dict(overrides or {}), **kw)

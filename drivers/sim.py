@@ -13,6 +13,7 @@ Units: m or rad, N or N m, s.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from numba import njit
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, eval_model_w, quad_velocities, work_size
 
+from pkrt.rt.core.schema import INTEGER, NUMBER, STRING, BOOL, PlantTable, spec
 from .base import DriveConfigError, DriveError, Drives
 
 
@@ -296,9 +298,27 @@ def _file_hash(path: str) -> str | None:
         return None
 
 
+
+@dataclass(frozen=True, kw_only=True)
+class SimDrivesTable(PlantTable):
+    """``[drives]`` with ``backend = "sim"``: the simulated plant and its sensors."""
+
+    backend: str = spec(STRING, "drive backend", choices=("sim",))
+    noise: float = spec(NUMBER, "position noise, standard deviation", 0.0, unit="m or rad", lo=0.0)
+    quantization: float = spec(NUMBER, "position quantum (0: none)", 0.0, unit="m or rad", lo=0.0)
+    delay_cycles: int = spec(INTEGER, "transport delay of the feedback", 0, unit="cycles", lo=0, hi=10000)
+    seed: int = spec(INTEGER, "noise generator seed", 0, lo=0)
+    lockstep: bool = spec(BOOL, "runs are lockstep (virtual clock) even without --lockstep, said in the summary: "
+                          "for a plant that cannot keep real time (plant = \"exact\")", False)
+
+
 class SimDrives(Drives):
     """Drive backend on the simulated plant, with sensor quantisation, noise and transport
     delay, and fault injection for tests (``inject``)."""
+
+    DRIVES_TABLE = SimDrivesTable  # the [drives] table of this family
+    EMULATOR_TABLE = None  # the [emulator] table of its HIL bus
+
 
     backend = "sim"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pkrt.rt.core import schema
+from pkrt.rt.runtime.config import configuration_reference, tables_of
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.config import load_machine
 
@@ -57,7 +58,7 @@ def cases():
     machine, [drives] and [emulator] on the machine of each backend."""
     seen = set()
     for backend in FILES:
-        for table, cls in schema.tables_of(backend):
+        for table, cls in tables_of(backend):
             for f in schema.fields(cls):
                 key = (cls, f.name)
                 if key in seen:
@@ -88,7 +89,7 @@ def test_every_table_and_field_is_enumerated():
     """The cases come from the schema: every table of every backend, no field left out."""
     names = {p.id for p in cases()}
     for backend in FILES:
-        for table, cls in schema.tables_of(backend):
+        for table, cls in tables_of(backend):
             for f in schema.fields(cls):
                 assert any(i.endswith(f"-{table}-{f.name}") for i in names), (table, f.name)
     assert len(names) > 90
@@ -153,7 +154,7 @@ def test_cli_overrides_are_validated_by_the_schema(tmp_path):
 
 def test_readme_lists_every_table_and_field():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert schema.markdown() in readme, "README.md: regenerate the table list with pkrt.rt.core.schema.markdown()"
+    assert configuration_reference() in readme, "README.md: regenerate the table list with pkrt.rt.core.configuration_reference()"
 
 
 def test_no_reads_around_the_schema():

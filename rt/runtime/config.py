@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pkrt.drivers import BACKENDS, drive_tables
 from pkrt.rt.core import schema
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MACHINE, expect
@@ -33,10 +34,10 @@ class MachineConfig:
     rate_hz: float
     controller: ControllerConfig
     limits: Limits
-    drives: Any  # the [drives] table of its backend (schema.DRIVES_TABLES)
+    drives: Any  # the [drives] table of its backend (its driver's DRIVES_TABLE, pkrt.drivers)
     realtime: RealtimeConfig
     raw: dict = field(repr=False, default_factory=dict)  # the file as read: for the log header only
-    emulator: Any = None  # the [emulator] table of a HIL bus (schema.EMULATOR_TABLES), else None
+    emulator: Any = None  # the [emulator] table of a HIL bus (its driver's EMULATOR_TABLE), else None
     demo: schema.DemoTable = field(default_factory=schema.DemoTable)
 
     @property
@@ -117,10 +118,10 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     if not isinstance(drives_doc, dict):
         raise ConfigError.at(str(path), "drives", None, "table missing")
     backend = drives_doc.get("backend")
-    if backend not in schema.DRIVES_TABLES:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         what = "missing" if backend is None else f"unknown backend {backend!r}"
-        raise ConfigError.at(str(path), "drives", "backend", f"{what} (known: {', '.join(schema.DRIVES_TABLES)})")
-    tables = dict(schema.tables_of(backend))
+        raise ConfigError.at(str(path), "drives", "backend", f"{what} (known: {', '.join(BACKENDS)})")
+    tables = dict(tables_of(backend))
     for name in doc:
         if name not in tables:
             raise ConfigError.at(str(path), name, None, f"unknown table for a '{backend}' machine (known: "
@@ -150,3 +151,38 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
                                                                          tables=dict(got)))
     return MachineConfig(str(path), m.name, model, str(path.parent / m.tree), rate, got["controller"], got["limits"],
                          got["drives"], got["realtime"], doc, got.get("emulator"), got["demo"])
+
+
+def tables_of(backend: str) -> list[tuple[str, type]]:
+    """The tables of a machine with this drive backend, in file order: (name, class)."""
+    drives, emulator = drive_tables(backend)
+    out = list(schema.COMMON_TABLES) + [("drives", drives)]
+    if emulator is not None:
+        out.append(("emulator", emulator))
+    return out
+
+
+def configuration_reference() -> str:
+    """Every table and field of every drive family as Markdown (the configuration reference page)."""
+    lines = []
+    seen = set()
+    for backend in BACKENDS:
+        for name, cls in tables_of(backend):
+            if cls in seen:
+                continue
+            seen.add(cls)
+            lines += ["", f"{cls.__doc__.splitlines()[0]}", "", "| field | unit | default | expected | meaning |",
+                      "|---|---|---|---|---|"]
+            for f in schema.fields(cls):
+                m = f.metadata
+                if m["derive"] is not None:
+                    default = "derived"
+                elif schema.default_of(f) is schema.REQUIRED:
+                    default = "required"
+                elif schema.default_of(f) is None:
+                    default = "optional"
+                else:
+                    d = schema.default_of(f)
+                    default = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", '"')
+                lines.append(f"| `{f.name}` | {m['unit']} | {default} | {schema.describe_constraint(m)} | {m['doc']} |")
+    return "\n".join(lines[1:]) + "\n"
