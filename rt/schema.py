@@ -86,7 +86,7 @@ def spec(kind: str, doc: str, default: Any = REQUIRED, *, unit: str = "", lo: fl
 
 
 def describe_constraint(meta: dict, s: int | str = "s") -> str:
-    """The expected value of a field in words (the error message and the README)."""
+    """The expected value of a field in words (the error messages and the configuration reference)."""
     kind, lo, hi = meta["kind"], meta["lo"], meta["hi"]
     if meta["choices"]:
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
@@ -551,28 +551,3 @@ def tables_of(backend: str) -> list[tuple[str, type]]:
         out.append(("emulator", EMULATOR_TABLES[backend]))
     return out
 
-
-def markdown() -> str:
-    """The tables and fields as Markdown (the README's configuration section)."""
-    lines = []
-    seen = set()
-    for backend in DRIVES_TABLES:
-        for name, cls in tables_of(backend):
-            if cls in seen:
-                continue
-            seen.add(cls)
-            lines += ["", f"{cls.__doc__.splitlines()[0]}", "", "| field | unit | default | expected | meaning |",
-                      "|---|---|---|---|---|"]
-            for f in fields(cls):
-                m = f.metadata
-                if m["derive"] is not None:
-                    default = "derived"
-                elif default_of(f) is REQUIRED:
-                    default = "required"
-                elif default_of(f) is None:
-                    default = "optional"
-                else:
-                    d = default_of(f)
-                    default = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", '"')
-                lines.append(f"| `{f.name}` | {m['unit']} | {default} | {describe_constraint(m)} | {m['doc']} |")
-    return "\n".join(lines[1:]) + "\n"

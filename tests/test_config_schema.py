@@ -151,11 +151,6 @@ def test_cli_overrides_are_validated_by_the_schema(tmp_path):
     assert config.with_drives({"channel": "hil0"}).drives.channel == "hil0"
 
 
-def test_readme_lists_every_table_and_field():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert schema.markdown() in readme, "README.md: regenerate the table list with pkrt.rt.schema.markdown()"
-
-
 def test_no_reads_around_the_schema():
     """Readers use the typed tables: ``raw`` (the file as read) only goes into the log header."""
     root = Path(__file__).resolve().parent.parent
