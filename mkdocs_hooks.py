@@ -4,6 +4,8 @@ The ``pkrt`` package is four folders mapped by setuptools' ``package-dir`` (``rt
 ``drivers``, ``hil``); there is no ``pkrt/`` folder for mkdocstrings (griffe) to read. This hook
 lays the four folders out as one package in a temporary directory (symbolic links, as a wheel
 installs them) and gives it to the Python handler as its search path, for the build only.
+The command-line page gets every verb's ``--help`` (``pkrt.rt.cli.clidoc``) where it says
+``<!-- pkrt verbs -->``.
 """
 
 from __future__ import annotations
@@ -34,3 +36,11 @@ def on_config(config):
 def on_shutdown():
     while _tmp:
         shutil.rmtree(_tmp.pop(), ignore_errors=True)
+
+
+def on_page_markdown(markdown, page, config, files):
+    from pkrt.rt.cli import clidoc
+
+    if clidoc.MARKER not in markdown:
+        return markdown
+    return markdown.replace(clidoc.MARKER, clidoc.verbs_markdown())

@@ -61,6 +61,8 @@ def test_site_builds_strict_and_offline(tmp_path):
     assert "bus_watchdog_ms" in (site / "configuration" / "index.html").read_text(encoding="utf-8")
     api = (site / "api" / "drivers" / "index.html").read_text(encoding="utf-8")
     assert "pkrt.drivers.base" in api and "open_drives" in api
+    cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "usage: pkrt run [-h]" in cli and "pkrt verbs" not in cli
     assert (site / "changelog" / "index.html").read_text(encoding="utf-8").count("2026-11-2") >= 2
 
 
@@ -106,3 +108,13 @@ def test_readme_links_resolve():
     assert local, "the README links to the documentation pages"
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, missing
+
+
+def test_the_cli_page_gets_every_verbs_help():
+    from pkrt.rt.cli import COMMANDS, clidoc
+
+    assert clidoc.MARKER in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    text = clidoc.verbs_markdown()
+    for verb in COMMANDS:
+        assert f"\n### pkrt {verb}\n" in text and f"usage: pkrt {verb} [-h]" in text
+    assert "--theta-ddot" in clidoc.verb_help("model eval")
