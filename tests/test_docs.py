@@ -118,3 +118,13 @@ def test_the_cli_page_gets_every_verbs_help():
     for verb in COMMANDS:
         assert f"\n### pkrt {verb}\n" in text and f"usage: pkrt {verb} [-h]" in text
     assert "--theta-ddot" in clidoc.verb_help("model eval")
+
+
+def test_files_the_documentation_names_exist():
+    """A module or file named in the documentation (``rt/run.py``, ``models/machines/x.toml``)
+    exists, so a move or rename that leaves the pages behind fails here."""
+    named = re.compile(r"(?<![\w./-])((?:rt|models|drivers|hil|tests|docs)/[\w/.-]*\.(?:py|toml|pkt|png|md))")
+    pages = [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    missing = sorted({f"{page.relative_to(ROOT)}: {path}" for page in pages
+                      for path in named.findall(page.read_text(encoding="utf-8")) if not (ROOT / path).exists()})
+    assert not missing, "\n".join(missing)
