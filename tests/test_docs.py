@@ -66,6 +66,7 @@ def test_site_builds_strict_and_offline(tmp_path):
     assert (site / "changelog" / "index.html").read_text(encoding="utf-8").count("2026-11-2") >= 2
 
 
+@pytest.mark.slow
 def test_strict_validation_fails_on_a_broken_link(tmp_path):
     """The ``validation`` settings of mkdocs.yml turn broken links and anchors into warnings, which
     ``--strict`` fails on (checked on a two-page site with the same settings and theme)."""
