@@ -129,3 +129,21 @@ def test_files_the_documentation_names_exist():
     missing = sorted({f"{page.relative_to(ROOT)}: {path}" for page in pages
                       for path in named.findall(page.read_text(encoding="utf-8")) if not (ROOT / path).exists()})
     assert not missing, "\n".join(missing)
+
+
+def test_every_module_has_an_api_entry():
+    """Each module of the four packages is on an API page (``::: pkrt.models.description``),
+    itself or through a sub-package named as a whole (``::: pkrt.rt.cli``)."""
+    top = {f"pkrt.{name}" for name in ("rt", "models", "drivers", "hil")}
+    named = {m for page in (ROOT / "docs" / "api").glob("*.md")
+             for m in re.findall(r"^::: ([\w.]+)$", page.read_text(encoding="utf-8"), flags=re.M)}
+    modules = {".".join(("pkrt", folder, *f.relative_to(ROOT / folder).with_suffix("").parts))
+               for folder in ("rt", "models", "drivers", "hil") for f in (ROOT / folder).rglob("*.py")
+               if f.stem not in ("__init__", "__main__")}
+
+    def covered(module: str) -> bool:
+        parents = {module.rsplit(".", k)[0] for k in range(1, module.count(".") - 1)}
+        return module in named or bool((parents - top) & named)
+
+    missing = sorted(m for m in modules if not covered(m))
+    assert not missing, "add to docs/api/*.md: " + ", ".join(missing)
