@@ -38,7 +38,7 @@ def round_carried(x: float, carry: list[float], i: int, lim: int) -> int:
     rounding left over from axis i's last command (``carry[i]``) added first and this one's
     kept there (error feedback): averaged over a few cycles the drive applies ``x`` exactly, as
     a finer unit would, where plain rounding leaves up to half a unit of force unmatched (the
-    Orthoglide then stood 1-2 encoder counts off its target: README, section 4). A clamped
+    Orthoglide then stood 1-2 encoder counts off its target: docs/drives.md). A clamped
     command carries nothing."""
     x += carry[i]
     c = round(x)

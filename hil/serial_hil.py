@@ -28,7 +28,7 @@ from .result import HilResult, cycles_run_between, hil_result
 # socket://, as for a serial device server), the default, or a pseudo-terminal. A pty's data is
 # moved by the kernel's normal-priority workers, whose wake-up reaches milliseconds on a busy
 # or non-preemptible kernel, more than a 1 kHz cycle allows; TCP over loopback is delivered in
-# the sender's own context (README, section 4).
+# the sender's own context (CHANGELOG.md, 2026-11-23).
 LINKS = ("tcp", "pty")
 
 

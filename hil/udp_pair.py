@@ -4,8 +4,8 @@ multicast groups, one per direction, so that neither end receives its own frames
 python-can's ``udp_multicast`` sends every frame to one group and port and loops it back to
 every member, the sender included: at 1 kHz each end then receives and decodes its own frames
 through python-can only to drop them (the emulator its 6 TPDOs a cycle, the driver its SYNC and
-3 RPDOs); without them the emulator's CPU per cycle fell 16 % and the driver path 30 % (README,
-section 4). Here each end listens on its own group and port (``channel``, ``port``: the same socket
+3 RPDOs); without them the emulator's CPU per cycle fell 16 % and the driver path 30 % (CHANGELOG.md,
+2026-11-23). Here each end listens on its own group and port (``channel``, ``port``: the same socket
 set-up as ``udp_multicast``, python-can's ``GeneralPurposeUdpMulticastBus``) and sends to the
 other end's (``peer`` = "GROUP:PORT") from a socket that is in no group and bound to no known
 port, so it hears nothing. Frames are python-can's udp_multicast datagrams (msgpack), so a

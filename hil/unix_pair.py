@@ -3,7 +3,7 @@ datagram sockets, one per end; each end sends to the other's and never hears its
 
 Why not UDP (``udp_pair``, ``udp_multicast``): on this 2-vCPU VM a multicast ``sendto`` goes
 through the IP stack and the loopback device's softirq, 5-20 µs a frame, and the drive emulator
-sends 6 TPDOs a cycle (README, section 4). A Unix datagram goes straight to the peer socket's
+sends 6 TPDOs a cycle (docs/drives.md). A Unix datagram goes straight to the peer socket's
 queue: the frame that wakes the peer costs about 10 µs, the ones behind it while it runs
 about 3 µs.
 

@@ -21,7 +21,7 @@ MACHINES = Path(__file__).resolve().parent / "machines"
 
 # file name -> (model, build settings); the settings are those the CLI would use
 SHIPPED: dict[str, tuple[str, dict]] = {
-    # graded tensor cubic splines (see README section 2 for the measurements behind the choice)
+    # graded tensor cubic splines (see docs/trees.md, "Memory against accuracy", for the measurements behind the choice)
     "fourbar.pkt": ("fourbar", {"kind": "spline", "tol": 1e-3}),
     "fivebar.pkt": ("fivebar", {"kind": "spline", "tol": 1e-3}),
     "orthoglide.pkt": ("orthoglide", {"kind": "spline", "tol": 5e-3}),  # the controller's

@@ -11,7 +11,7 @@ from pkrt.rt.core.treefile import load_tree
 
 def test_check_report_of_the_fourbar():
     r = check_report(load_mechanism("fourbar"))
-    # spatial four-bar: 3 moving bodies, 18 coordinates, 20 rows of rank 17 (README notes)
+    # spatial four-bar: 3 moving bodies, 18 coordinates, 20 rows of rank 17 (docs/design-notes.md)
     assert (r["coordinates"], r["constraints"], r["redundant_constraints"], r["mobility"]) == (18, 20, 3, 1)
     assert r["tool"] is None and len(r["actuators"]) == 1
     assert r["singularity_measure"] > r["singular_threshold"]

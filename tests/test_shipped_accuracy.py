@@ -1,5 +1,5 @@
 """The shipped Orthoglide trees over the whole box [-0.26, 0.06]^3: the controller's meets
-the targets, the plant's is at least 10x more accurate (the README's figures).
+the targets, the plant's is at least 10x more accurate (the figures in docs/trees.md).
 
 2000 random states, the 1001-point diagonal and a stress set on the box's faces, edges and
 corners (and 1 % and 3 % inside them), where random sampling rarely looks and the worst

@@ -156,7 +156,7 @@ def test_run_without_a_log_still_streams(tmp_path, listener):
 
 
 def test_run_json_reports_telemetry_counts(listener, capsys):
-    """Failed sends were counted (README: 'a failed send is counted') but the count was never
+    """Failed sends were counted (docs/logs.md: 'a failed send is counted') but the count was never
     reported: the run's summary had no telemetry figures."""
     import json
 

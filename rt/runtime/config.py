@@ -160,29 +160,3 @@ def tables_of(backend: str) -> list[tuple[str, type]]:
     if emulator is not None:
         out.append(("emulator", emulator))
     return out
-
-
-def configuration_reference() -> str:
-    """Every table and field of every drive family as Markdown (the configuration reference page)."""
-    lines = []
-    seen = set()
-    for backend in BACKENDS:
-        for name, cls in tables_of(backend):
-            if cls in seen:
-                continue
-            seen.add(cls)
-            lines += ["", f"{cls.__doc__.splitlines()[0]}", "", "| field | unit | default | expected | meaning |",
-                      "|---|---|---|---|---|"]
-            for f in schema.fields(cls):
-                m = f.metadata
-                if m["derive"] is not None:
-                    default = "derived"
-                elif schema.default_of(f) is schema.REQUIRED:
-                    default = "required"
-                elif schema.default_of(f) is None:
-                    default = "optional"
-                else:
-                    d = schema.default_of(f)
-                    default = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", '"')
-                lines.append(f"| `{f.name}` | {m['unit']} | {default} | {schema.describe_constraint(m)} | {m['doc']} |")
-    return "\n".join(lines[1:]) + "\n"

@@ -114,7 +114,7 @@ def _other_threads_off(cpu: int, cpus: set[int]) -> str:
     """Pin this process' other threads (the log writer, telemetry) to ``cpus`` but ``cpu``, the
     loop's. Unpinned, the scheduler ran the log writer on the loop's CPU while the loop slept;
     the loop woke, preempted it holding the GIL, and waited for it: wake latency p99 21.6 µs
-    against 0.054 µs for a bare loop in the same bench (README, section 3). Threads started
+    against 0.054 µs for a bare loop in the same bench (docs/runtime.md, runtime figures). Threads started
     later (a CAN heartbeat task) inherit the loop's CPU and priority, as they should."""
     others = set(cpus) - {cpu}
     if not others:
