@@ -36,7 +36,6 @@ ALLOWED = {
     # split in this branch, step by step
     "rt/runtime/logstats.py:_info_text": "split in this branch (issue 21)",
     "rt/runtime/logstats.py:plot_log": "split in this branch (issue 21)",
-    "rt/runtime/rosbag.py:read_joint_states": "split in this branch (issue 21)",
 }
 
 
