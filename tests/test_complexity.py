@@ -33,9 +33,6 @@ ALLOWED = {
     "hil/dynamixel_emulator.py:Servo.write": SPLITTING,
     "hil/dynamixel_emulator.py:DynamixelEmulator._instruction": SPLITTING,
     "hil/dynamixel_emulator.py:DynamixelEmulator.serve": SPLITTING,
-    # split in this branch, step by step
-    "rt/runtime/logstats.py:_info_text": "split in this branch (issue 21)",
-    "rt/runtime/logstats.py:plot_log": "split in this branch (issue 21)",
 }
 
 
