@@ -335,10 +335,10 @@ def _tracking_panel(a, log: Log, x: np.ndarray, xlabel: str) -> None:
     ref, pos = log.get("ref_pos"), log.get("pos")
     if ref is not None and pos is not None and len(x):
         e = columns(ref) - columns(pos)
-        u = channel_units(log, "pos")
+        u, axes = channel_units(log, "pos"), log.axes()
         for i in range(e.shape[1]):
             k, unit = (1e3, "m" + u[i]) if u[i] in ("m", "rad") else (1.0, u[i])  # mm, mrad
-            a.plot(x, k * e[:, i], lw=1, label=f"{_axis_name(log.axes(), i)} [{unit}]")
+            a.plot(x, k * e[:, i], lw=1, label=f"{_axis_name(axes, i)} [{unit}]")
         a.legend(loc="upper right")
     a.set_title("tracking error ref_pos - pos")
     a.set_xlabel(xlabel)
@@ -349,9 +349,9 @@ def _torque_panel(a, log: Log, x: np.ndarray, xlabel: str) -> None:
     """Commanded torques (solid) and the model's (dashed, same colour) over time."""
     tau, tau_m = log.get("tau"), log.get("tau_model")
     if tau is not None and len(x):
-        u = channel_units(log, "tau")
+        u, axes = channel_units(log, "tau"), log.axes()
         for i in range(columns(tau).shape[1]):
-            line, = a.plot(x, columns(tau)[:, i], lw=1, label=f"tau {_axis_name(log.axes(), i)} [{u[i]}]")
+            line, = a.plot(x, columns(tau)[:, i], lw=1, label=f"tau {_axis_name(axes, i)} [{u[i]}]")
             if tau_m is not None:
                 a.plot(x, columns(tau_m)[:, i], lw=1, ls="--", color=line.get_color(), alpha=0.7)
         a.legend(loc="upper right", title="solid: commanded, dashed: model" if tau_m is not None else None)
