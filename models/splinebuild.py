@@ -191,62 +191,74 @@ def build_spline(mech: Mechanism, smp, threshold: float, intervals: int | None, 
                  max_bytes: int) -> tuple[Tree, dict]:
     """Build a spline tree (uniform ``intervals`` per axis, or adaptive to ``tol``); returns
     (tree with an empty header, build facts for the header)."""
-    s = mech.n_act
-    n_out = n_outputs(s)
-    lo, hi = smp.lo, smp.hi
+    n_out = n_outputs(mech.n_act)
     grid = SplineGrid(smp, intervals if intervals is not None else INITIAL_INTERVALS, threshold)
     if table_bytes([len(g) for g in grid.grids], n_out) > max_bytes:
         raise BuildError(f"{intervals} intervals per axis need "
                                 f"{table_bytes([len(g) for g in grid.grids], n_out)} bytes, over "
                                 f"--max-bytes {max_bytes}")
-    W = tau_weights(s, hi - lo)
+    W = tau_weights(mech.n_act, smp.hi - smp.lo)
     rounds, stop = 0, "uniform"
     while True:
         rounds += 1
-        pts = grid.grid_points()
-        grid.ensure(pts)
-        held = grid.heldout_points()
-        grid.ensure([p for h in held for p in h])
-        scale = smp.scale(threshold)
-        F = np.array([smp.f[p] for p in pts])
-        width = hi - lo
-        rng = np.random.default_rng(TAU_SEED)
-        td = VELOCITY_RANGES_PER_S * width * (2 * rng.random((len(F), s)) - 1)
-        tdd = ACCELERATION_RANGES_PER_S2 * width * (2 * rng.random((len(F), s)) - 1)
-        tscale = np.abs(tau_of_flat(F, td, tdd)).max(axis=0)
-        tscale = np.where(tscale > 0, tscale, 1.0)
-        knots, coef = fit([grid.theta_axis(a, g) for a, g in enumerate(grid.grids)], grid.values())
-        tree = spline_tree(lo, hi, knots, coef, {})
-        per_axis, e_coef, e_tau = heldout_errors(tree, grid, scale, W, tscale)
+        tree, scale, (per_axis, e_coef, e_tau) = _fit_grid(grid, threshold, W)
         if tol is None:
             break
-        limit = HELDOUT_MARGIN * tol
-        cand = [(-float(e), a, i) for a in range(s) for i, e in enumerate(per_axis[a])
-                if e > limit and grid.grids[a][i + 1] - grid.grids[a][i] > MIN_WIDTH]
-        if not cand:
-            over = any(float(e.max()) > limit for e in per_axis)
-            stop = "minimum slab width reached" if over else "tolerance met"
+        stop = _refine(grid, per_axis, HELDOUT_MARGIN * tol, n_out, max_bytes)
+        if stop:
             break
-        cand.sort()
-        counts = [len(g) for g in grid.grids]
-        insert = []
-        for _, a, i in cand:
-            trial = counts.copy()
-            trial[a] += 1
-            if table_bytes(trial, n_out) <= max_bytes:
-                counts = trial
-                insert.append((a, i))
-        if not insert:
-            stop = "max_bytes reached"
-            break
-        for a in range(s):
-            mids = [(grid.grids[a][i] + grid.grids[a][i + 1]) / 2 for b, i in insert if b == a]
-            grid.grids[a] = sorted(grid.grids[a] + mids)
     facts = {"grid_points": [len(g) for g in grid.grids], "rounds": rounds, "stop": stop,
              "heldout_margin": HELDOUT_MARGIN if tol is not None else None,
              "max_heldout_coef_error": e_coef, "max_heldout_tau_bound": e_tau,
              "max_heldout_error": max(e_coef, e_tau), "output_scale": scale}
     return tree, facts
+
+
+def _fit_grid(grid: SplineGrid, threshold: float, W: np.ndarray):
+    """Sample the grid and its held-out points, fit the spline; returns (tree, output scale,
+    ``heldout_errors``)."""
+    smp, s = grid.smp, len(grid.grids)
+    pts = grid.grid_points()
+    grid.ensure(pts)
+    held = grid.heldout_points()
+    grid.ensure([p for h in held for p in h])
+    scale = smp.scale(threshold)
+    F = np.array([smp.f[p] for p in pts])
+    width = smp.hi - smp.lo
+    rng = np.random.default_rng(TAU_SEED)
+    td = VELOCITY_RANGES_PER_S * width * (2 * rng.random((len(F), s)) - 1)
+    tdd = ACCELERATION_RANGES_PER_S2 * width * (2 * rng.random((len(F), s)) - 1)
+    tscale = np.abs(tau_of_flat(F, td, tdd)).max(axis=0)
+    tscale = np.where(tscale > 0, tscale, 1.0)
+    knots, coef = fit([grid.theta_axis(a, g) for a, g in enumerate(grid.grids)], grid.values())
+    tree = spline_tree(smp.lo, smp.hi, knots, coef, {})
+    return tree, scale, heldout_errors(tree, grid, scale, W, tscale)
+
+
+def _refine(grid: SplineGrid, per_axis: list[np.ndarray], limit: float, n_out: int, max_bytes: int) -> str | None:
+    """Insert the midpoint of every slab whose held-out error is over ``limit`` (worst first,
+    while the table stays within ``max_bytes``); returns why refinement stops, or None."""
+    s = len(grid.grids)
+    cand = [(-float(e), a, i) for a in range(s) for i, e in enumerate(per_axis[a])
+            if e > limit and grid.grids[a][i + 1] - grid.grids[a][i] > MIN_WIDTH]
+    if not cand:
+        over = any(float(e.max()) > limit for e in per_axis)
+        return "minimum slab width reached" if over else "tolerance met"
+    cand.sort()
+    counts = [len(g) for g in grid.grids]
+    insert = []
+    for _, a, i in cand:
+        trial = counts.copy()
+        trial[a] += 1
+        if table_bytes(trial, n_out) <= max_bytes:
+            counts = trial
+            insert.append((a, i))
+    if not insert:
+        return "max_bytes reached"
+    for a in range(s):
+        mids = [(grid.grids[a][i] + grid.grids[a][i + 1]) / 2 for b, i in insert if b == a]
+        grid.grids[a] = sorted(grid.grids[a] + mids)
+    return None
 
 
 __all__ = ["build_spline", "fit", "spline_tree", "tau_weights", "tau_of_flat"]

@@ -367,79 +367,100 @@ def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None
     settings.root_box(mech)  # a bad --region: one line before any sampling
     t0 = time.perf_counter()
     thr = mech.description.singular_threshold if settings.sing_threshold is None else settings.sing_threshold
-    design = Design.of(s)
-    zero, one = tuple([Fraction(0)] * s), tuple([Fraction(1)] * s)
-    root = Node(zero, one)
-    rounds = 0
     with SampleEvaluator(mech, jobs, progress, desc="build", scheduler=scheduler) as ev:
         smp = _Samples(mech, ev, *settings.root_box(mech))
         if settings.kind == "spline":
-            from .splinebuild import build_spline
-            tree, facts = build_spline(mech, smp, thr, settings.boxes, settings.tol, settings.max_bytes)
-            header = _header(mech, settings, facts.pop("output_scale"), {
-                "kind": "spline", "max_bytes": settings.max_bytes if settings.tol is not None else None,
-                "sing_threshold": thr, "design": "not-a-knot cubic interpolation on a tensor grid; "
-                "held out: interval midpoints on the grid lines, corner-cell centres",
-                **facts, "samples": len(smp.f), "samples_failed": 0})
-            tree = dataclasses.replace(tree, header=header)
-            return _finish(tree, mech, settings, ev, t0)
-        if settings.boxes is not None:
-            n = settings.boxes
-            _uniform_nodes(root, [0] * s, [n] * s, n)
-            leaves = root.leaves()
-            smp.ensure(p for nd in leaves for p in nd.points(design.fit_z) + nd.points(design.ho_z))
-            for nd in leaves:
-                _fit_leaf(nd, smp, design, thr)
-            stop = "uniform"
+            tree = _spline_tree(mech, settings, smp, thr)
         else:
-            new = [root]
-            leaf_bytes = (2 * s + len(output_layout(s)) * design.pinv.shape[0]) * 8 + 1 + 2 * (8 + 4 + 8)
-            leaf_budget = min(settings.max_leaves, max(1, settings.max_bytes // leaf_bytes))
-            while True:
-                rounds += 1
-                smp.ensure(p for nd in new for p in nd.points(design.fit_z) + nd.points(design.ho_z))
-                for nd in new:
-                    _fit_leaf(nd, smp, design, thr)
-                scale = smp.scale(thr)
-                leaves = root.leaves()
-                errs = {id(nd): _leaf_error(nd, scale) for nd in leaves if nd.ok}
-                over = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
-                failing = [nd for nd in over if nd.b[errs[id(nd)][1]] - nd.a[errs[id(nd)][1]] > MIN_WIDTH]
-                partial = _partly_in_domain(leaves, smp, design, thr)
-                if not failing and not partial:
-                    stop = "tolerance met" if not over else "minimum box width reached"
-                    break
-                budget = leaf_budget - len(leaves)
-                if budget <= 0:
-                    stop = "max_leaves reached" if leaf_budget == settings.max_leaves else "max_bytes reached"
-                    break
-                pick = []
-                if failing:
-                    failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
-                    worst = errs[id(failing[0])][0]
-                    pick = [nd for nd in failing if errs[id(nd)][0] >= worst / BATCH_FACTOR][:budget]
-                split_dim = {id(nd): errs[id(nd)][1] for nd in pick}
-                for nd in partial[: budget - len(pick)]:
-                    pick.append(nd)
-                    split_dim[id(nd)] = _widest(nd)
-                new = []
-                for nd in pick:
-                    d = split_dim[id(nd)]
-                    nd.split(d, (nd.a[d] + nd.b[d]) / 2)
-                    new.extend(nd.children)
-        leaves = root.leaves()
+            tree = _boxes_tree(mech, settings, smp, thr)
+        return _finish(tree, mech, settings, ev, t0)
+
+
+def _spline_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: float) -> Tree:
+    """A spline tree (``pkrt.models.splinebuild``) with its header."""
+    from .splinebuild import build_spline
+
+    tree, facts = build_spline(mech, smp, thr, settings.boxes, settings.tol, settings.max_bytes)
+    header = _header(mech, settings, facts.pop("output_scale"), {
+        "kind": "spline", "max_bytes": settings.max_bytes if settings.tol is not None else None,
+        "sing_threshold": thr, "design": "not-a-knot cubic interpolation on a tensor grid; "
+        "held out: interval midpoints on the grid lines, corner-cell centres",
+        **facts, "samples": len(smp.f), "samples_failed": 0})
+    return dataclasses.replace(tree, header=header)
+
+
+def _boxes_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: float) -> Tree:
+    """A tree of boxes, uniform (``settings.boxes`` per axis) or adaptive (to ``settings.tol``),
+    with its header."""
+    s = mech.n_act
+    design = Design.of(s)
+    root = Node(tuple([Fraction(0)] * s), tuple([Fraction(1)] * s))
+    if settings.boxes is not None:
+        _uniform_nodes(root, [0] * s, [settings.boxes] * s, settings.boxes)
+        _fit_leaves(root.leaves(), smp, design, thr)
+        stop, rounds = "uniform", 0
+    else:
+        stop, rounds = _refine(root, settings, smp, design, thr)
+    leaves = root.leaves()
+    scale = smp.scale(thr)
+    heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
+    header = _header(mech, settings, scale, {
+        "kind": "boxes", "max_leaves": settings.max_leaves if settings.tol is not None else None,
+        "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5"
+        + (" (16-point fraction)" if s > 4 else ""),
+        "stop": stop, "rounds": rounds,
+        "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
+        "samples": len(smp.f),
+        "samples_failed": sum(1 for f in smp.f.values() if not np.all(np.isfinite(f))),
+        "max_heldout_error": max(heldout) if heldout else None})
+    return _to_tree(root, smp.lo, smp.hi, header)
+
+
+def _fit_leaves(leaves: list[Node], smp: _Samples, design: Design, thr: float) -> None:
+    """Sample the fit and held-out points of every leaf (one batch), then fit each."""
+    smp.ensure(p for nd in leaves for p in nd.points(design.fit_z) + nd.points(design.ho_z))
+    for nd in leaves:
+        _fit_leaf(nd, smp, design, thr)
+
+
+def _refine(root: Node, settings: BuildSettings, smp: _Samples, design: Design, thr: float) -> tuple[str, int]:
+    """Adaptive refinement: fit the new leaves, then split the worst failing leaves (and those
+    partly in the domain) until the tolerance is met or a bound is reached. Returns (why it
+    stopped, rounds)."""
+    s = len(root.a)
+    leaf_bytes = (2 * s + len(output_layout(s)) * design.pinv.shape[0]) * 8 + 1 + 2 * (8 + 4 + 8)
+    leaf_budget = min(settings.max_leaves, max(1, settings.max_bytes // leaf_bytes))
+    new, rounds = [root], 0
+    while True:
+        rounds += 1
+        _fit_leaves(new, smp, design, thr)
         scale = smp.scale(thr)
-        heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
-        header = _header(mech, settings, scale, {
-            "kind": "boxes", "max_leaves": settings.max_leaves if settings.tol is not None else None,
-            "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5"
-            + (" (16-point fraction)" if s > 4 else ""),
-            "stop": stop, "rounds": rounds,
-            "leaves": len(leaves), "leaves_out_of_domain": sum(1 for nd in leaves if not nd.ok),
-            "samples": len(smp.f),
-            "samples_failed": sum(1 for f in smp.f.values() if not np.all(np.isfinite(f))),
-            "max_heldout_error": max(heldout) if heldout else None})
-        return _finish(_to_tree(root, smp.lo, smp.hi, header), mech, settings, ev, t0)
+        leaves = root.leaves()
+        errs = {id(nd): _leaf_error(nd, scale) for nd in leaves if nd.ok}
+        over = [nd for nd in leaves if nd.ok and errs[id(nd)][0] > settings.tol]
+        failing = [nd for nd in over if nd.b[errs[id(nd)][1]] - nd.a[errs[id(nd)][1]] > MIN_WIDTH]
+        partial = _partly_in_domain(leaves, smp, design, thr)
+        if not failing and not partial:
+            return ("tolerance met" if not over else "minimum box width reached"), rounds
+        budget = leaf_budget - len(leaves)
+        if budget <= 0:
+            return ("max_leaves reached" if leaf_budget == settings.max_leaves else "max_bytes reached"), rounds
+        new = []
+        for nd, d in _splits(failing, partial, errs, budget):
+            nd.split(d, (nd.a[d] + nd.b[d]) / 2)
+            new.extend(nd.children)
+
+
+def _splits(failing: list[Node], partial: list[Node], errs: dict, budget: int) -> list[tuple[Node, int]]:
+    """(leaf, dimension) to split this round, at most ``budget``: the failing leaves within
+    ``BATCH_FACTOR`` of the worst (along their worst held-out point's axis), then leaves partly
+    in the domain (along their widest axis)."""
+    pick = []
+    if failing:
+        failing.sort(key=lambda nd: (-errs[id(nd)][0], nd.a, nd.b))
+        worst = errs[id(failing[0])][0]
+        pick = [(nd, errs[id(nd)][1]) for nd in failing if errs[id(nd)][0] >= worst / BATCH_FACTOR][:budget]
+    return pick + [(nd, _widest(nd)) for nd in partial[: budget - len(pick)]]
 
 
 def _header(mech: Mechanism, settings: BuildSettings, scale: np.ndarray, build: dict) -> dict:

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -362,11 +363,7 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     scales. States the tree reports out of domain or the model cannot assemble are counted,
     not compared.
     """
-    if not 1 <= samples <= MAX_SAMPLES:
-        raise UserError(f"--samples must be in 1..{MAX_SAMPLES}, got {samples}")
-    for name, v in (("--stress", stress), ("--diagonal-samples", diagonal_samples)):
-        if not 0 <= v <= MAX_SAMPLES:
-            raise UserError(f"{name} must be in 0..{MAX_SAMPLES}, got {v}")
+    _check_counts(samples, stress, diagonal_samples)
     s = tree.s
     rlo, rhi = parse_region(tree, region)
     rng = np.random.default_rng(seed)
@@ -400,8 +397,6 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     stored = tree.header.get("output_scale")
     seen = output_scale(F[both], s) if both.any() or stored is None else np.asarray(stored, float)
     scale = seen if stored is None else np.maximum(np.asarray(stored, float), seen)
-    names = output_layout(s)
-    set_names = list(sets)
     report: dict = {
         "samples": samples, "seed": seed,
         "sampling": "diagonal" if diagonal else "uniform random + stress (faces, edges, corners) + diagonal",
@@ -420,47 +415,80 @@ def verify_tree(tree: Tree, mech: Mechanism, samples: int = 2000, seed: int = 0,
     if not both.any():
         report.update(max_rel_coef_error=None, max_rel_tau_error=None)
     else:
-        th, sid = theta[both], set_id[both]
-        rel = np.abs(Fh[both] - F[both]) / scale  # (n, n_out)
-        per_state, per_output = rel.max(axis=1), rel.argmax(axis=1)
-        i = int(np.argmax(per_state))
-        group_of = {o: g for g, sl in output_groups(s).items() for o in range(n_outputs(s))[sl]}
-        tau = exact_taus(F[both], td[both], tdd[both], s)
-        tau_h = tree_taus(tree, th, td[both], tdd[both])
-        tscale = np.abs(tau).max(axis=0)
-        tscale = np.where(tscale > 0, tscale, 1.0)
-        trel = np.abs(tau_h - tau) / tscale
-        t_state, t_axis = trel.max(axis=1), trel.argmax(axis=1)
-        report.update({
-            "max_rel_coef_error": float(per_state[i]),
-            "worst_output": names[per_output[i]],
-            "worst_theta": th[i].tolist(),
-            "mean_rel_coef_error": float(rel.mean()),
-            "group_max_rel_error": {g: float(rel[:, sl].max()) for g, sl in output_groups(s).items()},
-            "coef_error": _quantiles(per_state),
-            "set_max_rel_coef_error": {g: float(per_state[sid == k].max()) if (sid == k).any() else None
-                                       for k, g in enumerate(set_names)},
-            "worst_coef_states": [
-                {"theta": th[k].tolist(), "set": set_names[sid[k]], "error": float(per_state[k]),
-                 "output": names[per_output[k]], "group": group_of[int(per_output[k])]}
-                for k in np.argsort(-per_state, kind="stable")[:worst]],
-            "max_rel_tau_error": float(t_state.max()),
-            "tau_error": _quantiles(t_state),
-            "tau_scale": tscale.tolist(),
-            "set_max_rel_tau_error": {g: float(t_state[sid == k].max()) if (sid == k).any() else None
-                                      for k, g in enumerate(set_names)},
-            "worst_tau_states": [
-                {"theta": th[k].tolist(), "set": set_names[sid[k]], "error": float(t_state[k]),
-                 "axis": int(t_axis[k]), "theta_dot": td[both][k].tolist(),
-                 "theta_ddot": tdd[both][k].tolist()}
-                for k in np.argsort(-t_state, kind="stable")[:worst]],
-        })
+        compared = _Compared(theta[both], set_id[both], list(sets), worst)
+        report.update(compared.coef_errors(np.abs(Fh[both] - F[both]) / scale, s))
+        report.update(compared.tau_errors(tree, F[both], td[both], tdd[both], s))
     jump, faces, at, out = face_jumps(tree, scale)
     report["max_face_jump"] = jump
     report["faces_checked"] = faces
     report["worst_face_theta"] = at
     report["worst_face_output"] = out
     return report
+
+
+def _check_counts(samples: int, stress: int, diagonal_samples: int) -> None:
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise UserError(f"--samples must be in 1..{MAX_SAMPLES}, got {samples}")
+    for name, v in (("--stress", stress), ("--diagonal-samples", diagonal_samples)):
+        if not 0 <= v <= MAX_SAMPLES:
+            raise UserError(f"{name} must be in 0..{MAX_SAMPLES}, got {v}")
+
+
+@dataclass
+class _Compared:
+    """The states compared (``th``), the set each is from (``sid``: index into ``set_names``)
+    and how many of the worst to report."""
+    th: np.ndarray
+    sid: np.ndarray
+    set_names: list[str]
+    worst: int
+
+    def per_set(self, err: np.ndarray) -> dict:
+        """The largest error of each set (None for a set with no state compared)."""
+        return {g: float(err[self.sid == k].max()) if (self.sid == k).any() else None
+                for k, g in enumerate(self.set_names)}
+
+    def coef_errors(self, rel: np.ndarray, s: int) -> dict:
+        """The report's coefficient errors from ``rel`` (n, n_out), relative errors."""
+        th, sid, names = self.th, self.sid, output_layout(s)
+        per_state, per_output = rel.max(axis=1), rel.argmax(axis=1)
+        i = int(np.argmax(per_state))
+        group_of = {o: g for g, sl in output_groups(s).items() for o in range(n_outputs(s))[sl]}
+        return {
+            "max_rel_coef_error": float(per_state[i]),
+            "worst_output": names[per_output[i]],
+            "worst_theta": th[i].tolist(),
+            "mean_rel_coef_error": float(rel.mean()),
+            "group_max_rel_error": {g: float(rel[:, sl].max()) for g, sl in output_groups(s).items()},
+            "coef_error": _quantiles(per_state),
+            "set_max_rel_coef_error": self.per_set(per_state),
+            "worst_coef_states": [
+                {"theta": th[k].tolist(), "set": self.set_names[sid[k]], "error": float(per_state[k]),
+                 "output": names[per_output[k]], "group": group_of[int(per_output[k])]}
+                for k in np.argsort(-per_state, kind="stable")[:self.worst]],
+        }
+
+    def tau_errors(self, tree: Tree, F: np.ndarray, td: np.ndarray, tdd: np.ndarray, s: int) -> dict:
+        """The report's torque errors at the compared states (exact outputs ``F``, velocities
+        ``td``, accelerations ``tdd``), relative to each axis's largest |tau|."""
+        th, sid = self.th, self.sid
+        tau = exact_taus(F, td, tdd, s)
+        tau_h = tree_taus(tree, th, td, tdd)
+        tscale = np.abs(tau).max(axis=0)
+        tscale = np.where(tscale > 0, tscale, 1.0)
+        trel = np.abs(tau_h - tau) / tscale
+        t_state, t_axis = trel.max(axis=1), trel.argmax(axis=1)
+        return {
+            "max_rel_tau_error": float(t_state.max()),
+            "tau_error": _quantiles(t_state),
+            "tau_scale": tscale.tolist(),
+            "set_max_rel_tau_error": self.per_set(t_state),
+            "worst_tau_states": [
+                {"theta": th[k].tolist(), "set": self.set_names[sid[k]], "error": float(t_state[k]),
+                 "axis": int(t_axis[k]), "theta_dot": td[k].tolist(),
+                 "theta_ddot": tdd[k].tolist()}
+                for k in np.argsort(-t_state, kind="stable")[:self.worst]],
+        }
 
 
 __all__ = ["SampleEvaluator", "eval_chunk", "verify_tree", "face_jumps", "internal_faces",

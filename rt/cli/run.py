@@ -61,7 +61,7 @@ def run(args) -> int:
 
 
 def _text(r: dict) -> str:
-    u = r["units"][0] if r.get("units") else ""
+    """The text of ``pkrt run``: what ran, then tracking, timing, outputs and the fault."""
     mode = "lockstep" if r["lockstep"] else "real time"
     if r.get("lockstep_by"):
         mode += f" (by the configuration: {r['lockstep_by']})"
@@ -70,7 +70,16 @@ def _text(r: dict) -> str:
         f"{mode} at {r['rate_hz']:g} Hz",
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
+        *_tracking_lines(r), *_timing_lines(r), *_output_lines(r),
+        f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults",
     ]
+    return "\n".join(lines)
+
+
+def _tracking_lines(r: dict) -> list[str]:
+    """Tracking error at the actuators (mm or mrad) and at the tool (mm)."""
+    u = r["units"][0] if r.get("units") else ""
+    lines = []
     if r["rms_error"] is not None:
         lines.append(f"  tracking error: RMS {r['rms_error'] * 1e3:.4f} m{u}, max {r['max_error'] * 1e3:.4f} m{u}")
     if (r.get("tool_error") or {}).get("rms_m") is not None:
@@ -79,6 +88,12 @@ def _text(r: dict) -> str:
                      f"max {te['max_m'] * 1e3:.4f} mm")
     if (r.get("tool_channels") or {}).get("note"):
         lines.append(f"  note: {r['tool_channels']['note']}")
+    return lines
+
+
+def _timing_lines(r: dict) -> list[str]:
+    """Microseconds: the exact model, the simulated plant, the loop's compute and wake-up."""
+    lines = []
     if r.get("exact_model_us"):
         e, c = r["exact_model_us"], r["controller_us"]
         lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "
@@ -91,9 +106,12 @@ def _text(r: dict) -> str:
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
                      f"wake latency us: p50 {w['p50']:.1f}, p99 {w['p99']:.1f}, max {w['max']:.1f}")
-    for k, v in r.get("realtime", {}).items():
-        if k != "mode":
-            lines.append(f"  {k}: {v}")
+    return lines
+
+
+def _output_lines(r: dict) -> list[str]:
+    """Real-time settings, the drives' watchdog, and the log and plot written (or not)."""
+    lines = [f"  {k}: {v}" for k, v in r.get("realtime", {}).items() if k != "mode"]
     if (r.get("drives") or {}).get("drive_watchdog"):  # the drives' own stop if pkrt dies
         lines.append(f"  drive watchdog: {r['drives']['drive_watchdog']}")
     if r.get("log"):
@@ -102,8 +120,7 @@ def _text(r: dict) -> str:
             lines.append(f"  log incomplete: {r['log_error']}")
         if r.get("plot_error"):
             lines.append(f"  plot not written: {r['plot_error']}")
-    lines.append(f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults")
-    return "\n".join(lines)
+    return lines
 
 
 VERBS = {"run": (add_arguments, run)}

@@ -85,14 +85,27 @@ def kind_of_bytes(head: bytes) -> str:
         fmt = _msgpack_format(head)
         if fmt in _MSGPACK_FORMATS:
             return _MSGPACK_FORMATS[fmt]
-    if b"\x00" in head:
+    text = _text_of(head)
+    if text is None:
         return MSGPACK if _is_msgpack_map(head[0]) else BINARY
+    return _kind_of_text(text)
+
+
+def _text_of(head: bytes) -> str | None:
+    """``head`` as UTF-8 text, a last character cut off by ``HEAD`` left out; None for
+    binary content (a NUL byte, or bytes that are not UTF-8)."""
+    if b"\x00" in head:
+        return None
     try:
-        text = head.decode("utf-8")
+        return head.decode("utf-8")
     except UnicodeDecodeError as e:
         if len(head) < HEAD or e.start < len(head) - 4:  # not a character cut off by HEAD
-            return MSGPACK if _is_msgpack_map(head[0]) else BINARY
-        text = head[:e.start].decode("utf-8")
+            return None
+        return head[:e.start].decode("utf-8")
+
+
+def _kind_of_text(text: str) -> str:
+    """Machine configuration, machine description, CSV, other TOML or other text."""
     tables = set(_TABLE.findall(text.encode()))
     if b"machine" in tables:
         return MACHINE

@@ -160,16 +160,24 @@ def _short(v) -> str:
 def _info_text(s: dict, brief: bool = False) -> str:
     """The text of ``pkrt log info``; ``brief`` (the plot's panel) leaves out versions and the
     run's own summary, and shortens hashes."""
-    def h(x):
-        return (x[:12] + "...") if brief and isinstance(x, str) and len(x) > 15 else (x or "")
+    return "\n".join(_run_lines(s, brief) + _file_lines(s) + _stats_lines(s) + _event_lines(s, brief))
 
+
+def _hash(x, brief: bool) -> str:
+    """A content hash for text output: shortened to 12 characters when ``brief``."""
+    return (x[:12] + "...") if brief and isinstance(x, str) and len(x) > 15 else (x or "")
+
+
+def _run_lines(s: dict, brief: bool) -> list[str]:
+    """The log file, software, machine, model, tree, controller and the run's cycles and rate."""
     L = [f"log        {s['path']} ({s['format']}, created {s['created']})"]
     sw = s.get("software") or {}
     if sw and not brief and isinstance(sw, dict):
         L.append("software   " + ", ".join(f"{k} {v}" for k, v in sw.items()))
-    L.append(f"machine    {s['machine'] or '-'}   model {s['model']['name'] or '-'} {h(s['model']['hash'])}".rstrip())
+    L.append(f"machine    {s['machine'] or '-'}   model {s['model']['name'] or '-'} "
+             f"{_hash(s['model']['hash'], brief)}".rstrip())
     if s["tree"]["path"] or s["tree"]["hash"]:
-        L.append(f"tree       {s['tree']['path']} {h(s['tree']['hash'])}".rstrip())
+        L.append(f"tree       {s['tree']['path']} {_hash(s['tree']['hash'], brief)}".rstrip())
     if s["controller"]:
         c = s["controller"]
         L.append("controller " + (", ".join(f"{k}={_short(v)}" for k, v in c.items()) if isinstance(c, dict) else str(c)))
@@ -177,10 +185,19 @@ def _info_text(s: dict, brief: bool = False) -> str:
     meas = f"{r['measured']:.3f}" if r["measured"] else "-"
     L.append(f"run        {s['cycles']} cycles, {s['duration_s']:.3f} s, rate nominal {r['nominal']} Hz, "
              f"measured {meas} Hz{', lockstep' if s['lockstep'] else ''}")
+    return L
+
+
+def _file_lines(s: dict) -> list[str]:
+    """Whether the file is complete, its bad and dropped blocks and what was dropped."""
     state = "complete" if s["complete"] else "TRUNCATED (no valid end record: run cut off or damaged)"
-    L.append(f"file       {state}; bad blocks {s['bad_blocks']}, dropped blocks {s['dropped_blocks']}")
-    for p in s.get("problems") or []:
-        L.append(f"  dropped: {p}")
+    return ([f"file       {state}; bad blocks {s['bad_blocks']}, dropped blocks {s['dropped_blocks']}"]
+            + [f"  dropped: {p}" for p in s.get("problems") or []])
+
+
+def _stats_lines(s: dict) -> list[str]:
+    """Tracking error per axis, timing quantiles and flagged cycles."""
+    L = []
     if s["tracking"]:
         L.append("tracking error (ref_pos - pos):")
         for ax, v in s["tracking"].items():
@@ -195,13 +212,17 @@ def _info_text(s: dict, brief: bool = False) -> str:
             L.append(f"  {k:<11} p50 {v['p50']:8.1f}   p99 {v['p99']:8.1f}   max {v['max']:8.1f}")
     if s["flags"]:
         L.append("flagged cycles: " + ", ".join(f"{k} {v}" for k, v in s["flags"].items()))
-    L.append(f"events     {len(s['events'])}" + ("" if s["events"] else " (none)"))
-    for e in s["events"]:
-        L.append(f"  cycle {e['cycle']}: {e['kind']}: {e['message']}")
+    return L
+
+
+def _event_lines(s: dict, brief: bool) -> list[str]:
+    """The run's events and (unless ``brief``) its own summary's scalar entries."""
+    L = [f"events     {len(s['events'])}" + ("" if s["events"] else " (none)")]
+    L += [f"  cycle {e['cycle']}: {e['kind']}: {e['message']}" for e in s["events"]]
     if s["summary"] and not brief:
         L.append("summary    " + ", ".join(f"{k}={_short(v)}" for k, v in s["summary"].items()
                                          if not isinstance(v, (dict, list))))
-    return "\n".join(L)
+    return L
 
 
 # -- export ----------------------------------------------------------------------------------
@@ -281,7 +302,6 @@ def plot_log(log: Log, out_path) -> str:
     t = log.get("t")
     x = t - t[0] if t is not None and len(t) else log.cycles.astype(float)
     xlabel = "t [s]" if t is not None else "cycle"
-    axes = log.axes()
     with_tool = log.get("tool_ref") is not None and log.get("tool") is not None and len(x) > 0
     fig, grid = plt.subplots(2, 3 if with_tool else 2, figsize=(PLOT_SIZE_PX[0] / PLOT_DPI,
                                                                  PLOT_SIZE_PX[1] / PLOT_DPI), dpi=PLOT_DPI)
@@ -289,25 +309,49 @@ def plot_log(log: Log, out_path) -> str:
     if with_tool:  # top: errors, torques, tool path; bottom: timing, tool error, summary
         ax = np.array([[grid[0, 0], grid[0, 1]], [grid[1, 0], grid[1, 2]]], dtype=object)
         _tool_panels(fig, grid[0, 2], grid[1, 1], log, x, xlabel)
-    a = ax[0, 0]
+    _tracking_panel(ax[0, 0], log, x, xlabel)
+    _torque_panel(ax[0, 1], log, x, xlabel)
+    _mark_events(((ax[0, 0], ax[0, 1]) + ((grid[1, 1],) if with_tool else ())), log, x)
+    _timing_panel(ax[1, 0], log)
+    _summary_panel(ax[1, 1], s)
+    fig.suptitle(f"{Path(log.path).name}: {s['model']['name'] or ''} {s['cycles']} cycles, "
+                 f"{s['duration_s']:.3f} s", fontsize=13)
+    fig.tight_layout()
+    try:
+        with atomic_write(out_path, "plot", "wb") as f:
+            fig.savefig(f, dpi=PLOT_DPI, format="png")
+    finally:
+        plt.close(fig)
+    return str(out_path)
+
+
+def _axis_name(axes: list[str], i: int):
+    """Axis ``i``'s actuator name, or its index when the log names fewer axes."""
+    return axes[i] if i < len(axes) else i
+
+
+def _tracking_panel(a, log: Log, x: np.ndarray, xlabel: str) -> None:
+    """ref_pos - pos per axis over time (mm or mrad for axes in m or rad)."""
     ref, pos = log.get("ref_pos"), log.get("pos")
     if ref is not None and pos is not None and len(x):
         e = columns(ref) - columns(pos)
-        u = channel_units(log, "pos")
+        u, axes = channel_units(log, "pos"), log.axes()
         for i in range(e.shape[1]):
             k, unit = (1e3, "m" + u[i]) if u[i] in ("m", "rad") else (1.0, u[i])  # mm, mrad
-            a.plot(x, k * e[:, i], lw=1, label=f"{axes[i] if i < len(axes) else i} [{unit}]")
+            a.plot(x, k * e[:, i], lw=1, label=f"{_axis_name(axes, i)} [{unit}]")
         a.legend(loc="upper right")
     a.set_title("tracking error ref_pos - pos")
     a.set_xlabel(xlabel)
     a.grid(alpha=0.3)
 
-    a = ax[0, 1]
+
+def _torque_panel(a, log: Log, x: np.ndarray, xlabel: str) -> None:
+    """Commanded torques (solid) and the model's (dashed, same colour) over time."""
     tau, tau_m = log.get("tau"), log.get("tau_model")
     if tau is not None and len(x):
-        u = channel_units(log, "tau")
+        u, axes = channel_units(log, "tau"), log.axes()
         for i in range(columns(tau).shape[1]):
-            line, = a.plot(x, columns(tau)[:, i], lw=1, label=f"tau {axes[i] if i < len(axes) else i} [{u[i]}]")
+            line, = a.plot(x, columns(tau)[:, i], lw=1, label=f"tau {_axis_name(axes, i)} [{u[i]}]")
             if tau_m is not None:
                 a.plot(x, columns(tau_m)[:, i], lw=1, ls="--", color=line.get_color(), alpha=0.7)
         a.legend(loc="upper right", title="solid: commanded, dashed: model" if tau_m is not None else None)
@@ -315,13 +359,19 @@ def plot_log(log: Log, out_path) -> str:
     a.set_xlabel(xlabel)
     a.grid(alpha=0.3)
 
-    for e in log.events:  # faults and state changes as vertical lines on the time plots
+
+def _mark_events(panels, log: Log, x: np.ndarray) -> None:
+    """Faults (red) and state changes (gray) as vertical lines on the time panels."""
+    for e in log.events:
         if isinstance(e.get("cycle"), int) and len(x):
             k = min(log.row_of_cycle(e["cycle"]), len(x) - 1)
-            for a in (ax[0, 0], ax[0, 1]) + ((grid[1, 1],) if with_tool else ()):
+            for a in panels:
                 a.axvline(x[k], color="red" if "fault" in str(e.get("kind")) else "gray", lw=1, ls=":")
 
-    a = ax[1, 0]  # timing: heavy-tailed, so log-spaced bins on a log axis
+
+def _timing_panel(a, log: Log) -> None:
+    """Histograms of wake latency and compute time: heavy-tailed, so log-spaced bins on a log
+    axis, with their p99 dashed."""
     series = {n: v[np.isfinite(v)] for n in ("wake_us", "compute_us") if (v := log.get(n)) is not None}
     allv = np.concatenate(list(series.values())) if series else np.zeros(0)
     lo_us = TIMING_FLOOR_US
@@ -341,19 +391,12 @@ def plot_log(log: Log, out_path) -> str:
     a.set_ylabel("cycles")
     a.grid(alpha=0.3)
 
-    a = ax[1, 1]
+
+def _summary_panel(a, s: dict) -> None:
+    """The brief ``pkrt log info`` text."""
     a.axis("off")
     a.text(0.0, 1.0, _info_text(s, brief=True), va="top", ha="left", family="monospace", fontsize=9,
            transform=a.transAxes, wrap=True)
-    fig.suptitle(f"{Path(log.path).name}: {s['model']['name'] or ''} {s['cycles']} cycles, "
-                 f"{s['duration_s']:.3f} s", fontsize=13)
-    fig.tight_layout()
-    try:
-        with atomic_write(out_path, "plot", "wb") as f:
-            fig.savefig(f, dpi=PLOT_DPI, format="png")
-    finally:
-        plt.close(fig)
-    return str(out_path)
 
 
 ANGLES = ("roll", "pitch", "yaw")

@@ -109,12 +109,7 @@ def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str],
         claimed |= {ch for _, ch in members}
         if fs:
             topics.append(Topic(topic, fs))
-    errs = []
-    for fname, a, b in ERRORS:
-        if a in slices and b in slices and slices[a].stop - slices[a].start == slices[b].stop - slices[b].start:
-            f = _field(fname, a, slices, units, axes)
-            errs.append(Field(fname, "diff", f.cols, f.keys, units.get(b, ""),
-                              list(range(slices[b].start, slices[b].stop))))
+    errs = [_diff(fname, a, b, slices, units, axes) for fname, a, b in ERRORS if _same_width(slices, a, b)]
     if errs:
         topics.append(Topic("/pkrt/tracking_error", errs))
     if "flags" in slices:
@@ -123,17 +118,34 @@ def layout(slices: dict[str, slice], units: dict[str, str], axes: list[str],
     tool = [ch for ch in slices if ch == "tool" or ch.startswith(TOOL_PREFIX)]
     if tool:
         claimed |= set(tool)
-        fs = [_field(TOOL_FIELDS.get(ch, ch[len(TOOL_PREFIX):]), ch, slices, units, axes, labels) for ch in tool]
-        if "tool" in slices and "tool_ref" in slices and slices["tool"].stop - slices["tool"].start == \
-                slices["tool_ref"].stop - slices["tool_ref"].start:
-            f = _field("error", "tool_ref", slices, units, axes, labels)
-            fs.append(Field("error", "diff", f.cols, f.keys, f.unit, list(range(slices["tool"].start,
-                                                                                slices["tool"].stop))))
-        topics.append(Topic("/pkrt/tool", fs))
-    for ch in slices:
-        if ch not in claimed:
-            topics.append(Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes, labels)]))
+        topics.append(_tool_topic(tool, slices, units, axes, labels))
+    topics += [Topic(f"/pkrt/{ch}", [_field(ch, ch, slices, units, axes, labels)]) for ch in slices
+               if ch not in claimed]
     return topics
+
+
+def _same_width(slices: dict[str, slice], a: str, b: str) -> bool:
+    """Both channels are logged, with as many columns each."""
+    return a in slices and b in slices and slices[a].stop - slices[a].start == slices[b].stop - slices[b].start
+
+
+def _diff(fname: str, a: str, b: str, slices: dict[str, slice], units: dict[str, str], axes: list[str],
+          labels: dict[str, list[str]] | None = None, unit: str | None = None) -> Field:
+    """Field ``fname``: channel ``a`` minus channel ``b``, keyed as ``a``, in ``unit`` (default
+    ``b``'s unit)."""
+    f = _field(fname, a, slices, units, axes, labels)
+    return Field(fname, "diff", f.cols, f.keys, units.get(b, "") if unit is None else unit,
+                 list(range(slices[b].start, slices[b].stop)))
+
+
+def _tool_topic(tool: list[str], slices: dict[str, slice], units: dict[str, str], axes: list[str],
+                labels: dict[str, list[str]] | None) -> Topic:
+    """``/pkrt/tool``: one field per tool channel and, with both ``tool`` and ``tool_ref``, the
+    error reference - position (in the reference's unit)."""
+    fs = [_field(TOOL_FIELDS.get(ch, ch[len(TOOL_PREFIX):]), ch, slices, units, axes, labels) for ch in tool]
+    if _same_width(slices, "tool", "tool_ref"):
+        fs.append(_diff("error", "tool_ref", "tool", slices, units, axes, labels, units.get("tool_ref", "")))
+    return Topic("/pkrt/tool", fs)
 
 
 def _num(v: float):

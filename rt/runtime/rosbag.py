@@ -136,6 +136,33 @@ class JointSamples:
 
 def read_joint_states(path: str, joints: list[str], topic: str = DEFAULT_TOPIC) -> JointSamples:
     """The named joints' states from a bag's JointState topic (checks: module docstring)."""
+    reader = _open_bag(path)
+    try:
+        conns = _joint_state_connections(reader, path, topic)
+        rec = _Recording(path, topic, joints)
+        for i, (_, recv_ns, raw) in enumerate(reader.messages(connections=conns)):
+            rec.add(i, recv_ns, raw)
+    finally:
+        reader.close()
+    if len(rec.pos) < 2:
+        raise UserError(f"{path}: {topic} holds {len(rec.pos)} message(s); a trajectory needs at least 2")
+    use_header = any(s != 0 for s in rec.stamps)
+    t_ns = np.array(rec.stamps if use_header else rec.recv, dtype=np.int64)
+    _check_times(t_ns, "header stamp" if use_header else "receive time", path, topic)
+    P = np.array(rec.pos)
+    bad = ~np.isfinite(P)
+    if bad.any():
+        k, j = np.argwhere(bad)[0]
+        raise UserError(f"{path}: {topic}: non-finite position of joint {joints[j]} at message {k} "
+                        f"(t = {(t_ns[k] - t_ns[0]) * 1e-9:.6f} s)")
+    V = np.array(rec.vel) if all(v is not None for v in rec.vel) else None
+    E = np.array(rec.eff) if all(e is not None for e in rec.eff) else None
+    return JointSamples(str(path), topic, list(joints), sorted(rec.seen - set(joints)),
+                        (t_ns - t_ns[0]) * 1e-9, P, V, E, "header" if use_header else "bag receive time")
+
+
+def _open_bag(path: str):
+    """An open ``rosbags`` reader of the bag at ``path``."""
     from rosbags.rosbag2 import Reader
 
     if not Path(path).exists():
@@ -145,46 +172,64 @@ def read_joint_states(path: str, joints: list[str], topic: str = DEFAULT_TOPIC) 
         reader.open()
     except Exception as e:  # noqa: BLE001 - rosbags raises many kinds for a file that is not a bag
         raise UserError(f"{path}: not a readable ROS 2 bag ({type(e).__name__}: {e})".replace("\n", " ")) from None
-    ts = _typestore()
-    try:
-        conns = [c for c in reader.connections if c.topic == topic]
-        if not conns:
-            have = sorted({c.topic for c in reader.connections})
-            raise UserError(f"{path}: no topic '{topic}' in the bag (topics: {', '.join(have) or 'none'}); "
-                            f"choose one with --topic")
-        wrong = [c.msgtype for c in conns if c.msgtype != JOINT_STATE]
-        if wrong:
-            raise UserError(f"{path}: topic '{topic}' holds {wrong[0]}, not {JOINT_STATE}")
-        stamps, recv, pos, vel, eff = [], [], [], [], []
-        seen: set[str] = set()
-        for i, (_, recv_ns, raw) in enumerate(reader.messages(connections=conns)):
-            try:
-                m = ts.deserialize_cdr(raw, JOINT_STATE)
-            except Exception as e:  # noqa: BLE001 - a damaged message
-                raise UserError(f"{path}: {topic}: message {i} cannot be decoded ({e})") from None
-            names = list(m.name)
-            seen.update(names)
-            missing = [j for j in joints if j not in names]
-            if missing:
-                raise UserError(f"{path}: {topic}: message {i} has no joint(s) {', '.join(missing)} "
-                                f"(the machine's actuators are {', '.join(joints)}; the bag names "
-                                f"{', '.join(names) or 'none'})")
-            if len(m.position) != len(names):
-                raise UserError(f"{path}: {topic}: message {i} names {len(names)} joints but has "
-                                f"{len(m.position)} positions")
-            idx = [names.index(j) for j in joints]
-            stamps.append(int(m.header.stamp.sec) * 1_000_000_000 + int(m.header.stamp.nanosec))
-            recv.append(int(recv_ns))
-            pos.append(np.asarray(m.position, dtype=float)[idx])
-            vel.append(np.asarray(m.velocity, dtype=float)[idx] if len(m.velocity) == len(names) else None)
-            eff.append(np.asarray(m.effort, dtype=float)[idx] if len(m.effort) == len(names) else None)
-    finally:
-        reader.close()
-    if len(pos) < 2:
-        raise UserError(f"{path}: {topic} holds {len(pos)} message(s); a trajectory needs at least 2")
-    use_header = any(s != 0 for s in stamps)
-    t_ns = np.array(stamps if use_header else recv, dtype=np.int64)
-    what = "header stamp" if use_header else "receive time"
+    return reader
+
+
+def _joint_state_connections(reader, path: str, topic: str) -> list:
+    """The bag's connections of ``topic``, each of type JointState."""
+    conns = [c for c in reader.connections if c.topic == topic]
+    if not conns:
+        have = sorted({c.topic for c in reader.connections})
+        raise UserError(f"{path}: no topic '{topic}' in the bag (topics: {', '.join(have) or 'none'}); "
+                        f"choose one with --topic")
+    wrong = [c.msgtype for c in conns if c.msgtype != JOINT_STATE]
+    if wrong:
+        raise UserError(f"{path}: topic '{topic}' holds {wrong[0]}, not {JOINT_STATE}")
+    return conns
+
+
+class _Recording:
+    """The joints' samples of a topic's messages, in the order read (``vel``, ``eff``: None
+    for a message without one value per joint)."""
+
+    def __init__(self, path: str, topic: str, joints: list[str]):
+        self.path, self.topic, self.joints = path, topic, joints
+        self.ts = _typestore()
+        self.stamps: list[int] = []  # header stamps, ns
+        self.recv: list[int] = []  # bag receive times, ns
+        self.pos: list[np.ndarray] = []
+        self.vel: list[np.ndarray | None] = []
+        self.eff: list[np.ndarray | None] = []
+        self.seen: set[str] = set()
+
+    def add(self, i: int, recv_ns: int, raw) -> None:
+        """Message ``i``, serialized (CDR)."""
+        path, topic, joints = self.path, self.topic, self.joints
+        try:
+            m = self.ts.deserialize_cdr(raw, JOINT_STATE)
+        except Exception as e:  # noqa: BLE001 - a damaged message
+            raise UserError(f"{path}: {topic}: message {i} cannot be decoded ({e})") from None
+        names = list(m.name)
+        self.seen.update(names)
+        missing = [j for j in joints if j not in names]
+        if missing:
+            raise UserError(f"{path}: {topic}: message {i} has no joint(s) {', '.join(missing)} "
+                            f"(the machine's actuators are {', '.join(joints)}; the bag names "
+                            f"{', '.join(names) or 'none'})")
+        if len(m.position) != len(names):
+            raise UserError(f"{path}: {topic}: message {i} names {len(names)} joints but has "
+                            f"{len(m.position)} positions")
+        idx = [names.index(j) for j in joints]
+        self.stamps.append(int(m.header.stamp.sec) * 1_000_000_000 + int(m.header.stamp.nanosec))
+        self.recv.append(int(recv_ns))
+        self.pos.append(np.asarray(m.position, dtype=float)[idx])
+        self.vel.append(np.asarray(m.velocity, dtype=float)[idx] if len(m.velocity) == len(names) else None)
+        self.eff.append(np.asarray(m.effort, dtype=float)[idx] if len(m.effort) == len(names) else None)
+
+
+def _check_times(t_ns: np.ndarray, what: str, path: str, topic: str) -> None:
+    """Times (ns, ``what`` they are) strictly increasing, with no step longer than
+    ``MAX_GAP_PERIODS`` median periods."""
     step = np.diff(t_ns)
     if np.any(step <= 0):
         i = int(np.argmax(step <= 0)) + 1
@@ -196,16 +241,6 @@ def read_joint_states(path: str, joints: list[str], topic: str = DEFAULT_TOPIC) 
         i = int(np.argmax(step > MAX_GAP_PERIODS * med))
         raise UserError(f"{path}: {topic}: gap of {step[i] * 1e-9:.4g} s after t = {(t_ns[i] - t_ns[0]) * 1e-9:.6f} s "
                         f"(message {i}; the median period is {med * 1e-9:.4g} s)")
-    P = np.array(pos)
-    bad = ~np.isfinite(P)
-    if bad.any():
-        k, j = np.argwhere(bad)[0]
-        raise UserError(f"{path}: {topic}: non-finite position of joint {joints[j]} at message {k} "
-                        f"(t = {(t_ns[k] - t_ns[0]) * 1e-9:.6f} s)")
-    V = np.array(vel) if all(v is not None for v in vel) else None
-    E = np.array(eff) if all(e is not None for e in eff) else None
-    return JointSamples(str(path), topic, list(joints), sorted(seen - set(joints)),
-                        (t_ns - t_ns[0]) * 1e-9, P, V, E, "header" if use_header else "bag receive time")
 
 
 def trajectory_from_bag(path: str, rate_hz: float, axes: list[str], topic: str = DEFAULT_TOPIC):
