@@ -217,6 +217,13 @@ class Motion:
         return self.segments[k]
 
 
+@dataclass
+class Dwell:
+    """Rest for ``seconds`` (G4 P) at the end of the previous motion."""
+    seconds: float
+    line: int | None = None
+
+
 def polyline_motions(points, tolerance: float | None, feed=np.inf, lines=None, task: bool = True,
                      description: dict | None = None) -> list[Motion]:
     """Lines through ``points`` (k, m): corners blended within ``tolerance`` (each blend leg at
@@ -227,45 +234,43 @@ def polyline_motions(points, tolerance: float | None, feed=np.inf, lines=None, t
     lines = lines if lines is not None else [None] * n
     feeds = np.broadcast_to(np.asarray(feed, float), (n,))
     segs = [Line.between(pts[i], pts[i + 1], feeds[i], lines[i]) for i in range(n)]
-    return join_segments(segs, tolerance, description or {}, task)
+    return join_segments(segs, [tolerance] * n, description or {}, task)
 
 
-def join_segments(segs: list[Segment], tolerance: float | None, description: dict, task: bool = True,
-                  stops: set[int] | None = None) -> list[Motion]:
-    """Chain segments into rest-to-rest motions: line-line corners are blended within
-    ``tolerance`` (None: exact stop), other corners are exact stops unless tangent (within
-    1e-6 rad); ``stops``: indices i with a stop forced between segment i - 1 and i."""
-    stops = stops or set()
-    segs = [g for g in segs if g.length > 1e-12]
+def join_segments(segs: list[Segment], tolerances: list, description: dict, task: bool = True) -> list[Motion]:
+    """Chain segments into rest-to-rest motions. ``tolerances[i]`` decides the corner before
+    segment i: a blending tolerance (m) or None for an exact stop. Line-line corners are
+    blended within it (not above 175 degrees of turn: a stop); other corners are exact stops
+    unless tangent (within 1e-6 rad)."""
+    keep = [i for i, g in enumerate(segs) if g.length > 1e-12]
+    segs, tolerances = [segs[i] for i in keep], [tolerances[i] for i in keep]
     if not segs:
         return []
     n = len(segs)
-    # decide each junction: 0 straight/tangent, 1 blend, 2 stop
-    kinds, cut = [], np.zeros((n, 2))
+    kinds, cut = [], np.zeros((n, 2))  # per junction: 0 straight or tangent, 1 blend, 2 stop
     for i in range(1, n):
         a, b = segs[i - 1].tangent(True), segs[i].tangent(False)
         c = float(np.clip(a @ b, -1, 1))
+        tol = tolerances[i]
         lines = isinstance(segs[i - 1], Line) and isinstance(segs[i], Line)
-        if i in stops:
-            kinds.append(2)
-        elif c > np.cos(1e-6):
+        if c > np.cos(1e-6):
             kinds.append(0)
-        elif tolerance is not None and tolerance > 0 and lines and c > np.cos(np.radians(175)):
+        elif tol is not None and tol > 0 and lines and c > np.cos(np.radians(175)):
             kinds.append(1)
         else:
             kinds.append(2)
-    out_segs: list[list[Segment]] = [[]]
     blends = {}
     for i in range(1, n):
         if kinds[i - 1] == 1:
             A, B = segs[i - 1], segs[i]
             la = A.length * (1.0 if (i - 1 == 0 or kinds[i - 2] == 2) else 0.5)
             lb = B.length * (1.0 if (i == n - 1 or kinds[i] == 2) else 0.5)
-            leg, bl = corner_blend(A.tangent(True), A.end(), B.tangent(False), tolerance, la, lb)
+            leg, bl = corner_blend(A.tangent(True), A.end(), B.tangent(False), tolerances[i], la, lb)
             if bl is not None:
                 bl.feed, bl.line = min(A.feed, B.feed), B.line
                 cut[i - 1, 1], cut[i, 0] = leg, leg
                 blends[i] = bl
+    out_segs: list[list[Segment]] = [[]]
     for i, g in enumerate(segs):
         if i > 0:
             if kinds[i - 1] == 2:

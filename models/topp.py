@@ -383,6 +383,7 @@ class PathPlanner:
         dof = self.mech.n_act
         scale = np.ones((len(g.s), 3, dof))
         lim_plan = self.limits.planning
+        x_feed0 = g.x_feed.copy()
         for attempt in range(9):
             x, u, passes = self.solve(g, scale, motion)
             t_lp = time.perf_counter() - t0 - t_grid
@@ -394,15 +395,21 @@ class PathPlanner:
                 raise UserError(f"{_line_of(motion, g.segment[0])}{e}") from None
             ratio = np.stack([np.abs(plan.vel) / lim_plan[0], np.abs(plan.acc) / lim_plan[1],
                               np.abs(tau) / lim_plan[2]], axis=1)  # (n, 3, s)
-            worst = ratio.max()
+            seg = np.clip(np.searchsorted(motion.offsets, s, side="right") - 1, 0, len(motion.segments) - 1)
+            speed = np.linalg.norm(motion.eval(s)[1], axis=1) * sd  # tool speed (task motions)
+            feed = np.array([motion.segments[k].feed for k in seg])
+            over_feed = speed / feed
+            worst = max(ratio.max(), over_feed.max())
             if worst <= 1 + 1e-3:
                 break
             k_of = np.clip(np.searchsorted(g.s, s, side="right") - 1, 0, len(g.s) - 2)
-            over = np.argwhere(ratio > 1 + 1e-3)
-            for k, q, j in over:
+            for k, q, j in np.argwhere(ratio > 1 + 1e-3):
                 i = k_of[k]
                 f = 1.0 / (1.0 + 1.5 * (ratio[k, q, j] - 1.0))
                 scale[i:i + 2, q, j] = np.minimum(scale[i:i + 2, q, j], scale[i:i + 2, q, j] * f)
+            for k in np.nonzero(over_feed > 1 + 1e-3)[0]:  # the feed cap on x at the points around
+                i = k_of[k]
+                g.x_feed[i:i + 2] = np.minimum(g.x_feed[i:i + 2], x_feed0[i:i + 2] / over_feed[k] ** 2)
         full = np.stack([np.abs(plan.vel) / self.limits.velocity, np.abs(plan.acc) / self.limits.acceleration,
                          np.abs(tau) / self.limits.force], axis=1)
         if full.max() > 1 + 1e-9:
@@ -411,10 +418,14 @@ class PathPlanner:
             raise UserError(f"{_line_of(motion, motion.segments.index(motion.segment_at(s[k])))}planned motion "
                             f"exceeds actuator {self.mech.actuator_names[j]}'s {what} limit at the loop rate "
                             f"({full[k, q, j]:.3f} of it) after {attempt + 1} refinements")
+        feed_bound = g.x_feed < np.inf
+        feed_bound &= x >= 0.99 * g.x_feed
         report = {"duration_s": plan.duration, "grid_points": len(g.s), "refinements": attempt,
-                  "viscous_passes": passes, "grid_s": t_grid, "timing_s": t_lp,
-                  "x_grid": x, "s_grid": g.s, "x_feed": g.x_feed, "tau": tau,
-                  "worst_of_planning_limits": float(worst), "s": s, "sd": sd}
+                  "viscous_passes": passes, "grid_s": t_grid, "timing_s": t_lp, "tau": tau,
+                  "worst_of_planning_limits": float(worst), "s": s, "speed": speed,
+                  "line": np.array([motion.segments[k].line or 0 for k in seg]),
+                  "feed": feed,
+                  "feed_bound_lines": sorted({int(motion.segments[k].line or 0) for k in g.segment[feed_bound]})}
         return plan, report
 
     def sample(self, motion: Motion, g: GridPath, s, sd, sdd) -> Planned:
@@ -466,3 +477,85 @@ def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float):
     sdd = u[i].copy()
     s[-1], sd[-1] = s_grid[-1], 0.0
     return s, sd / lam, sdd / lam**2
+
+
+def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Planned, dict]:
+    """Motions and dwells (``geompath.Dwell``) in order, each motion from rest to rest, joined
+    into one reference at the loop rate, and a report: duration, peaks, where limits bind."""
+    from .geompath import Dwell
+
+    t0 = time.perf_counter()
+    rate = planner.rate_hz
+    pos, vel, acc, tau, line, speed, feed = [], [], [], [], [], [], []
+    pending = 0
+    feed_bound: set[int] = set()
+    grid_points = 0
+
+    def hold(seconds, at, ln):
+        k = int(round(seconds * rate))
+        z = np.zeros((k, len(at)))
+        pos.append(np.repeat(at[None], k, 0)), vel.append(z), acc.append(z), line.append(np.full(k, ln or 0))
+        speed.append(np.zeros(k)), feed.append(np.full(k, np.inf))
+        H, D, p = planner.dyn(at)
+        tau.append(np.repeat((-p)[None], k, 0))
+
+    for it in items:
+        if isinstance(it, Dwell):
+            if pos:
+                hold(it.seconds, pos[-1][-1], it.line)
+            else:
+                pending += it.seconds
+            continue
+        plan, rep = planner.plan_motion(it)
+        grid_points += rep["grid_points"]
+        if pos:
+            if np.abs(pos[-1][-1] - plan.pos[0]).max() > 1e-9:
+                raise UserError("consecutive motions do not join (the inverse kinematics changed branch?)")
+            cut = 1
+        else:
+            cut = 0
+            if pending:
+                hold(pending, plan.pos[0], None)
+        pos.append(plan.pos[cut:]), vel.append(plan.vel[cut:]), acc.append(plan.acc[cut:])
+        tau.append(rep["tau"][cut:]), line.append(rep["line"][cut:]), speed.append(rep["speed"][cut:])
+        feed.append(rep["feed"][cut:])
+        feed_bound |= set(rep["feed_bound_lines"])
+    if not pos:
+        raise UserError("nothing to plan (no motion)")
+    out = Planned(rate, np.vstack(pos), np.vstack(vel), np.vstack(acc), dict(description))
+    tau_all, line_all, speed_all, feed_all = (np.concatenate(x) for x in (tau, line, speed, feed))
+    return out, summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound,
+                        time.perf_counter() - t0, grid_points)
+
+
+def summary(planner: PathPlanner, plan: Planned, tau, line, speed, feed, feed_bound, seconds, grid_points) -> dict:
+    """Figures of a planned reference: duration, peaks per actuator, the share of samples where
+    each limit binds (>= 99 % of its planning value) and the program lines where it does; per
+    program line with a feed: the feed, the peak tool speed and whether the planner found the
+    feed reachable there."""
+    lim = planner.limits
+    vl, al, fl = lim.planning
+    names = planner.mech.actuator_names
+    binds = {}
+    for what, val, cap in (("velocity", plan.vel, vl), ("acceleration", plan.acc, al), ("force", tau, fl)):
+        on = np.abs(val) >= 0.99 * cap
+        binds[what] = {n: {"share": float(on[:, j].mean()),
+                           "lines": sorted({int(x) for x in line[on[:, j]] if x})} for j, n in enumerate(names)}
+    fin = np.isfinite(feed)
+    on = fin & (speed >= 0.99 * np.where(fin, feed, 0.0))
+    binds["feed"] = {"share": float(on.mean()), "lines": sorted({int(x) for x in line[on] if x})}
+    feeds = []
+    for ln in sorted({int(x) for x in line[fin] if x}):
+        sel = (line == ln) & fin
+        feeds.append({"line": ln, "feed_m_s": float(feed[sel].max()), "peak_speed_m_s": float(speed[sel].max()),
+                      "feed_reachable": ln in feed_bound})
+    return {"duration_s": plan.duration, "samples": plan.n, "rate_hz": plan.rate_hz, "margin": lim.margin,
+            "dynamics": getattr(planner.dyn, "name", "model"), "grid_points": grid_points,
+            "planning_s": seconds,
+            "peak_velocity": dict(zip(names, np.abs(plan.vel).max(axis=0).tolist())),
+            "peak_acceleration": dict(zip(names, np.abs(plan.acc).max(axis=0).tolist())),
+            "peak_force": dict(zip(names, np.abs(tau).max(axis=0).tolist())),
+            "limits": {"velocity": lim.velocity.tolist(), "acceleration": lim.acceleration.tolist(),
+                       "force": lim.force.tolist()},
+            "binding": binds, "feeds": feeds,
+            "_speed": speed, "_feed": feed, "_tau": tau}  # for the plot (not printed)

@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or the tool's task coordinates: "
                                   "t,x,y,z[,roll,pitch,yaw]) or ROS 2 bag (directory or .mcap, "
                                   "sensor_msgs/JointState); default: the configuration's [demo]")
+    p.add_argument("--gcode", metavar="FILE", help="a G-code program (tool in x, y, z), checked whole and timed in "
+                                                   "minimum time under the limits before anything moves (as pkrt plan)")
     p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
@@ -96,7 +98,9 @@ def run(args) -> int:
                                    ("port", args.port), ("mass_scale", args.mass_scale)) if v is not None}
     log = None if args.no_log else args.log
     plot = (args.plot or str(Path(log).with_suffix(".png"))) if log else None
-    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, args.traj))
+    if args.gcode and args.traj:
+        raise UserError("give --traj or --gcode, not both")
+    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, args.traj or args.gcode))
     tree = load_controller_tree(config)
     sim = config.backend == "sim"
     by_config = sim and config.drives.lockstep and not args.lockstep  # a plant that cannot keep real time
@@ -134,10 +138,10 @@ def run(args) -> int:
             traj = trajectory_from_bag(args.traj, config.rate_hz, tree_axes(tree)[0], args.topic or DEFAULT_TOPIC)
         elif args.topic:
             raise UserError("--topic applies to a ROS 2 bag given with --traj")
-        else:  # the demo or a task-space CSV: planned from the model here, before the run
+        else:  # the demo, a task-space CSV or a G-code program: planned from the model here, before the run
             from .reference import plan_reference
 
-            traj = plan_reference(config, traj, mech=mech, axes=tree_axes(tree)[0])
+            traj = plan_reference(config, traj, mech=mech, axes=tree_axes(tree)[0], gcode=args.gcode)
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
             from ..trajectory import load_trajectory_csv
