@@ -267,7 +267,7 @@ def join_segments(segs: list[Segment], tolerances: list, description: dict, task
             lb = B.length * (1.0 if (i == n - 1 or kinds[i] == 2) else 0.5)
             leg, bl = corner_blend(A.tangent(True), A.end(), B.tangent(False), tolerances[i], la, lb)
             if bl is not None:
-                bl.feed, bl.line = min(A.feed, B.feed), B.line
+                bl.feed, bl.line = min(A.feed, B.feed), A.line
                 cut[i - 1, 1], cut[i, 0] = leg, leg
                 blends[i] = bl
     out_segs: list[list[Segment]] = [[]]

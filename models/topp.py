@@ -38,6 +38,7 @@ from numba import njit
 
 from pkrt.rt.errors import UserError
 from pkrt.rt.plan import Planned
+from pkrt.rt.tree import OUT_OF_DOMAIN, eval_model, eval_tau
 
 from .geompath import Motion, quintic_hermite
 from .taskspace import check_ranges
@@ -80,12 +81,18 @@ class TreeDynamics:
     """H, D, p_ext at theta from a reduced-dynamics tree (refuses points out of its domain)."""
 
     def __init__(self, tree):
-        from pkrt.rt.tree import OUT_OF_DOMAIN, eval_model
-
         self.T, self.s, self._eval, self._ood = tree.arrays, tree.s, eval_model, OUT_OF_DOMAIN
         s = self.s
         self.name = "tree"
         self._H, self._D, self._p = np.zeros((s, s)), np.zeros((s, s * (s + 1) // 2)), np.zeros(s)
+
+    def tau_along(self, pos, vel, acc) -> np.ndarray:
+        """H acc + D [vel vel] - p_ext per row (one compiled loop over the tree)."""
+        out = np.empty_like(pos)
+        k = _tree_tau(self.T, np.ascontiguousarray(pos), np.ascontiguousarray(vel), np.ascontiguousarray(acc), out)
+        if k >= 0:
+            self(pos[k])  # raises: out of the domain
+        return out
 
     def __call__(self, theta):
         st = self._eval(self.T, np.ascontiguousarray(theta, dtype=float), self._H, self._D, self._p)
@@ -121,13 +128,29 @@ def quad(v: np.ndarray) -> np.ndarray:
     return v[..., j] * v[..., k]
 
 
+@njit(cache=True)
+def _tree_tau(T, pos, vel, acc, out):
+    """Fill out[k] = tau at row k; the first row out of the tree's domain, or -1."""
+    s = pos.shape[1]
+    H, D, p = np.empty((s, s)), np.empty((s, s * (s + 1) // 2)), np.empty(s)
+    tau = np.empty(s)
+    for k in range(pos.shape[0]):
+        if eval_tau(T, pos[k], vel[k], acc[k], H, D, p, tau) == OUT_OF_DOMAIN:
+            return k
+        out[k] = tau
+    return -1
+
+
 def forces(dyn, pos, vel, acc, limits: PlanLimits) -> np.ndarray:
     """tau (n, s) along a trajectory: dynamics plus friction (Coulomb with the sign of the
     velocity, viscous)."""
-    out = np.empty_like(pos)
-    for k in range(len(pos)):
-        H, D, p = dyn(pos[k])
-        out[k] = H @ acc[k] + D @ quad(vel[k]) - p
+    if hasattr(dyn, "tau_along"):
+        out = dyn.tau_along(pos, vel, acc)
+    else:
+        out = np.empty_like(pos)
+        for k in range(len(pos)):
+            H, D, p = dyn(pos[k])
+            out[k] = H @ acc[k] + D @ quad(vel[k]) - p
     return out + limits.coulomb * np.sign(vel) + limits.viscous * vel
 
 
@@ -247,11 +270,17 @@ def _line_of(motion: Motion, k: int) -> str:
 class PathPlanner:
     """Times motions of one machine: ``kin`` (``TaskKinematics``, for task motions), ``dyn``
     (``TreeDynamics``, which also refuses points out of the tree's domain, too close to a
-    singularity; or ``ExactDynamics``), ``limits``, the loop rate; the mechanism's ranges."""
+    singularity; or ``ExactDynamics``), ``limits``, the loop rate; the mechanism's ranges.
+    ``smooth`` (s): the time-optimal profile is bang-bang in the path acceleration; a moving
+    average of s(t) over this window (twice) makes the path acceleration continuous with a
+    bounded jerk (the path is unchanged: only its timing), lengthening each motion by twice the
+    window; the loop-rate check applies to the smoothed trajectory."""
 
-    def __init__(self, mech, dyn, limits: PlanLimits, rate_hz: float, kin=None, grid_points: int = 200):
+    def __init__(self, mech, dyn, limits: PlanLimits, rate_hz: float, kin=None, grid_points: int = 200,
+                 smooth: float = 0.002):
         self.mech, self.dyn, self.limits, self.rate_hz = mech, dyn, limits, float(rate_hz)
         self.kin, self.grid_points = kin, grid_points
+        self.smooth = smooth  # s: jerk smoothing window (0: none)
 
     # geometry to actuator space on the grid
     def grid(self, motion: Motion) -> GridPath:
@@ -384,10 +413,11 @@ class PathPlanner:
         scale = np.ones((len(g.s), 3, dof))
         lim_plan = self.limits.planning
         x_feed0 = g.x_feed.copy()
+        speed_grid = np.maximum(np.linalg.norm(motion.eval(g.s)[1], axis=1), 1e-12)
         for attempt in range(9):
             x, u, passes = self.solve(g, scale, motion)
             t_lp = time.perf_counter() - t0 - t_grid
-            s, sd, sdd = sample_profile(g.s, x, self.rate_hz)
+            s, sd, sdd = smoothed(*sample_profile(g.s, x, self.rate_hz), int(round(self.smooth * self.rate_hz)))
             plan = self.sample(motion, g, s, sd, sdd)
             try:
                 tau = forces(self.dyn, plan.pos, plan.vel, plan.acc, self.limits)
@@ -402,14 +432,18 @@ class PathPlanner:
             worst = max(ratio.max(), over_feed.max())
             if worst <= 1 + 1e-3:
                 break
-            k_of = np.clip(np.searchsorted(g.s, s, side="right") - 1, 0, len(g.s) - 2)
+            # tighten at the grid points whose timing reaches the sample through the smoothing
+            w = 2 * int(round(self.smooth * self.rate_hz))
+            lo = np.clip(np.searchsorted(g.s, s[np.maximum(np.arange(len(s)) - w, 0)], side="right") - 1, 0, None)
+            hi = np.searchsorted(g.s, s[np.minimum(np.arange(len(s)) + w, len(s) - 1)], side="left") + 1
             for k, q, j in np.argwhere(ratio > 1 + 1e-3):
-                i = k_of[k]
                 f = 1.0 / (1.0 + 1.5 * (ratio[k, q, j] - 1.0))
-                scale[i:i + 2, q, j] = np.minimum(scale[i:i + 2, q, j], scale[i:i + 2, q, j] * f)
+                sl = slice(lo[k], hi[k])
+                scale[sl, q, j] = np.minimum(scale[sl, q, j], scale[sl, q, j] * f)
             for k in np.nonzero(over_feed > 1 + 1e-3)[0]:  # the feed cap on x at the points around
-                i = k_of[k]
-                g.x_feed[i:i + 2] = np.minimum(g.x_feed[i:i + 2], x_feed0[i:i + 2] / over_feed[k] ** 2)
+                sl = slice(lo[k], hi[k])
+                cap = (feed[k] / speed_grid[sl]) ** 2 / over_feed[k] ** 2
+                g.x_feed[sl] = np.minimum(g.x_feed[sl], np.minimum(x_feed0[sl], cap))
         full = np.stack([np.abs(plan.vel) / self.limits.velocity, np.abs(plan.acc) / self.limits.acceleration,
                          np.abs(tau) / self.limits.force], axis=1)
         if full.max() > 1 + 1e-9:
@@ -443,6 +477,21 @@ class PathPlanner:
         vel = P1 * sd[:, None]
         acc = P1 * sdd[:, None] + P2 * (sd**2)[:, None]
         return Planned(self.rate_hz, P, vel, acc, dict(motion.description))
+
+
+def smoothed(s, sd, sdd, k: int):
+    """s, sdot, sddot averaged twice over k samples (rest before and after): continuous sddot,
+    jerk at most (max |sddot| jump) / k per sample."""
+    if k <= 1:
+        return s, sd, sdd
+    box = np.ones(k) / k
+    out = []
+    for v, rest in ((s, (s[0], s[-1])), (sd, (0.0, 0.0)), (sdd, (0.0, 0.0))):
+        for _ in range(2):
+            v = np.convolve(np.concatenate([np.full(k - 1, rest[0]), v, np.full(k - 1, rest[1])]), box, "valid")
+        out.append(v)
+    out[0][-1], out[1][[0, -1]], out[2][[0, -1]] = s[-1], 0.0, 0.0
+    return tuple(out)
 
 
 def profile_time(ds: np.ndarray, x: np.ndarray) -> float:

@@ -64,6 +64,10 @@ def test_delta_adept_half_cycle_holds_every_limit_at_the_loop_rate(delta):
     assert np.abs(np.diff(plan.pos, axis=0)).max() <= np.abs(plan.vel).max() / RATE * 1.05
     # faster than the hand-timed half cycle (0.25 s) under the same machine's limits
     assert 0.1 < plan.duration < 0.25
+    # jerk smoothing (the default 2 ms window): the acceleration changes over several samples
+    jump = np.abs(np.diff(plan.acc, axis=0)).max()
+    raw, _ = _planner(delta, lim, smooth=0.0).plan_motion(_adept_half())
+    assert jump < 0.75 * np.abs(np.diff(raw.acc, axis=0)).max()
 
 
 def test_planned_tool_stays_on_the_blended_path(delta):
@@ -82,7 +86,7 @@ def test_velocity_and_acceleration_limited_line_takes_the_analytic_time(ortho):
     lim = PlanLimits([v] * 3, [a] * 3, [1e6] * 3, 0.0, 0.0, margin=0.0)
     a0, b0 = np.array([-0.1, -0.1, -0.1]), np.array([-0.2, -0.05, -0.1])
     m = Motion([Line.between(a0, b0)], task=False)
-    plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=400).plan_motion(m)
+    plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=400, smooth=0.0).plan_motion(m)
     d = 0.1  # the axis that moves furthest binds: trapezoid d / v + v / a
     assert plan.duration == pytest.approx(d / v + v / a, rel=0.01)
     assert np.abs(plan.vel[:, 0]).max() == pytest.approx(v, rel=2e-3)
@@ -95,14 +99,14 @@ def test_pure_velocity_limit_gives_length_over_speed(ortho):
     cfg, mech, dyn = ortho
     lim = PlanLimits([0.2] * 3, [1e5] * 3, [1e7] * 3, 0.0, 0.0, margin=0.0)
     m = Motion([Line.between([-0.2, -0.1, -0.1], [0.0, -0.1, -0.1])], task=False)
-    plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=2000).plan_motion(m)
+    plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=2000, smooth=0.0).plan_motion(m)
     assert plan.duration == pytest.approx(0.2 / 0.2, rel=2e-3)
 
 
 def test_a_limit_binds_almost_everywhere(delta):
     cfg, mech, _ = delta
     lim = PlanLimits.from_config(cfg)
-    plan, rep = _planner(delta, lim).plan_motion(_adept_half())
+    plan, rep = _planner(delta, lim, smooth=0.0).plan_motion(_adept_half())  # the raw time-optimal profile
     vl, al, fl = lim.planning
     ratio = np.maximum.reduce([np.abs(plan.vel) / vl, np.abs(plan.acc) / al, np.abs(rep["tau"]) / fl]).max(axis=1)
     assert np.mean(ratio > 0.8) > 0.9 and np.median(ratio) > 0.95, (np.mean(ratio > 0.8), np.median(ratio))

@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--origin", type=vector, help="G-code: program origin x,y,z in m (default: the tool at the "
                                                  "reference assembly)")
     p.add_argument("--grid", type=whole_number(10), default=200, help="grid points per motion (default: 200)")
+    p.add_argument("--smooth", type=float, default=0.002,
+                   help="jerk smoothing window in s (0: none, the bang-bang time-optimal profile; default: %(default)s)")
     p.add_argument("--plot", help="plot PNG: path speed against its limits, forces against theirs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -48,7 +50,9 @@ def plan_from_args(args, config, mech=None):
         raise UserError("give FILE (a G-code program or a CSV path) or --adept, not both")
     if args.origin is not None and len(args.origin) != 3:
         raise UserError("--origin: expected x,y,z")
-    planner = path_planner(config, mech, args.model, args.margin, args.grid)
+    if not 0 <= args.smooth <= 1:
+        raise UserError(f"--smooth must be in [0, 1] s, got {args.smooth}")
+    planner = path_planner(config, mech, args.model, args.margin, args.grid, args.smooth)
     if args.adept:
         if config.demo.task != "adept-cycle":
             raise UserError(f"{config.path}: --adept needs a [demo] with task = \"adept-cycle\"")
