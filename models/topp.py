@@ -446,7 +446,7 @@ class PathPlanner:
                 g.x_feed[sl] = np.minimum(g.x_feed[sl], np.minimum(x_feed0[sl], cap))
         full = np.stack([np.abs(plan.vel) / self.limits.velocity, np.abs(plan.acc) / self.limits.acceleration,
                          np.abs(tau) / self.limits.force], axis=1)
-        if full.max() > 1 + 1e-9:
+        if full.max() > 1 + 1e-3:  # the check's tolerance (0.1 %), as for the planning limits
             k, q, j = np.unravel_index(int(np.argmax(full)), full.shape)
             what = ("velocity", "acceleration", "force")[q]
             raise UserError(f"{_line_of(motion, motion.segments.index(motion.segment_at(s[k])))}planned motion "

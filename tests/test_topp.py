@@ -138,3 +138,42 @@ def test_task_path_out_of_the_workspace_is_refused_with_its_line(ortho):
     seg = Line.between([0.0, 0.0, 0.0], [0.4, 0.0, 0.0], line=7)
     with pytest.raises(UserError, match=r"^line 7: "):
         _planner(ortho).plan_motion(Motion([seg]))
+
+
+def test_same_time_as_toppra_on_the_same_path(ortho):
+    """An independent implementation (the toppra package) times the same actuator-space path
+    under velocity, acceleration and force limits (forces from the same tree, no viscous
+    friction: toppra cannot take it) in the same minimum time."""
+    ta = pytest.importorskip("toppra")
+    import toppra.algorithm
+    import toppra.constraint
+    import toppra.interpolator
+
+    from pkrt.models.geompath import PointSpline
+    from pkrt.models.topp import quad
+
+    cfg, mech, dyn = ortho
+    pts = [[-0.1, -0.1, -0.1], [-0.05, -0.15, -0.12], [0.0, -0.1, -0.2], [-0.05, -0.05, -0.15], [-0.15, -0.1, -0.1]]
+    m = Motion([PointSpline.through(pts)], task=False)
+    v, a, f = 0.8, 15.0, 150.0
+    lim = PlanLimits([v] * 3, [a] * 3, [f] * 3, 0.0, 0.0, margin=0.0)
+    plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=400, smooth=0.0).plan_motion(m)
+
+    class Path(toppra.interpolator.AbstractGeometricPath):
+        dof = 3
+        path_interval = np.array([0.0, m.length])
+
+        def __call__(self, s, order=0):
+            return m.eval(np.atleast_1d(s))[order] if np.ndim(s) else m.eval(np.array([s]))[order][0]
+
+    def inv_dyn(q, qd, qdd):
+        H, D, p = dyn(q)
+        return H @ qdd + D @ quad(qd) - p
+
+    cons = [toppra.constraint.JointVelocityConstraint(np.array([[-v, v]] * 3)),
+            toppra.constraint.JointAccelerationConstraint(np.array([[-a, a]] * 3)),
+            toppra.constraint.JointTorqueConstraint(inv_dyn, np.array([[-f, f]] * 3), np.zeros(3))]
+    algo = toppra.algorithm.TOPPRA(cons, Path(), gridpoints=np.linspace(0, m.length, 401),
+                                   parametrizer="ParametrizeConstAccel")
+    traj = algo.compute_trajectory(0, 0)
+    assert plan.duration == pytest.approx(traj.duration, rel=0.01)

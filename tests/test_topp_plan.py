@@ -106,3 +106,37 @@ def test_program_asking_too_much_force_is_refused_naming_its_line(tmp_path, caps
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
         assert "heavy.ngc: line 3: " in err and "force limits" in err, err
+
+
+def test_csv_paths_task_and_actuator(tmp_path, capsys):
+    task = tmp_path / "task.csv"
+    task.write_text("x,y,z\n0,0,0\n0.02,0.01,-0.01\n0.04,0.0,-0.03\n")
+    act = tmp_path / "act.csv"
+    act.write_text("q1,q2,q3\n-0.1,-0.1,-0.1\n-0.05,-0.12,-0.1\n0.0,-0.1,-0.15\n")
+    for path, first in ((task, None), (act, [-0.1, -0.1, -0.1])):
+        out = tmp_path / f"{path.stem}-planned.csv"
+        assert main(["plan", str(path), "-o", str(out), "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)
+        rows = np.loadtxt(out, delimiter=",", skiprows=1)
+        assert r["duration_s"] == pytest.approx(rows[-1, 0]) and r["duration_s"] > 0.05
+        if first is None:  # the tool passes through every point of the task path
+            tool = np.array([orthoglide_fk(th, L) for th in rows[:, 1:]])
+            for p in ([0, 0, 0], [0.02, 0.01, -0.01], [0.04, 0.0, -0.03]):
+                assert np.linalg.norm(tool - p, axis=1).min() < 1e-4
+        else:
+            assert np.allclose(rows[0, 1:], first) and np.allclose(rows[-1, 1:], [0.0, -0.1, -0.15])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("t,x,y,z\n0,0,0,0\n1,0.01,0,0\n", "no t: the planner times it"),
+    ("x,y,z\n0,0,0\n", "at least 2 points"),
+    ("x,y,z\n0,0,0\n0,0,0\n", "each distinct"),
+    ("x,y,z\n0,0,0\n0.01,nan,0\n", "finite numbers"),
+    ("x,y,z\n0,0,0\n0.01,abc,0\n", "not a number"),
+])
+def test_bad_csv_paths(text, expected, tmp_path, capsys):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    assert main(["plan", str(p), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and str(p) in err, err

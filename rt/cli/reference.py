@@ -167,9 +167,12 @@ def plan_path_csv(planner, path: str):
         raise UserError(f"{path}: not a number: {e}") from None
     if rows.shape[1] != len(cols) or not np.all(np.isfinite(rows)):
         raise UserError(f"{path}: every row needs {len(cols)} finite numbers")
-    motion = Motion([PointSpline.through(rows)], task=cols == task,
-                    description={"kind": "path-csv", "path": str(path)})
-    return plan_items(planner, [motion], motion.description)
+    try:
+        motion = Motion([PointSpline.through(rows)], task=cols == task,
+                        description={"kind": "path-csv", "path": str(path)})
+        return plan_items(planner, [motion], motion.description)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 def plan_adept(planner, demo, tolerance: float = 0.01, cycles: int = 1):
