@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from pkrt.rt.errors import UserError
-from pkrt.rt.plan import Planned
+from pkrt.rt.plan import MAX_SAMPLES, Planned
 from pkrt.rt.tree import OUT_OF_DOMAIN, eval_model, eval_tau
 
 from .geompath import Motion, quintic_hermite
@@ -515,6 +515,9 @@ def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float):
     dt = 2 * ds / den
     tg = np.concatenate([[0.0], np.cumsum(dt)])
     T = tg[-1]
+    if not T * rate_hz < MAX_SAMPLES:
+        raise UserError(f"the planned motion takes {T:.6g} s, more than {MAX_SAMPLES} samples at {rate_hz:g} Hz "
+                        f"(is the feed in units per minute?)")
     K = max(int(np.ceil(T * rate_hz - 1e-9)), 1)
     lam = K / (T * rate_hz)
     tau = np.arange(K + 1) / rate_hz / lam
@@ -542,6 +545,9 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
 
     def hold(seconds, at, ln):
         k = int(round(seconds * rate))
+        if sum(len(p) for p in pos) + k > MAX_SAMPLES:
+            raise UserError(f"{f'line {ln}: ' if ln else ''}a dwell of {seconds:g} s makes the program longer than "
+                            f"{MAX_SAMPLES} samples at {rate:g} Hz")
         z = np.zeros((k, len(at)))
         pos.append(np.repeat(at[None], k, 0)), vel.append(z), acc.append(z), line.append(np.full(k, ln or 0))
         speed.append(np.zeros(k)), feed.append(np.full(k, np.inf))
@@ -565,6 +571,8 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
             cut = 0
             if pending:
                 hold(pending, plan.pos[0], None)
+        if sum(len(p) for p in pos) + plan.n > MAX_SAMPLES:
+            raise UserError(f"the program is longer than {MAX_SAMPLES} samples at {rate:g} Hz")
         pos.append(plan.pos[cut:]), vel.append(plan.vel[cut:]), acc.append(plan.acc[cut:])
         tau.append(rep["tau"][cut:]), line.append(rep["line"][cut:]), speed.append(rep["speed"][cut:])
         feed.append(rep["feed"][cut:])

@@ -165,3 +165,21 @@ def test_parse_errors_are_user_errors():
 
 def test_there_are_at_least_30_bad_programs():
     assert len(BAD) >= 30
+
+
+@pytest.mark.parametrize("program, expected", [
+    ("G1 X1 F100\nG4 P999999\nM2", "line 2: a dwell of 999999 s"),
+    ("G1 X10 F0.0001\nM2", "more than 10000000 samples"),
+])
+def test_programs_too_long_to_plan(program, expected, tmp_path, capsys):
+    path = tmp_path / "long.ngc"
+    path.write_text(program)
+    assert main(["plan", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+@pytest.mark.parametrize("origin", ["nan,0,0", "0,0", "1,inf,0"])
+def test_bad_origin(origin, capsys):
+    assert main(["plan", "x.ngc", "--origin", origin, "--json"]) == 2
+    assert "--origin" in capsys.readouterr().err

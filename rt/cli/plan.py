@@ -48,8 +48,8 @@ def plan_from_args(args, config, mech=None):
         raise UserError(f"--margin must be in [0, 1), got {args.margin}")
     if args.adept == bool(args.file):
         raise UserError("give FILE (a G-code program or a CSV path) or --adept, not both")
-    if args.origin is not None and len(args.origin) != 3:
-        raise UserError("--origin: expected x,y,z")
+    if args.origin is not None and (len(args.origin) != 3 or not np.all(np.isfinite(args.origin))):
+        raise UserError("--origin: expected three finite numbers x,y,z (m)")
     if not 0 <= args.smooth <= 1:
         raise UserError(f"--smooth must be in [0, 1] s, got {args.smooth}")
     planner = path_planner(config, mech, args.model, args.margin, args.grid, args.smooth)
