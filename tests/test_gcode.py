@@ -98,6 +98,17 @@ def test_m30_ends_and_later_lines_are_not_read():
 
 # -- bad programs: one line, exit 2, naming the line --------------------------------------------
 
+def plan_refused(path, content, capsys) -> str:
+    """Write ``content`` (text or bytes) to ``path``, run ``pkrt plan`` on it: exit 2 and one
+    line on stderr (no traceback), returned."""
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code = main(["plan", str(path), "--json"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("pkrt: error: ") and "Traceback" not in err, err
+    return err
+
+
 BAD = [  # (program, text expected in the message)
     ("G1 X1 F100\nG5 X2\nM2", "line 2: G5 is not supported"),
     ("G0 X1\nQ5\nM2", "line 2: word Q"),
@@ -149,13 +160,8 @@ BAD = [  # (program, text expected in the message)
 @pytest.mark.parametrize("program, expected", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_bad_programs_get_one_line_and_exit_2(program, expected, tmp_path, capsys):
     path = tmp_path / "bad.ngc"
-    path.write_bytes(program if isinstance(program, bytes) else program.encode())
-    code = main(["plan", str(path), "--json"])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("pkrt: error: ") and "Traceback" not in err, err
-    assert expected in err, err
-    assert str(path) in err
+    err = plan_refused(path, program, capsys)
+    assert expected in err and str(path) in err, err
 
 
 def test_parse_errors_are_user_errors():
@@ -172,11 +178,7 @@ def test_there_are_at_least_30_bad_programs():
     ("G1 X10 F0.0001\nM2", "more than 10000000 samples"),
 ])
 def test_programs_too_long_to_plan(program, expected, tmp_path, capsys):
-    path = tmp_path / "long.ngc"
-    path.write_text(program)
-    assert main(["plan", str(path), "--json"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and expected in err, err
+    assert expected in plan_refused(tmp_path / "long.ngc", program, capsys)
 
 
 @pytest.mark.parametrize("origin", ["nan,0,0", "0,0", "1,inf,0"])
