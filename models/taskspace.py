@@ -250,6 +250,16 @@ def load_task_csv(path: str, rate_hz: float, coordinates: tuple[str, ...]) -> Ta
 
 # -- kinematics ---------------------------------------------------------------------------
 
+def check_ranges(mech: Mechanism, theta: np.ndarray, where: str) -> None:
+    """Refuse actuator values outside the ranges: one line starting with ``where``."""
+    lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
+    bad = np.nonzero((theta < lo - 1e-12) | (theta > hi + 1e-12))[0]
+    if len(bad):
+        i = int(bad[0])
+        raise UserError(f"{where}actuator {mech.actuator_names[i]} would be at {theta[i]:.6g} "
+                        f"{mech.actuator_units[i]}, outside its range [{lo[i]:g}, {hi[i]:g}]")
+
+
 class TaskKinematics:
     """Inverse and forward kinematics of a mechanism's tool; holds warm-start state."""
 
@@ -374,7 +384,6 @@ class TaskKinematics:
         self.start_at(path.pos[0])
         s, n = mech.n_act, mech.n_coords
         pos, vel, acc = np.empty((path.n, s)), np.empty((path.n, s)), np.empty((path.n, s))
-        lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
         dt = 1.0 / path.rate_hz
         cfg, theta = self.cfg, self.theta
         for k in range(path.n):
@@ -387,12 +396,7 @@ class TaskKinematics:
                 raise UserError(f"task path refused: at t = {t:.4f} s the tool pose "
                                 f"{np.round(path.pos[k], 6).tolist()} is outside {mech.name}'s "
                                 f"workspace (cannot assemble: residual {res:.3g})")
-            bad = np.nonzero((theta < lo - 1e-12) | (theta > hi + 1e-12))[0]
-            if len(bad):
-                i = int(bad[0])
-                raise UserError(f"task path refused: at t = {t:.4f} s actuator {mech.actuator_names[i]} "
-                                f"would be at {theta[i]:.6g} {mech.actuator_units[i]}, outside its range "
-                                f"[{lo[i]:g}, {hi[i]:g}]")
+            check_ranges(mech, theta, f"task path refused: at t = {t:.4f} s ")
             qd, thd, qdd, thdd = self.rates(cfg, theta, path.pos[k], path.vel[k], path.acc[k])
             pos[k], vel[k], acc[k] = theta, thd, thdd
         self.cfg, self.theta = cfg, theta

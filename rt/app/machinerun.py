@@ -25,6 +25,7 @@ class RunOptions:
 
     machine: str = "orthoglide"
     traj: str | None = None  # CSV (actuators or task coordinates) or ROS 2 bag; None: the [demo]
+    gcode: str | None = None  # a G-code program (tool in x, y, z), planned in minimum time
     topic: str | None = None  # bag topic
     rate: float | None = None  # Hz; None: the configuration's
     duration: float | None = None  # s; cut the trajectory or hold its end
@@ -128,8 +129,8 @@ class LiveViews:
 
 
 def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech=None):
-    """The run's reference: a ROS 2 bag's joint states, or the demo / a task-space CSV planned
-    from the model, or an actuator CSV's path (the runtime reads it)."""
+    """The run's reference: a ROS 2 bag's joint states, or the demo / a task-space CSV / a G-code
+    program planned from the model, or an actuator CSV's path (the runtime reads it)."""
     from pkrt.rt.runtime.rosbag import is_bag
 
     if opts.traj and is_bag(opts.traj):
@@ -140,7 +141,7 @@ def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech
         raise UserError("--topic applies to a ROS 2 bag given with --traj")
     from pkrt.rt.app.reference import plan_reference
 
-    return plan_reference(config, opts.traj, mech=mech, axes=axes)
+    return plan_reference(config, opts.traj, mech=mech, axes=axes, gcode=opts.gcode)
 
 
 def run_machine(opts: RunOptions) -> dict:
@@ -155,7 +156,9 @@ def run_machine(opts: RunOptions) -> dict:
                                    ("port", opts.port), ("mass_scale", opts.mass_scale)) if v is not None}
     log = opts.log
     plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
-    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, opts.traj))
+    if opts.gcode and opts.traj:
+        raise UserError("give --traj or --gcode, not both")
+    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, opts.traj or opts.gcode))
     tree = load_controller_tree(config)
     axes, units = tree_axes(tree)
     sim = config.backend == "sim"

@@ -25,10 +25,13 @@ def machine_mechanism(config: MachineConfig) -> "Mechanism":
 
 
 def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | None" = None,
-                   axes: list[str] | None = None):
-    """A ``Planned`` at the loop rate for the demo (``None`` or ``"demo"``) or a task-space
-    CSV (its columns after ``t`` start with ``x`` and are not the actuators' names ``axes``);
-    anything else (a ``Planned``, an actuator CSV's path) is returned unchanged."""
+                   axes: list[str] | None = None, gcode: str | None = None):
+    """A ``Planned`` at the loop rate for the demo (``None`` or ``"demo"``), a task-space CSV
+    (its columns after ``t`` start with ``x`` and are not the actuators' names ``axes``) or a
+    G-code program (``gcode``, timed in minimum time); anything else (a ``Planned``, an
+    actuator CSV's path) is returned unchanged."""
+    if gcode is not None:
+        return plan_gcode(path_planner(config, mech), gcode)[0]
     if isinstance(trajectory, Planned):
         return trajectory
     if trajectory is None or trajectory == "demo":
@@ -97,3 +100,93 @@ def exact_model(config: MachineConfig, plan: Planned, lockstep: bool, samples: i
                         f"call over {len(us)} warm evaluations along the reference, more than the {period_us:.0f} us "
                         f"loop period; use model = \"tree\", a lower --rate, or --lockstep")
     return model, figures
+
+
+# -- time-optimal planning (pkrt plan, pkrt run --gcode) -----------------------------------------
+
+def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: str | None = None,
+                 margin: float = 0.1, grid_points: int = 200, smooth: float = 0.002):
+    """The machine's time-optimal planner: limits from [limits] and [controller] (tau_max, the
+    friction feed-forward), forces from the controller's tree or the exact model."""
+    from pkrt.models.taskspace import TaskKinematics
+    from pkrt.models.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
+
+    from pkrt.rt.runtime.run import load_controller_tree
+
+    mech = mech or machine_mechanism(config)
+    model = model or config.controller.model
+    dyn = ExactDynamics(mech) if model == "exact" else TreeDynamics(load_controller_tree(config))
+    kin = TaskKinematics(mech) if mech.description.tool is not None else None
+    return PathPlanner(mech, dyn, PlanLimits.from_config(config, margin), config.rate_hz, kin=kin,
+                       grid_points=grid_points, smooth=smooth)
+
+
+def home_tool(planner) -> np.ndarray:
+    """The tool's task coordinates at the reference assembly (G-code's default origin)."""
+    if planner.kin is None:
+        raise UserError(f"{planner.mech.name} has no [tool]: task-space paths need one")
+    return planner.kin.forward(planner.mech.theta_ref)[0]
+
+
+def plan_gcode(planner, path: str, origin=None):
+    """A G-code program, parsed and checked whole, timed: (Planned, report)."""
+    from pkrt.models.gcode import read_program
+    from pkrt.models.topp import plan_items
+
+    home = home_tool(planner)
+    if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
+        raise UserError(f"{path}: G-code needs a tool in x, y, z ({planner.mech.name}'s tool has "
+                        f"{', '.join(planner.kin.tool.coordinates)})")
+    origin = home if origin is None else np.asarray(origin, float)
+    prog = read_program(path, origin)
+    try:
+        return plan_items(planner, prog.items, {**prog.description, "origin": origin.tolist()})
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+
+
+def plan_path_csv(planner, path: str):
+    """A CSV path (no time column): the tool's task coordinates or the actuators' values, one
+    point a row, joined by a C2 spline and timed from rest to rest: (Planned, report)."""
+    from pkrt.models.geompath import Motion, PointSpline
+    from pkrt.models.topp import plan_items
+
+    from pkrt.rt.core.filekind import CSV, expect
+
+    expect(path, CSV)
+    cols = csv_columns(path)
+    task = list(planner.kin.tool.coordinates) if planner.kin is not None else None
+    axes = list(planner.mech.actuator_names)
+    if cols is None or cols not in ([task] if task else []) + [axes]:
+        want = " or ".join(",".join(c) for c in ([task] if task else []) + [axes])
+        raise UserError(f"{path}: a path CSV has the columns {want} (no t: the planner times it); got "
+                        f"{','.join(cols) if cols else 'no header'}")
+    try:
+        rows = np.loadtxt(path, delimiter=",", comments="#", skiprows=1, ndmin=2)
+    except ValueError as e:
+        raise UserError(f"{path}: not a number: {e}") from None
+    if rows.shape[1] != len(cols) or not np.all(np.isfinite(rows)):
+        raise UserError(f"{path}: every row needs {len(cols)} finite numbers")
+    try:
+        motion = Motion([PointSpline.through(rows)], task=cols == task,
+                        description={"kind": "path-csv", "path": str(path)})
+        return plan_items(planner, [motion], motion.description)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+
+
+def plan_adept(planner, demo, tolerance: float = 0.01, cycles: int = 1):
+    """The [demo] table's Adept cycle (start, height, width, direction), corners blended within
+    ``tolerance`` (m), each half from rest to rest, timed: (Planned, report)."""
+    from pkrt.models.geompath import polyline_motions
+    from pkrt.models.topp import plan_items
+
+    p0 = home_tool(planner)[:3] if demo.start is None else np.asarray(demo.start, float)
+    d = np.asarray(demo.direction, float)
+    d = d / np.linalg.norm(d)
+    up, across = np.array([0.0, 0.0, demo.height]), demo.width * d
+    pts = [p0, p0 + up, p0 + up + across, p0 + across]
+    desc = {"kind": "adept-cycle", "timing": "time-optimal", "start": p0.tolist(), "height_m": demo.height,
+            "width_m": demo.width, "direction": d.tolist(), "blend_tolerance_m": tolerance, "cycles": cycles}
+    half = polyline_motions(pts, tolerance, description=desc) + polyline_motions(pts[::-1], tolerance, description=desc)
+    return plan_items(planner, half * cycles, desc)

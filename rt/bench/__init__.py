@@ -17,7 +17,9 @@ client, scheduler and workers), ``toolchannels`` (the tool channels' forward kin
 row, warm from the last row and cold from the reference assembly, for the Orthoglide, the Delta
 and the hexapod), ``hexapod`` (its demo in lockstep on the exact plant with the tree and the
 exact reduction in the loop: plant and controller time per cycle, the run's wall time; a 1 s
-real-time attempt).
+real-time attempt), ``plan`` (time-optimal planning: the Delta's Adept cycle against the
+hand-timed one, both in lockstep; planning cost of a 200-point path per machine; the
+Orthoglide's G-code example end to end and two refused programs).
 """
 
 from __future__ import annotations
@@ -36,4 +38,5 @@ SECTIONS = {
     "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
     "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
+    "plan": ("pkrt.rt.bench.bench_plan", "run_plan_bench"),
 }

@@ -1,6 +1,6 @@
 """The ``pkrt`` command line.
 
-The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``,
+The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``, ``plan``,
 ``hil``, ``log``, ``replay``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
 (add_arguments(parser), run(args) -> int)). The command line is an argparse tree: a subparser
 per verb, and per group of two-word verbs (``pkrt tree --help`` lists the group's verbs); only
@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tree verify": ("pkrt.rt.cli.tree", "compare a tree with the exact model"),
     "tree plot": ("pkrt.rt.cli.tree", "plot a tree against the exact model (diagonal, error maps) to PNG"),
     "run": ("pkrt.rt.cli.run", "run a machine under control (default: the Orthoglide demo on the simulated plant)"),
+    "plan": ("pkrt.rt.cli.plan", "time a G-code program, a CSV path or the Adept cycle in minimum time under the limits"),
     "hil": ("pkrt.rt.cli.hil", "hardware-in-the-loop run through a real driver, bus and drive emulator"),
     "replay": ("pkrt.rt.cli.replay", "replay a logged run and compare"),
     "log info": ("pkrt.rt.cli.log", "summary of a run log"),

@@ -15,6 +15,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--traj", help="trajectory CSV (t and one column per actuator, or the tool's task coordinates: "
                                   "t,x,y,z[,roll,pitch,yaw]) or ROS 2 bag (directory or .mcap, "
                                   "sensor_msgs/JointState); default: the configuration's [demo]")
+    p.add_argument("--gcode", metavar="FILE", help="a G-code program (tool in x, y, z), checked whole and timed in "
+                                                   "minimum time under the limits before anything moves (as pkrt plan)")
     p.add_argument("--topic", help="--traj bag: the JointState topic (default: /joint_states)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--duration", type=positive_number, help="run time in s (cut the trajectory or hold its end)")
@@ -45,7 +47,7 @@ def run(args) -> int:
     from pkrt.rt.app.machinerun import RunOptions, run_machine
     from pkrt.rt.runtime.run import check_run
 
-    opts = RunOptions(machine=args.machine, traj=args.traj, topic=args.topic, rate=args.rate,
+    opts = RunOptions(machine=args.machine, traj=args.traj, gcode=args.gcode, topic=args.topic, rate=args.rate,
                       duration=args.duration, lockstep=args.lockstep, controller=args.controller,
                       model=args.model, mass_scale=args.mass_scale, log=None if args.no_log else args.log,
                       plot=args.plot, realtime=not args.no_rt, inject=args.inject, telemetry=args.telemetry,

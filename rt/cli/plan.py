@@ -1,0 +1,116 @@
+"""CLI verb ``pkrt plan``: time a path in minimum time under the machine's velocity, acceleration
+and force limits (``pkrt.models.topp``) and write the reference as a CSV that ``pkrt run --traj``
+plays: a G-code program, a CSV path (no time column) or the time-optimal Adept cycle."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+
+import numpy as np
+
+from pkrt.rt.cli import emit, positive_number, vector, whole_number
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.outputs import atomic_write, check_outputs
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", help="a G-code program, or a CSV path (columns: the tool's task coordinates "
+                                           "or the actuators' names, no t)")
+    p.add_argument("-o", "--output", help="planned reference CSV (t and one column per actuator)")
+    p.add_argument("--machine", default="orthoglide", help="machine configuration file or built-in name")
+    p.add_argument("--adept", action="store_true", help="the time-optimal Adept cycle of the machine's [demo] "
+                                                        "(start, height, width, direction) instead of FILE")
+    p.add_argument("--blend", type=positive_number, default=0.01,
+                   help="--adept: corner blending tolerance in m (default: %(default)s)")
+    p.add_argument("--cycles", type=whole_number(1), default=1, help="--adept: cycles (default: 1)")
+    p.add_argument("--margin", type=float, default=0.1,
+                   help="fraction of the velocity, acceleration and force limits kept for the controller "
+                        "(default: %(default)s)")
+    p.add_argument("--model", choices=("tree", "exact"), help="forces from the controller's tree or the exact "
+                                                              "model (default: the configuration's)")
+    p.add_argument("--origin", type=vector, help="G-code: program origin x,y,z in m (default: the tool at the "
+                                                 "reference assembly)")
+    p.add_argument("--grid", type=whole_number(10), default=200, help="grid points per motion (default: 200)")
+    p.add_argument("--smooth", type=float, default=0.002,
+                   help="jerk smoothing window in s (0: none, the bang-bang time-optimal profile; default: %(default)s)")
+    p.add_argument("--plot", help="plot PNG: path speed against its limits, forces against theirs")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def plan_from_args(args, config, mech=None):
+    """(Planned, report) for ``pkrt plan``'s FILE or --adept."""
+    from pkrt.rt.app.reference import path_planner, plan_adept, plan_gcode, plan_path_csv
+
+    if not 0 <= args.margin < 1:
+        raise UserError(f"--margin must be in [0, 1), got {args.margin}")
+    if args.adept == bool(args.file):
+        raise UserError("give FILE (a G-code program or a CSV path) or --adept, not both")
+    if args.origin is not None and (len(args.origin) != 3 or not np.all(np.isfinite(args.origin))):
+        raise UserError("--origin: expected three finite numbers x,y,z (m)")
+    if not 0 <= args.smooth <= 1:
+        raise UserError(f"--smooth must be in [0, 1] s, got {args.smooth}")
+    planner = path_planner(config, mech, args.model, args.margin, args.grid, args.smooth)
+    if args.adept:
+        if config.demo.task != "adept-cycle":
+            raise UserError(f"{config.path}: --adept needs a [demo] with task = \"adept-cycle\"")
+        return plan_adept(planner, config.demo, args.blend, args.cycles)
+    if not os.path.isfile(args.file):
+        raise UserError(f"{args.file}: no such file")
+    if args.file.lower().endswith(".csv"):
+        return plan_path_csv(planner, args.file)
+    return plan_gcode(planner, args.file, args.origin)
+
+
+def write_csv(plan, names: list[str], path: str) -> None:
+    """t and one column per actuator at full precision, written whole or not at all."""
+    with atomic_write(path, "-o", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t", *names])
+        t = np.arange(plan.n) / plan.rate_hz
+        for k in range(plan.n):
+            w.writerow([repr(float(t[k])), *(repr(float(v)) for v in plan.pos[k])])
+
+
+def run(args) -> int:
+    config = load_machine(args.machine)
+    if not args.output and not args.json and not args.plot:
+        raise UserError("nothing to write: give -o planned.csv, --plot or --json")
+    check_outputs({"-o": args.output, "--plot": args.plot}, {"FILE": args.file})
+    plan, report = plan_from_args(args, config)
+    names = list(report["peak_velocity"])  # the model's actuator names
+    if args.output:
+        write_csv(plan, names, args.output)
+        report["output"] = args.output
+    if args.plot:
+        from pkrt.models.topp_plot import plot_plan
+
+        plot_plan(plan, report, names, args.plot)
+        report["plot"] = args.plot
+    report["machine"] = config.name
+    report = {k: v for k, v in report.items() if not k.startswith("_")}
+    emit(report, args.json, _text(report))
+    return 0
+
+
+def _text(r: dict) -> str:
+    lines = [f"{r['machine']}: planned {r['duration_s']:.4f} s ({r['samples']} samples at {r['rate_hz']:g} Hz), "
+             f"margin {r['margin']:.0%}, forces from the {r['dynamics']}, planned in {r['planning_s'] * 1e3:.0f} ms"]
+    for what in ("velocity", "acceleration", "force"):
+        peaks = ", ".join(f"{k} {v:.4g}" for k, v in r[f"peak_{what}"].items())
+        share = ", ".join(f"{k} {v['share']:.0%}" for k, v in r["binding"][what].items())
+        lines.append(f"  peak {what}: {peaks} (binds: {share})")
+    if r["feeds"]:
+        lines.append(f"  feed binds on {r['binding']['feed']['share']:.0%} of the samples")
+        for f in r["feeds"]:
+            lines.append(f"    line {f['line']}: F {f['feed_m_s'] * 6e4:.6g} mm/min, peak {f['peak_speed_m_s'] * 6e4:.6g} "
+                         f"mm/min{'' if f['feed_reachable'] else ' (feed not reachable: limits bind first)'}")
+    for k in ("output", "plot"):
+        if r.get(k):
+            lines.append(f"  {k} {r[k]}")
+    return "\n".join(lines)
+
+
+VERBS = {"plan": (add_arguments, run)}
