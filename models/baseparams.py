@@ -20,7 +20,8 @@ from .reduction import AssemblyError
 from .regressor import Regressor
 
 RANK_RTOL = 1e-8  # relative to the largest diagonal of R (scaled columns)
-COEF_ATOL = 1e-9  # regrouping coefficients below this (relative) are printed as zero
+COEF_ATOL = 1e-9
+GREEDY_TOL = 1e-6  # a unit column joins the base when this much of it is outside the span  # regrouping coefficients below this (relative) are printed as zero
 
 
 @dataclass(frozen=True)
@@ -115,25 +116,52 @@ def base_parameters(mech: Mechanism, states: int | None = None, seed: int = 0,
     return base_of_stack(Y, reg.names, states)
 
 
+def _priority(names) -> list[int]:
+    """Column order for choosing base columns: masses, friction, first moments, inertias (so a
+    base parameter is named after the most physical of the parameters it regroups)."""
+    rank = {"m": 0, "viscous": 1, "coulomb": 1, "offset": 1, "mx": 2, "my": 2, "mz": 2,
+            "Ixx": 3, "Iyy": 3, "Izz": 3}
+    return sorted(range(len(names)), key=lambda j: (rank.get(names[j].rsplit(".", 1)[-1], 4), j))
+
+
 def base_of_stack(Y: np.ndarray, names, states: int) -> BaseParameters:
-    """The base set of a stacked regressor (rows: samples, columns: standard parameters)."""
+    """The base set of a stacked regressor (rows: samples, columns: standard parameters).
+
+    The numerical rank r comes from QR with column pivoting of the column-scaled stack; the r
+    base columns are then taken greedily in ``_priority`` order (a column joins when its part
+    outside the span of those already taken exceeds the rank tolerance), and the others are
+    written in terms of them by least squares."""
     p = Y.shape[1]
     norms = np.linalg.norm(Y, axis=0)
     big = norms.max()
     zero = np.flatnonzero(norms <= 1e-12 * big)
-    live = np.flatnonzero(norms > 1e-12 * big)
-    Ys = Y[:, live] / norms[live]
-    _, R, piv = scipy.linalg.qr(Ys, mode="economic", pivoting=True)
+    live = norms > 1e-12 * big
+    Ys = Y / np.where(live, norms, 1.0)
+    Ys[:, ~live] = 0.0
+    _, R, _ = scipy.linalg.qr(Ys[:, live], mode="economic", pivoting=True)
     d = np.abs(np.diag(R))
     rank = int(np.sum(d > RANK_RTOL * d[0]))
-    R1, R2 = R[:rank, :rank], R[:rank, rank:]
-    bs = scipy.linalg.solve_triangular(R1, R2)  # scaled: Ys_2 = Ys_1 bs
-    b1, b2 = live[piv[:rank]], live[piv[rank:]]
+    Q = np.zeros((Y.shape[0], 0))
+    chosen = []
+    for j in _priority(names):
+        if not live[j] or len(chosen) == rank:
+            continue
+        r = Ys[:, j] - Q @ (Q.T @ Ys[:, j])
+        r = r - Q @ (Q.T @ r)  # twice is enough (Kahan)
+        nr = np.linalg.norm(r)
+        if nr > GREEDY_TOL:
+            Q = np.c_[Q, r / nr]
+            chosen.append(j)
+    b1 = np.array(sorted(chosen), dtype=int)
+    if len(b1) != rank:
+        raise ValueError(f"greedy base selection found {len(b1)} columns for rank {rank}")
+    b2 = np.setdiff1d(np.flatnonzero(live), b1)
     beta = np.zeros((rank, p))
     beta[np.arange(rank), b1] = 1.0
-    beta[:, b2] = bs * norms[b2][None, :] / norms[b1][:, None]  # unscaled: Y_2 = Y_1 beta_2
-    order = np.argsort(b1)  # base parameters in the standard order
-    return BaseParameters(tuple(names), b1[order], beta[order], zero, rank, d, states)
+    if len(b2):
+        bs = np.linalg.lstsq(Ys[:, b1], Ys[:, b2], rcond=None)[0]  # scaled: Ys_2 = Ys_1 bs
+        beta[:, b2] = bs * norms[b2][None, :] / norms[b1][:, None]  # unscaled: Y_2 = Y_1 beta_2
+    return BaseParameters(tuple(names), b1, beta, zero, rank, d, states)
 
 
 __all__ = ["BaseParameters", "base_of_stack", "base_parameters", "random_states"]

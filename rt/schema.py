@@ -335,6 +335,9 @@ class PlantTable:
     plant: str | None = spec(STRING, "exact (backend sim only: the HIL emulators run on trees): H, D, p_ext of "
                              "the plant from the exact reduction at every RK4 stage (built from the model by pkrt "
                              "run; 4 x substeps exact evaluations per cycle); or plant_tree", None, choices=("exact",))
+    plant_model: str | None = spec(STRING, "with plant = \"exact\": the plant's own machine description (relative to "
+                                   "this file, or a built-in name), a truth the controller's model does not know "
+                                   "(same joints and actuators; default: the machine's model)", None)
     viscous: float = spec(NUMBER, "plant viscous friction per actuator", 0.0, unit="N s/m or N m s/rad", lo=0.0)
     coulomb: float = spec(NUMBER, "plant Coulomb friction per actuator", 0.0, unit="N or N m", lo=0.0)
     force_limit: float = spec(NUMBER, "plant actuator force limit", 1e9, unit="N or N m", lo=0.0, lo_open=True)
@@ -347,6 +350,8 @@ class PlantTable:
         if self.plant is None and self.plant_tree is None:
             raise ctx.error("plant", "missing: give plant_tree = FILE (a tree finer than the controller's) or "
                                      "plant = \"exact\"")
+        if self.plant_model is not None and self.plant != "exact":
+            raise ctx.error("plant_model", "applies to plant = \"exact\" only")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,6 +372,8 @@ class SimDrivesTable(PlantTable):
     backend: str = spec(STRING, "drive backend", choices=("sim",))
     noise: float = spec(NUMBER, "position noise, standard deviation", 0.0, unit="m or rad", lo=0.0)
     quantization: float = spec(NUMBER, "position quantum (0: none)", 0.0, unit="m or rad", lo=0.0)
+    force_noise: float = spec(NUMBER, "force disturbance, standard deviation per actuator and cycle, added to the "
+                              "applied force (the logged command does not have it)", 0.0, unit="N or N m", lo=0.0)
     delay_cycles: int = spec(INTEGER, "transport delay of the feedback", 0, unit="cycles", lo=0, hi=10000)
     seed: int = spec(INTEGER, "noise generator seed", 0, lo=0)
     lockstep: bool = spec(BOOL, "runs are lockstep (virtual clock) even without --lockstep, said in the summary: "

@@ -106,7 +106,16 @@ def run(args) -> int:
         from .reference import ExactInLoop, machine_mechanism
 
         mech = machine_mechanism(config)
-        plant_model = ExactInLoop(mech)
+        plant_mech = mech
+        if config.plant_model_path != config.model_path:  # a truth the controller's model does not know
+            from pkrt.models.mechanism import load_mechanism
+
+            plant_mech = load_mechanism(config.plant_model_path)
+            if plant_mech.actuator_names != mech.actuator_names:
+                raise UserError(f"{config.path}: [drives] plant_model {config.plant_model_path}: actuators "
+                                f"{', '.join(plant_mech.actuator_names)}, the machine's model has "
+                                f"{', '.join(mech.actuator_names)}")
+        plant_model = ExactInLoop(plant_mech)
     drives = open_drives(config, overrides, plant_model=plant_model)
     telemetry = live = None
     try:  # the drives (a bus, a port) and the telemetry socket are released on every way out

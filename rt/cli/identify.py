@@ -1,0 +1,205 @@
+"""CLI verbs ``pkrt identify LOG... --machine M -o MODEL.toml`` (masses and friction from run
+logs) and ``pkrt identify plan MACHINE -o EXCITE.csv`` (an exciting trajectory)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import emit, positive_number, whole_number
+from ..errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", metavar="LOG", help="run logs (pkrt run --log, pkrt hil --log)")
+    p.add_argument("--machine", required=True, help="machine configuration file or built-in name")
+    p.add_argument("-o", "--output", required=True, help="identified model file (TOML)")
+    p.add_argument("--machine-out", help="machine configuration using the identified model and friction "
+                                         "(default: OUTPUT with -machine.toml)")
+    p.add_argument("--window", type=positive_number, default=0.051,
+                   help="Savitzky-Golay window in s for positions and forces alike (default: %(default)s)")
+    p.add_argument("--decimate", type=whole_number(1), help="keep every N-th filtered sample (default: from the cutoff)")
+    p.add_argument("--held-out", type=float, default=0.25,
+                   help="fraction at the end of each log kept for validation (default: %(default)s)")
+    p.add_argument("--v-min", type=float, help="leave out samples of an axis slower than this (m/s or rad/s; "
+                                               "default: 2 %% of the axis's peak speed; samples whose velocity "
+                                               "changes sign within the filter window are always left out)")
+    p.add_argument("--plot", help="PNG: measured vs predicted force on the held-out data, parameters with intervals")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args) -> int:
+    from pkrt.models.baseparams import base_parameters
+    from pkrt.models.identify import consistent, fit, friction_values, write_model
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.regressor import Regressor, model_parameters
+
+    from ..config import load_machine
+    from ..friction import V_EPS
+    from ..identifylog import load_samples
+    from ..outputs import check_outputs
+
+    t0 = time.perf_counter()
+    if not 0.0 < args.held_out < 0.9:
+        raise UserError("--held-out must be in (0, 0.9)")
+    config = load_machine(args.machine)
+    out = args.output
+    machine_out = args.machine_out or str(Path(out).with_name(Path(out).stem + "-machine.toml"))
+    check_outputs({"-o": out, "--machine-out": machine_out, "--plot": args.plot},
+                  {f"log {p}": p for p in args.logs})
+    mech = load_mechanism(config.model_path)
+    samples = load_samples(list(args.logs), mech.actuator_names, mech.name, mech.ranges, args.window,
+                           decimate=args.decimate)
+    reg = Regressor(mech)
+    Y = reg.stack(samples.theta, samples.theta_dot, samples.theta_ddot)
+    t_reg = time.perf_counter() - t0
+    bp = base_parameters(mech, reg=Regressor(mech))
+    labels = [bp.label(i) for i in range(bp.n_base)]
+    Yb = Y[:, :, bp.base]
+    # held out: the last fraction of each log
+    test = np.zeros(samples.n, dtype=bool)
+    for li in np.unique(samples.log_index):
+        k = np.flatnonzero(samples.log_index == li)
+        test[k[int(round(len(k) * (1 - args.held_out))):]] = True
+    vpeak = np.abs(samples.theta_dot).max(axis=0)
+    v_min = args.v_min if args.v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
+    use = samples.steady & (np.abs(samples.theta_dot) >= v_min)
+    est = fit(Yb[~test], samples.tau[~test], use[~test], labels)
+    pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
+    pi, sdp = consistent(mech, bp, est, pi0)
+    # held-out residual, with the estimate and with the consistent parameters
+    keep = use[test]
+    pred_base = np.einsum("nsr,r->ns", Yb[test], est.value)
+    pred_cons = np.einsum("nsp,p->ns", Y[test], pi)
+    pred_orig = np.einsum("nsp,p->ns", Y[test], pi0)
+    meas = samples.tau[test]
+
+    def rms(pred):
+        return [float(np.sqrt(np.mean((meas[:, i] - pred[:, i])[keep[:, i]] ** 2))) if keep[:, i].any() else None
+                for i in range(mech.n_act)]
+
+    fr = friction_values(pi, mech.n_bodies, mech.n_act)
+    provenance = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "software": "pkrt identify", "from_model": mech.description.path,
+        "from_model_sha256": mech.content_hash,
+        "logs": [{"path": s["log"], "sha256": s["sha256"], "cycles": s["cycles"]} for s in samples.sources],
+        "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()),
+        "base_parameters": bp.n_base, "condition_number": est.cond,
+        "max_rsd_percent": float(100 * est.rsd.max()),
+        "held_out_rms": rms(pred_cons), "residual_sigma": est.sigma.tolist(),
+        "friction": fr, "reproduces_estimate": sdp["reproduces_estimate"],
+    }
+    write_model(mech, pi, out, provenance)
+    _write_machine(config, out, machine_out, fr)
+    elapsed = time.perf_counter() - t0
+    result = {
+        "machine": config.path, "model": mech.description.path, "output": out, "machine_out": machine_out,
+        "logs": samples.sources, "filter": samples.filter, "samples": samples.n,
+        "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()), "rows_fit": est.rows,
+        "v_min": np.broadcast_to(v_min, mech.n_act).tolist(),
+        "base": [{"name": labels[i], "value": float(est.value[i]), "std": float(est.std[i]),
+                  "rsd_percent": float(100 * est.rsd[i]), "model": float(bp.project(pi0)[i]),
+                  "consistent": float(bp.project(pi)[i])} for i in range(bp.n_base)],
+        "not_identifiable": [bp.names[j] for j in bp.zero],
+        "condition_number": est.cond, "residual_sigma": est.sigma.tolist(),
+        "held_out_rms": {"identified": rms(pred_base), "consistent": rms(pred_cons), "original_model": rms(pred_orig)},
+        "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
+        "seconds": {"regressor": t_reg, "total": elapsed},
+    }
+    if args.plot:
+        _plot(args.plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
+        result["plot"] = args.plot
+    emit(result, args.json, _text(result))
+    return 0
+
+
+def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
+    """A copy of the machine configuration on the identified model (its tree to be built with
+    ``pkrt build``), friction feedforward from the identification, paths made absolute."""
+    import tomllib
+
+    from pkrt.models.identify import dump_toml
+
+    src = Path(config.path)
+    doc = tomllib.loads(src.read_text(encoding="utf-8"))
+    for table in doc.values():
+        if isinstance(table, dict):
+            for k, v in table.items():
+                if isinstance(v, str) and not Path(v).is_absolute() and (src.parent / v).is_file():
+                    table[k] = str((src.parent / v).resolve())
+    doc["machine"]["model"] = str(Path(model_out).resolve())
+    doc["machine"]["tree"] = str(Path(model_out).resolve().with_suffix(".pkt"))
+    doc["machine"]["name"] = f"{doc['machine'].get('name', 'machine')}-identified"
+    ctl = doc.setdefault("controller", {})
+    ctl["viscous"], ctl["coulomb"] = fr["viscous"], fr["coulomb"]
+    Path(path).write_text(dump_toml(doc, f"{src.name} on the identified model {Path(model_out).name} (pkrt identify).\n"
+                                         f"Build its tree first: pkrt build {model_out} -o {doc['machine']['tree']}"),
+                          encoding="utf-8")
+
+
+def _plot(path, samples, test, meas, pred, pred0, est, labels, axes) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = meas.shape[1]
+    fig, ax = plt.subplots(s + 1, 1, figsize=(10, 2.2 * (s + 1) + 2), squeeze=False)
+    t = samples.t[test]
+    for i in range(s):
+        a = ax[i, 0]
+        a.plot(t, meas[:, i], "k-", lw=1, label="measured (filtered)")
+        a.plot(t, pred[:, i], "r--", lw=1, label="identified model")
+        a.plot(t, pred0[:, i], "b:", lw=1, label="original model")
+        a.set_ylabel(f"{axes[i]} force")
+        if i == 0:
+            a.set_title("held-out data")
+            a.legend(loc="upper right", fontsize=7)
+    a = ax[s, 0]
+    rel = est.std / np.maximum(np.abs(est.value), 1e-300)
+    x = np.arange(len(labels))
+    a.errorbar(x, np.ones_like(x, dtype=float), yerr=1.96 * np.minimum(rel, 1.0), fmt="o", ms=3)
+    a.set_ylim(0, 2)
+    a.set_xticks(x)
+    a.set_xticklabels([f"{k + 1}" for k in x], fontsize=6)
+    a.set_ylabel("value / estimate, 95 %")
+    a.set_xlabel("base parameter (numbers as in the report)")
+    ax[-1, 0].set_xlabel("base parameter (numbers as in the report)")
+    ax[s - 1, 0].set_xlabel("t (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _text(r: dict) -> str:
+    lines = [f"{Path(r['model']).name}: {len(r['base'])} base parameters from {r['samples_fit']} samples "
+             f"({r['rows_fit']} rows), {r['samples_held_out']} held out; condition number {r['condition_number']:.3g}",
+             f"  filter: window {r['filter']['window_s'] * 1e3:.0f} ms, cutoff {r['filter']['cutoff_hz']:.1f} Hz, "
+             f"decimated to {r['filter']['decimated_rate_hz']:.0f} Hz",
+             "  #   estimate      rsd %   model        base parameter"]
+    for i, b in enumerate(r["base"]):
+        lines.append(f"  {i + 1:<3d} {b['value']:<12.6g} {b['rsd_percent']:<7.2f} {b['model']:<12.6g} {b['name']}")
+    if r["not_identifiable"]:
+        lines.append(f"  not identifiable (no effect on the forces): {len(r['not_identifiable'])} parameters, kept at "
+                     f"the original values")
+    h = r["held_out_rms"]
+    fmt = lambda v: ", ".join("-" if x is None else f"{x:.4g}" for x in v)  # noqa: E731
+    lines.append(f"  held-out force residual RMS per axis: identified {fmt(h['consistent'])}; "
+                 f"original model {fmt(h['original_model'])}")
+    lines.append(f"  residual sigma per axis (fit): {fmt(r['residual_sigma'])}")
+    c = r["consistent"]
+    lines.append("  physically consistent standard parameters " + ("reproduce the estimate" if c["reproduces_estimate"]
+                 else f"nearest to the estimate (Mahalanobis distance {c['mahalanobis']:.3g})"))
+    lines.append(f"  friction: viscous {fmt(r['friction']['viscous'])}, Coulomb {fmt(r['friction']['coulomb'])}, "
+                 f"offset {fmt(r['friction']['offset'])}")
+    lines.append(f"  wrote {r['output']} and {r['machine_out']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
+    lines.append(f"  {r['seconds']['total']:.2f} s (regressor {r['seconds']['regressor']:.2f} s)")
+    return "\n".join(lines)
+
+
+VERBS = {"identify": (add_arguments, run)}
