@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log info": ("pkrt.rt.cli.log", "summary of a run log"),
     "log export": ("pkrt.rt.cli.log", "export a run log as CSV, MCAP or a ROS 2 bag"),
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
+    "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }

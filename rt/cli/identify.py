@@ -203,3 +203,76 @@ def _text(r: dict) -> str:
 
 
 VERBS = {"identify": (add_arguments, run)}
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("machine", metavar="MACHINE", help="machine configuration file or built-in name")
+    p.add_argument("-o", "--output", required=True, help="trajectory CSV (t and one column per actuator)")
+    p.add_argument("--f0", type=positive_number, default=0.2, help="base frequency in Hz (period 1/f0; default %(default)s)")
+    p.add_argument("--harmonics", type=whole_number(2), default=6, help="harmonics per actuator (default %(default)s)")
+    p.add_argument("--periods", type=whole_number(1), default=6, help="periods in the CSV (default %(default)s)")
+    p.add_argument("--iterations", type=whole_number(1), default=100,
+                   help="cost evaluations of the optimiser (default %(default)s)")
+    p.add_argument("--margin", type=float, default=0.05, help="position margin, fraction of each range (default %(default)s)")
+    p.add_argument("--singular-margin", type=positive_number, default=3.0,
+                   help="singularity measure at least this times the model's threshold (default %(default)s)")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="random start (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_plan(args) -> int:
+    from pkrt.models.baseparams import base_parameters
+    from pkrt.models.excitation import Limits, plan_excitation, write_csv
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.regressor import model_parameters
+
+    from ..config import load_machine
+    from ..outputs import check_outputs
+    from ..treefile import load_tree
+
+    t0 = time.perf_counter()
+    if not 0.0 <= args.margin < 0.4:
+        raise UserError("--margin must be in [0, 0.4)")
+    config = load_machine(args.machine)
+    check_outputs({"-o": args.output}, {"MACHINE": config.path})
+    mech = load_mechanism(config.model_path)
+    s = mech.n_act
+    force = np.broadcast_to(config.controller.tau_max, s).astype(float)
+    if config.backend == "sim":
+        force = np.minimum(force, config.drives.force_limit)
+    lim = Limits(config.limits.position[:, 0].copy(), config.limits.position[:, 1].copy(),
+                 np.broadcast_to(config.limits.velocity, s).astype(float),
+                 np.broadcast_to(config.limits.acceleration, s).astype(float), 0.8 * force)
+    bp = base_parameters(mech)
+    pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
+    fo, rep = plan_excitation(mech, bp, lim, pi0, load_tree(config.tree), f0=args.f0, harmonics=args.harmonics,
+                              margin=args.margin, singular_margin=args.singular_margin,
+                              iterations=args.iterations, seed=args.seed)
+    rows = write_csv(args.output, fo, mech.actuator_names, args.periods, config.rate_hz)
+    rep.update({"machine": config.path, "output": args.output, "rows": rows, "axes": mech.actuator_names,
+                "duration_s": args.periods / args.f0, "base_parameters": bp.n_base,
+                "force_limit_used": "80 % of min(tau_max, the plant's force_limit)",
+                "coefficients": {"f0": fo.f0, "a": fo.a.tolist(), "b": fo.b.tolist(), "c": fo.c.tolist()},
+                "seconds": time.perf_counter() - t0})
+    emit(rep, args.json, _plan_text(rep))
+    return 0
+
+
+def _plan_text(r: dict) -> str:
+    p, L = r["peaks"], r["limits"]
+    f = lambda v: ", ".join(f"{x:.4g}" for x in v)  # noqa: E731
+    return "\n".join([
+        f"{r['output']}: {r['harmonics']} harmonics of {1 / r['period_s']:g} Hz per actuator, {r['duration_s']:g} s "
+        f"({r['rows']} rows), starts and ends at rest",
+        f"  condition number {r['condition_number']:.4g} ({r['condition_scaling']}), {r['base_parameters']} base parameters",
+        f"  checked at {r['checked_at_hz']:g} Hz ({r['checked_samples']} samples per period), every limit met:",
+        f"    position [{f(p['position_min'])}] .. [{f(p['position_max'])}] within [{f(L['position'][0])}] .. [{f(L['position'][1])}]",
+        f"    velocity {f(p['velocity'])} <= {f(L['velocity'])}",
+        f"    acceleration {f(p['acceleration'])} <= {f(L['acceleration'])}",
+        f"    force {f(p['force'])} <= {f(L['force'])}",
+        f"    singularity measure min {p['singularity_measure_min']:.4g} >= {L['singularity_measure']:.4g} "
+        f"(at {r['singularity_checked_at_hz']:g} Hz)",
+        f"  {r['seconds']:.1f} s; run it: pkrt run --machine MACHINE --traj {r['output']} --log excite.pktlog"])
+
+
+VERBS["identify plan"] = (add_plan_arguments, run_plan)
