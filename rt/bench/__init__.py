@@ -17,7 +17,9 @@ client, scheduler and workers), ``toolchannels`` (the tool channels' forward kin
 row, warm from the last row and cold from the reference assembly, for the Orthoglide, the Delta
 and the hexapod), ``hexapod`` (its demo in lockstep on the exact plant with the tree and the
 exact reduction in the loop: plant and controller time per cycle, the run's wall time; a 1 s
-real-time attempt).
+real-time attempt), ``identify`` (identification against a truth plant: Y pi check, base
+count and rank, the exciting trajectory, a lockstep run, ``pkrt identify`` on its log,
+coverage of the intervals over noise seeds; machines from ``PKRT_BENCH_IDENTIFY``).
 """
 
 from __future__ import annotations
@@ -36,4 +38,5 @@ SECTIONS = {
     "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
     "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
+    "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
 }

@@ -33,17 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from pkrt.models.baseparams import base_parameters
-    from pkrt.models.identify import consistent, fit, friction_values, write_model
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.regressor import Regressor, model_parameters
-
     from ..config import load_machine
-    from ..friction import V_EPS
-    from ..identifylog import load_samples
     from ..outputs import check_outputs
 
-    t0 = time.perf_counter()
     if not 0.0 < args.held_out < 0.9:
         raise UserError("--held-out must be in (0, 0.9)")
     config = load_machine(args.machine)
@@ -51,9 +43,31 @@ def run(args) -> int:
     machine_out = args.machine_out or str(Path(out).with_name(Path(out).stem + "-machine.toml"))
     check_outputs({"-o": out, "--machine-out": machine_out, "--plot": args.plot},
                   {f"log {p}": p for p in args.logs})
+    result = identify_logs(config, list(args.logs), out, machine_out, window=args.window, decimate=args.decimate,
+                           held_out=args.held_out, v_min=args.v_min, plot=args.plot).report
+    emit(result, args.json, _text(result))
+    return 0
+
+
+def identify_logs(config, logs: list[str], out: str, machine_out: str, *, window: float = 0.051,
+                  decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
+    """The whole identification from run logs (see the module ``pkrt.models.identify``); writes
+    the model and the machine configuration. Returns a namespace: ``report`` (the JSON report)
+    and the pieces (samples, Y, bp, est, pi, test, use) for benchmarks."""
+    from types import SimpleNamespace
+
+    from pkrt.models.baseparams import base_parameters
+    from pkrt.models.identify import consistent, fit, friction_values, write_model
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.regressor import Regressor, model_parameters
+
+    from ..friction import V_EPS
+    from ..identifylog import load_samples
+
+    t0 = time.perf_counter()
+    c0 = time.process_time()
     mech = load_mechanism(config.model_path)
-    samples = load_samples(list(args.logs), mech.actuator_names, mech.name, mech.ranges, args.window,
-                           decimate=args.decimate)
+    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window, decimate=decimate)
     reg = Regressor(mech)
     Y = reg.stack(samples.theta, samples.theta_dot, samples.theta_ddot)
     t_reg = time.perf_counter() - t0
@@ -64,9 +78,9 @@ def run(args) -> int:
     test = np.zeros(samples.n, dtype=bool)
     for li in np.unique(samples.log_index):
         k = np.flatnonzero(samples.log_index == li)
-        test[k[int(round(len(k) * (1 - args.held_out))):]] = True
+        test[k[int(round(len(k) * (1 - held_out))):]] = True
     vpeak = np.abs(samples.theta_dot).max(axis=0)
-    v_min = args.v_min if args.v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
+    v_min = v_min if v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
     use = samples.steady & (np.abs(samples.theta_dot) >= v_min)
     est = fit(Yb[~test], samples.tau[~test], use[~test], labels)
     pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
@@ -96,8 +110,7 @@ def run(args) -> int:
     }
     write_model(mech, pi, out, provenance)
     _write_machine(config, out, machine_out, fr)
-    elapsed = time.perf_counter() - t0
-    result = {
+    report = {
         "machine": config.path, "model": mech.description.path, "output": out, "machine_out": machine_out,
         "logs": samples.sources, "filter": samples.filter, "samples": samples.n,
         "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()), "rows_fit": est.rows,
@@ -109,13 +122,13 @@ def run(args) -> int:
         "condition_number": est.cond, "residual_sigma": est.sigma.tolist(),
         "held_out_rms": {"identified": rms(pred_base), "consistent": rms(pred_cons), "original_model": rms(pred_orig)},
         "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
-        "seconds": {"regressor": t_reg, "total": elapsed},
+        "seconds": {"regressor": t_reg, "total": time.perf_counter() - t0, "cpu": time.process_time() - c0},
     }
-    if args.plot:
-        _plot(args.plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
-        result["plot"] = args.plot
-    emit(result, args.json, _text(result))
-    return 0
+    if plot:
+        _plot(plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
+        report["plot"] = plot
+    return SimpleNamespace(report=report, mech=mech, samples=samples, Y=Y, bp=bp, est=est, pi=pi, pi0=pi0,
+                           test=test, use=use)
 
 
 def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
@@ -198,7 +211,7 @@ def _text(r: dict) -> str:
     lines.append(f"  friction: viscous {fmt(r['friction']['viscous'])}, Coulomb {fmt(r['friction']['coulomb'])}, "
                  f"offset {fmt(r['friction']['offset'])}")
     lines.append(f"  wrote {r['output']} and {r['machine_out']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
-    lines.append(f"  {r['seconds']['total']:.2f} s (regressor {r['seconds']['regressor']:.2f} s)")
+    lines.append(f"  {r['seconds']['total']:.2f} s, CPU {r['seconds']['cpu']:.2f} s (regressor {r['seconds']['regressor']:.2f} s)")
     return "\n".join(lines)
 
 
