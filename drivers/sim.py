@@ -277,7 +277,7 @@ class Plant:
             if model is None:
                 raise DriveConfigError(f"{config.path}: [{table}], field 'plant': \"exact\" needs the exact model, "
                                        f"built from the machine's model by `pkrt run` (not available here)")
-            path = config.model_path
+            path = config.plant_model_path
             source = {"plant": "exact", "plant_model": path, "plant_model_hash": _file_hash(path)}
             return cls(None, d.viscous, d.coulomb, d.force_limit, ms, d.substeps, model=model,
                        n_axes=config.limits.position.shape[0], source=source)
@@ -306,6 +306,8 @@ class SimDrivesTable(PlantTable):
     backend: str = spec(STRING, "drive backend", choices=("sim",))
     noise: float = spec(NUMBER, "position noise, standard deviation", 0.0, unit="m or rad", lo=0.0)
     quantization: float = spec(NUMBER, "position quantum (0: none)", 0.0, unit="m or rad", lo=0.0)
+    force_noise: float = spec(NUMBER, "force disturbance, standard deviation per actuator and cycle, added to the "
+                              "applied force (the logged command does not have it)", 0.0, unit="N or N m", lo=0.0)
     delay_cycles: int = spec(INTEGER, "transport delay of the feedback", 0, unit="cycles", lo=0, hi=10000)
     seed: int = spec(INTEGER, "noise generator seed", 0, lo=0)
     lockstep: bool = spec(BOOL, "runs are lockstep (virtual clock) even without --lockstep, said in the summary: "
@@ -323,10 +325,11 @@ class SimDrives(Drives):
     backend = "sim"
 
     def __init__(self, plant: Plant, noise: float = 0.0, quantization: float = 0.0,
-                 delay_cycles: int = 0, seed: int = 0):
+                 delay_cycles: int = 0, seed: int = 0, force_noise: float = 0.0):
         super().__init__(plant.s)
         self.plant = plant
         self.noise = noise
+        self.force_noise = force_noise
         self.quantization = quantization
         self.rng = np.random.default_rng(seed)
         self._t = None
@@ -342,7 +345,7 @@ class SimDrives(Drives):
         config = config.with_drives(overrides) if overrides else config
         d = config.drives
         plant = Plant.from_config(config, model=plant_model)
-        drives = cls(plant, d.noise, d.quantization, d.delay_cycles, d.seed)
+        drives = cls(plant, d.noise, d.quantization, d.delay_cycles, d.seed, d.force_noise)
         drives.period = 1.0 / float(config.rate_hz)
         return drives
 
@@ -364,7 +367,7 @@ class SimDrives(Drives):
         ms, visc, coul, flim, _ = self.plant.params.tolist()
         return {"backend": self.backend, "mass_scale": ms, "viscous": visc, "coulomb": coul,
                 "force_limit": flim, "substeps": self.plant.substeps, "noise": self.noise,
-                "quantization": self.quantization, "delay_cycles": len(self._hist) - 1, **self.plant.source}
+                "quantization": self.quantization, "force_noise": self.force_noise, "delay_cycles": len(self._hist) - 1, **self.plant.source}
 
     def prepare(self, theta0: np.ndarray) -> None:
         self.plant.reset(theta0)
@@ -384,6 +387,8 @@ class SimDrives(Drives):
         if self._t is not None and not (inj and self._active("freeze", t) is not None):
             push = self._active("push", t) if inj else None
             tau = self._tau if push is None else self._tau + push
+            if self.force_noise > 0.0 and self.torque_on:  # the drive's force is not the command
+                tau = tau + self.rng.normal(0.0, self.force_noise, self.n_axes)
             dt = t - self._t
             n = int(round(dt / self.period)) if self.period and dt > 1.5 * self.period else 1
             st = 0

@@ -128,6 +128,21 @@ class LiveViews:
                 x.close()
 
 
+def plant_mechanism(config: MachineConfig, mech):
+    """The simulated plant's model: ``plant_model`` of its table (a truth the controller's model
+    does not know, same actuators), else the machine's model ``mech``."""
+    if config.plant_model_path == config.model_path:
+        return mech
+    from pkrt.models.mechanism import load_mechanism
+
+    plant = load_mechanism(config.plant_model_path)
+    if plant.actuator_names != mech.actuator_names:
+        raise UserError(f"{config.path}: [drives] plant_model {config.plant_model_path}: actuators "
+                        f"{', '.join(plant.actuator_names)}, the machine's model has "
+                        f"{', '.join(mech.actuator_names)}")
+    return plant
+
+
 def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech=None):
     """The run's reference: a ROS 2 bag's joint states, or the demo / a task-space CSV / a G-code
     program planned from the model, or an actuator CSV's path (the runtime reads it)."""
@@ -169,7 +184,7 @@ def run_machine(opts: RunOptions) -> dict:
         from pkrt.rt.app.reference import ExactInLoop, machine_mechanism
 
         mech = machine_mechanism(config)
-        plant_model = ExactInLoop(mech)
+        plant_model = ExactInLoop(plant_mechanism(config, mech))
     drives = open_drives(config, overrides, plant_model=plant_model)
     views = None
     try:

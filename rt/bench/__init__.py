@@ -19,7 +19,10 @@ and the hexapod), ``hexapod`` (its demo in lockstep on the exact plant with the 
 exact reduction in the loop: plant and controller time per cycle, the run's wall time; a 1 s
 real-time attempt), ``plan`` (time-optimal planning: the Delta's Adept cycle against the
 hand-timed one, both in lockstep; planning cost of a 200-point path per machine; the
-Orthoglide's G-code example end to end and two refused programs).
+Orthoglide's G-code example end to end and two refused programs), ``identify``
+(identification against a truth plant: Y pi check, base count and rank, the exciting
+trajectory, a lockstep run, ``pkrt identify`` on its log, coverage of the intervals over noise
+seeds; machines from ``PKRT_BENCH_IDENTIFY``).
 """
 
 from __future__ import annotations
@@ -39,4 +42,5 @@ SECTIONS = {
     "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
     "plan": ("pkrt.rt.bench.bench_plan", "run_plan_bench"),
+    "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
 }

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log info": ("pkrt.rt.cli.log", "summary of a run log"),
     "log export": ("pkrt.rt.cli.log", "export a run log as CSV, MCAP or a ROS 2 bag"),
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
+    "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
+    "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
 
@@ -48,6 +50,7 @@ GROUPS: dict[str, str] = {
     "model": "machine descriptions: check, evaluate",
     "tree": "reduced-dynamics trees: header, verification, plots",
     "log": "run logs: summary, export, plot",
+    "identify": "identification: 'pkrt identify LOG...' from run logs, 'pkrt identify plan' an exciting trajectory",
 }
 
 # The one place errors become exit codes: the first class an error is an instance of decides.
@@ -171,6 +174,10 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     groups: dict[str, argparse._SubParsersAction] = {}
     for name, (module, text) in COMMANDS.items():
         words = name.split()
+        if len(words) == 2 and verb == words[0]:  # the group's own verb is run ("pkrt identify LOG")
+            continue
+        if len(words) == 1 and name in groups:  # a group that is also a verb, not the one run
+            continue
         if len(words) == 2:
             if words[0] not in groups:
                 g = verbs.add_parser(words[0], help=GROUPS[words[0]], description=GROUPS[words[0]], epilog=EPILOG)

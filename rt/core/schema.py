@@ -337,6 +337,9 @@ class PlantTable:
     plant: str | None = spec(STRING, "exact (backend sim only: the HIL emulators run on trees): H, D, p_ext of "
                              "the plant from the exact reduction at every RK4 stage (built from the model by pkrt "
                              "run; 4 x substeps exact evaluations per cycle); or plant_tree", None, choices=("exact",))
+    plant_model: str | None = spec(STRING, "with plant = \"exact\": the plant's own machine description (relative to "
+                                   "this file, or a built-in name), a truth the controller's model does not know "
+                                   "(same joints and actuators; default: the machine's model)", None)
     viscous: float = spec(NUMBER, "plant viscous friction per actuator", 0.0, unit="N s/m or N m s/rad", lo=0.0)
     coulomb: float = spec(NUMBER, "plant Coulomb friction per actuator", 0.0, unit="N or N m", lo=0.0)
     force_limit: float = spec(NUMBER, "plant actuator force limit", 1e9, unit="N or N m", lo=0.0, lo_open=True)
@@ -349,6 +352,8 @@ class PlantTable:
         if self.plant is None and self.plant_tree is None:
             raise ctx.error("plant", "missing: give plant_tree = FILE (a tree finer than the controller's) or "
                                      "plant = \"exact\"")
+        if self.plant_model is not None and self.plant != "exact":
+            raise ctx.error("plant_model", "applies to plant = \"exact\" only")
 
 
 @dataclass(frozen=True, kw_only=True)

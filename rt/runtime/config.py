@@ -70,6 +70,13 @@ class MachineConfig:
         return Path(self.path).parent
 
     @property
+    def plant_model_path(self) -> str:
+        """The simulated plant's model file: ``plant_model`` of the plant's table, else the
+        machine's model."""
+        pm = getattr(self.plant_table(), "plant_model", None)
+        return model_file(pm, self.directory) if pm else self.model_path
+
+    @property
     def model_path(self) -> str:
         """The model file (a built-in name, one word without a suffix, maps to
         models/machines/NAME.toml)."""

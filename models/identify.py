@@ -1,0 +1,266 @@
+"""Identification of a mechanism's base parameters from sampled motion and forces, and the
+physically consistent standard parameters that reproduce them.
+
+- ``fit``: weighted least squares on the base regressor, rows (sample, axis) stacked; weights
+  1 / sigma_i per axis from the residual variance of an ordinary least-squares pass; rows of
+  an axis whose velocity is near zero or changes sign within the filter window are left out
+  (the sign of Coulomb friction is undefined there, and the filter smears its step). Standard deviations from the weighted covariance, relative standard
+  deviation = standard deviation / |value|.
+- ``consistent``: standard parameters pi closest (scaled least squares) to the model's pi0
+  such that beta pi equals the identified base parameters, every mass positive, every body's
+  4x4 pseudo-inertia [[tr(I)/2 1 - I, m c], [(m c)^T, m]] (about the frame origin) positive
+  semidefinite, friction non-negative; bodies with an idle spin (a rod between two ball
+  joints) keep their shape (pi_b = k pi0_b, k > 0), so they stay idle. When no consistent set
+  reproduces the estimate exactly (noise makes weakly determined base parameters unphysical),
+  the minimum of its Mahalanobis distance (the metric of its covariance) plus a weak prior at
+  pi0 (``PRIOR_RSD`` of each parameter's scale): a well determined base parameter follows
+  the data, an undetermined one stays near the original model.
+- ``write_model``: the description file with the new bodies' values and an
+  ``[identification]`` table (provenance); TOML written by ``dump_toml``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.core.errors import UserError
+
+from .baseparams import BaseParameters
+from .mechanism import Mechanism
+from .regressor import ACTUATOR_PARAMS, body_from_parameters
+
+
+PRIOR_RSD = 1.0  # prior standard deviation of a standard parameter, relative to its scale
+
+
+class NotExcited(UserError):
+    """The data do not determine some base parameter (one line, exit 2)."""
+
+
+@dataclass
+class Fit:
+    """Weighted least-squares estimate of the base parameters."""
+    value: np.ndarray  # (r,)
+    std: np.ndarray  # (r,)
+    cov: np.ndarray  # (r, r)
+    sigma: np.ndarray  # (s,) residual standard deviation per axis (N or N m)
+    rows: int
+    cond: float  # condition number of the weighted, column-scaled data matrix
+
+    @property
+    def rsd(self) -> np.ndarray:
+        return self.std / np.maximum(np.abs(self.value), 1e-300)
+
+
+def design_rows(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray):
+    """Stacked rows (A, b, axis of each row) from Y_base (n, s, r) and tau (n, s), the rows
+    where ``keep`` (n, s) holds."""
+    A = Yb[keep]  # rows in (sample, axis) order
+    b = tau[keep]
+    axis = np.nonzero(keep)[1]
+    return A, b, axis
+
+
+def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
+        excite_rtol: float = 1e-7) -> Fit:
+    """WLS per axis on the rows where ``keep`` (n, s) holds (e.g. velocity steady in sign);
+    NotExcited names the parameters the data do not determine."""
+    s = tau.shape[1]
+    A, b, axis = design_rows(Yb, tau, keep)
+    r = A.shape[1]
+    if len(b) < 2 * r:
+        raise NotExcited(f"too few moving samples ({len(b)} rows for {r} base parameters); record a longer run")
+    norms = np.linalg.norm(A, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    sv, Vt = _svd(A / scale)
+    weak = sv < excite_rtol * sv[0]
+    if weak.any() or np.any(norms == 0):
+        comp = np.abs(Vt[weak]).max(axis=0) if weak.any() else np.zeros(r)
+        comp[norms == 0] = 1.0
+        names = [labels[j] for j in np.argsort(-comp)[:max(1, int(np.sum(comp > 0.3)))]]
+        raise NotExcited(f"parameter not excited by these logs: {'; '.join(names[:3])} "
+                         f"({int(weak.sum() + np.sum(norms == 0))} direction(s)); "
+                         f"record an exciting trajectory (pkrt identify plan)")
+    x0 = np.linalg.lstsq(A / scale, b, rcond=None)[0] / scale
+    res = b - A @ x0
+    dof = max(len(b) - r, 1)
+    sigma = np.array([math.sqrt(np.sum(res[axis == i] ** 2) / max(np.sum(axis == i) * dof / len(b), 1.0))
+                      for i in range(s)])
+    sigma = np.where(sigma > 0, sigma, max(float(sigma.max()), 1e-300))
+    w = 1.0 / sigma[axis]
+    Aw, bw = A * w[:, None], b * w
+    sw = np.linalg.norm(Aw, axis=0)
+    sw = np.where(sw > 0, sw, 1.0)
+    x = np.linalg.lstsq(Aw / sw, bw, rcond=None)[0] / sw
+    rw = bw - Aw @ x
+    s2 = float(rw @ rw) / dof
+    svw = np.linalg.svd(Aw / sw, compute_uv=False)
+    Ainv = np.linalg.pinv(Aw / sw)
+    cov = s2 * (Ainv @ Ainv.T) / np.outer(sw, sw)
+    # per-axis sigma after weighting (the weights rescale each axis to unit variance)
+    sig = np.array([math.sqrt(np.mean(rw[axis == i] ** 2)) if np.any(axis == i) else 0.0 for i in range(s)]) * sigma
+    return Fit(x, np.sqrt(np.diag(cov)), cov, sig, len(b), float(svw[0] / svw[-1]))
+
+
+def _svd(M: np.ndarray):
+    _, sv, Vt = np.linalg.svd(M, full_matrices=False)
+    return sv, Vt
+
+
+def _pseudo_inertia(p):
+    """4x4 pseudo-inertia (cvxpy expression) of 10 parameters about the frame origin."""
+    import cvxpy as cp
+
+    m, h = p[0], p[1:4]
+    I = cp.bmat([[p[4], p[5], p[6]], [p[5], p[7], p[8]], [p[6], p[8], p[9]]])
+    Sigma = 0.5 * cp.trace(I) * np.eye(3) - I
+    return cp.bmat([[Sigma, cp.reshape(h, (3, 1), order="F")], [cp.reshape(h, (1, 3), order="F"), cp.reshape(m, (1, 1), order="F")]])
+
+
+def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Physically consistent standard parameters reproducing the estimate (see the module)."""
+    import cvxpy as cp
+
+    nb, s = mech.n_bodies, mech.n_act
+    p = len(pi0)
+    scale = np.empty(p)
+    for b in range(nb):  # per body: kg, kg m, kg m^2 scales from its own values
+        q = pi0[10 * b:10 * b + 10]
+        m = max(q[0], 1e-6)
+        L = max(math.sqrt(max(q[4] + q[7] + q[9], 1e-12) / m), 1e-3)
+        scale[10 * b:10 * b + 10] = np.r_[m, [m * L] * 3, [m * L * L] * 6]
+    fr = np.abs(pi0[10 * nb:])
+    fscale = np.maximum(fr, np.maximum(np.abs(est.value).max() * 1e-3, 1e-3))
+    scale[10 * nb:] = fscale
+    x = cp.Variable(p)
+    cons = []
+    idle = {f.body for f in mech.idle}
+    for b, name in enumerate(mech.body_names):
+        q = x[10 * b:10 * b + 10]
+        if name in idle:
+            k = cp.Variable(nonneg=True)
+            cons.append(q == k * pi0[10 * b:10 * b + 10])
+        else:
+            cons += [q[0] >= 1e-6 * scale[10 * b], _pseudo_inertia(q) >> 0]
+    for a in range(s):
+        cons += [x[10 * nb + 3 * a] >= 0, x[10 * nb + 3 * a + 1] >= 0]  # viscous, Coulomb
+    dev = cp.multiply(x - pi0, 1.0 / scale)
+    exact = cp.Problem(cp.Minimize(cp.sum_squares(dev)), cons + [bp.beta @ x == est.value])
+    info = {"solver": "CLARABEL"}
+    try:
+        exact.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError:
+        pass
+    if exact.status in ("optimal", "optimal_inaccurate"):
+        info["reproduces_estimate"] = True
+        info["mahalanobis"] = 0.0
+    else:  # the estimate is not physical (noise makes weakly determined base parameters so):
+        # the estimate's own metric (Mahalanobis) plus a weak prior at pi0 (relative standard
+        # deviation PRIOR_RSD of each parameter's scale): the data decide the well determined
+        # directions, the original values the others
+        L = np.linalg.cholesky(np.linalg.inv(est.cov + 1e-12 * np.diag(np.diag(est.cov))))
+        maha = cp.sum_squares(L.T @ (bp.beta @ x - est.value))
+        prob = cp.Problem(cp.Minimize(maha + cp.sum_squares(dev) / PRIOR_RSD ** 2), cons)
+        prob.solve(solver=cp.CLARABEL)
+        if prob.status not in ("optimal", "optimal_inaccurate"):
+            raise UserError(f"no physically consistent parameters found (solver status {prob.status})")
+        info["reproduces_estimate"] = False
+        info["mahalanobis"] = float(math.sqrt(max(float(maha.value), 0.0)))
+    pi = np.asarray(x.value, float)
+    dev_std = np.abs(bp.beta @ pi - est.value) / np.maximum(est.std, 1e-300)
+    well = est.rsd < 0.05
+    info["max_base_error_in_std"] = float(dev_std.max())
+    info["max_base_error_in_std_rsd_below_5pct"] = float(dev_std[well].max()) if well.any() else None
+    return pi, info
+
+
+# -- writing ---------------------------------------------------------------------------------
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, np.ndarray):
+        return _toml_value(v.tolist())
+    if isinstance(v, np.generic):
+        return _toml_value(v.item())
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
+
+
+def dump_toml(doc: dict, comment: str = "") -> str:
+    """TOML text of a document of tables, arrays of tables and plain values (one level of
+    tables; deeper tables inline)."""
+    out = [f"# {ln}" for ln in comment.splitlines()]
+    plain = {k: v for k, v in doc.items() if not isinstance(v, dict) and not _is_table_list(v)}
+    for k, v in plain.items():
+        out.append(f"{_key(k)} = {_toml_value(v)}")
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out += ["", f"[{_key(k)}]"] + [f"{_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+        elif _is_table_list(v):
+            for t in v:
+                out += ["", f"[[{_key(k)}]]"] + [f"{_key(a)} = {_toml_value(b)}" for a, b in t.items()]
+    return "\n".join(out) + "\n"
+
+
+def _is_table_list(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _clean(x: float, scale: float) -> float:
+    """Round off solver noise far below the scale (12 significant digits of it)."""
+    return float(round(x / scale, 12) * scale) if scale > 0 else float(x)
+
+
+def body_values(pi: np.ndarray, nb: int) -> list[tuple[float, list[float], list[list[float]]]]:
+    """(mass, com, inertia about the centre of mass as a 3x3 list) per body."""
+    out = []
+    for b in range(nb):
+        m, c, I = body_from_parameters(pi[10 * b:10 * b + 10])
+        Is = max(float(np.abs(I).max()), 1e-300)
+        out.append((_clean(m, m), [_clean(x, max(np.abs(c).max(), 1e-300)) for x in c],
+                    [[_clean(I[i, j], Is) for j in range(3)] for i in range(3)]))
+    return out
+
+
+def write_model(mech: Mechanism, pi: np.ndarray, path: str, provenance: dict) -> str:
+    """The description file with the identified bodies and ``[identification]``; returns its text."""
+    src = mech.description.path
+    doc = tomllib.loads(Path(src).read_text(encoding="utf-8"))
+    vals = body_values(pi, mech.n_bodies)
+    for b, (m, c, I) in zip(doc["bodies"], vals):
+        b["mass"], b["com"], b["inertia"] = m, c, I
+    doc["identification"] = provenance
+    text = dump_toml(doc, f"{mech.name}: masses, centres of mass and inertias identified by pkrt identify\n"
+                          f"from {src}; provenance in [identification].")
+    Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def friction_values(pi: np.ndarray, nb: int, s: int) -> dict[str, list[float]]:
+    """viscous, coulomb, offset per actuator."""
+    f = pi[10 * nb:].reshape(s, 3)
+    return {k: [float(x) for x in f[:, i]] for i, k in enumerate(ACTUATOR_PARAMS)}
+
+
+__all__ = ["Fit", "NotExcited", "body_values", "consistent", "design_rows", "dump_toml", "fit",
+           "friction_values", "write_model"]

@@ -1,0 +1,154 @@
+"""Identification from run logs, wired together: the logs read into samples (runtime), the
+regressor, base parameters, the fit and the consistent standard parameters (models), the
+identified model and machine configuration written, the report and its plot. ``pkrt
+identify`` and the ``identify`` benchmark call ``identify_logs``. Units: SI (m or rad, N or
+N m, s)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+
+def identify_logs(config, logs: list[str], out: str, machine_out: str, *, window: float = 0.051,
+                  decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
+    """The whole identification from run logs (see the module ``pkrt.models.identify``); writes
+    the model and the machine configuration. Returns a namespace: ``report`` (the JSON report)
+    and the pieces (samples, Y, bp, est, pi, test, use) for benchmarks."""
+    from types import SimpleNamespace
+
+    from pkrt.models.baseparams import base_parameters
+    from pkrt.models.identify import consistent, fit, friction_values, write_model
+    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.regressor import Regressor, model_parameters
+
+    from pkrt.rt.core.friction import V_EPS
+    from pkrt.rt.runtime.identifylog import load_samples
+
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    mech = load_mechanism(config.model_path)
+    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window, decimate=decimate)
+    reg = Regressor(mech)
+    Y = reg.stack(samples.theta, samples.theta_dot, samples.theta_ddot)
+    t_reg = time.perf_counter() - t0
+    bp = base_parameters(mech, reg=Regressor(mech))
+    labels = [bp.label(i) for i in range(bp.n_base)]
+    Yb = Y[:, :, bp.base]
+    # held out: the last fraction of each log
+    test = np.zeros(samples.n, dtype=bool)
+    for li in np.unique(samples.log_index):
+        k = np.flatnonzero(samples.log_index == li)
+        test[k[int(round(len(k) * (1 - held_out))):]] = True
+    vpeak = np.abs(samples.theta_dot).max(axis=0)
+    v_min = v_min if v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
+    use = samples.steady & (np.abs(samples.theta_dot) >= v_min)
+    est = fit(Yb[~test], samples.tau[~test], use[~test], labels)
+    pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
+    pi, sdp = consistent(mech, bp, est, pi0)
+    # held-out residual, with the estimate and with the consistent parameters
+    keep = use[test]
+    pred_base = np.einsum("nsr,r->ns", Yb[test], est.value)
+    pred_cons = np.einsum("nsp,p->ns", Y[test], pi)
+    pred_orig = np.einsum("nsp,p->ns", Y[test], pi0)
+    meas = samples.tau[test]
+
+    def rms(pred):
+        return [float(np.sqrt(np.mean((meas[:, i] - pred[:, i])[keep[:, i]] ** 2))) if keep[:, i].any() else None
+                for i in range(mech.n_act)]
+
+    fr = friction_values(pi, mech.n_bodies, mech.n_act)
+    provenance = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "software": "pkrt identify", "from_model": mech.description.path,
+        "from_model_sha256": mech.content_hash,
+        "logs": [{"path": s["log"], "sha256": s["sha256"], "cycles": s["cycles"]} for s in samples.sources],
+        "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()),
+        "base_parameters": bp.n_base, "condition_number": est.cond,
+        "max_rsd_percent": float(100 * est.rsd.max()),
+        "held_out_rms": rms(pred_cons), "residual_sigma": est.sigma.tolist(),
+        "friction": fr, "reproduces_estimate": sdp["reproduces_estimate"],
+    }
+    write_model(mech, pi, out, provenance)
+    _write_machine(config, out, machine_out, fr)
+    report = {
+        "machine": config.path, "model": mech.description.path, "output": out, "machine_out": machine_out,
+        "logs": samples.sources, "filter": samples.filter, "samples": samples.n,
+        "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()), "rows_fit": est.rows,
+        "v_min": np.broadcast_to(v_min, mech.n_act).tolist(),
+        "base": [{"name": labels[i], "value": float(est.value[i]), "std": float(est.std[i]),
+                  "rsd_percent": float(100 * est.rsd[i]), "model": float(bp.project(pi0)[i]),
+                  "consistent": float(bp.project(pi)[i])} for i in range(bp.n_base)],
+        "not_identifiable": [bp.names[j] for j in bp.zero],
+        "condition_number": est.cond, "residual_sigma": est.sigma.tolist(),
+        "held_out_rms": {"identified": rms(pred_base), "consistent": rms(pred_cons), "original_model": rms(pred_orig)},
+        "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
+        "seconds": {"regressor": t_reg, "total": time.perf_counter() - t0, "cpu": time.process_time() - c0},
+    }
+    if plot:
+        _plot(plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
+        report["plot"] = plot
+    return SimpleNamespace(report=report, mech=mech, samples=samples, Y=Y, bp=bp, est=est, pi=pi, pi0=pi0,
+                           test=test, use=use)
+
+
+def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
+    """A copy of the machine configuration on the identified model (its tree to be built with
+    ``pkrt build``), friction feedforward from the identification, paths made absolute."""
+    import tomllib
+
+    from pkrt.models.identify import dump_toml
+
+    src = Path(config.path)
+    doc = tomllib.loads(src.read_text(encoding="utf-8"))
+    for table in doc.values():
+        if isinstance(table, dict):
+            for k, v in table.items():
+                if isinstance(v, str) and not Path(v).is_absolute() and (src.parent / v).is_file():
+                    table[k] = str((src.parent / v).resolve())
+    doc["machine"]["model"] = str(Path(model_out).resolve())
+    doc["machine"]["tree"] = str(Path(model_out).resolve().with_suffix(".pkt"))
+    doc["machine"]["name"] = f"{doc['machine'].get('name', 'machine')}-identified"
+    ctl = doc.setdefault("controller", {})
+    ctl["viscous"], ctl["coulomb"] = fr["viscous"], fr["coulomb"]
+    Path(path).write_text(dump_toml(doc, f"{src.name} on the identified model {Path(model_out).name} (pkrt identify).\n"
+                                         f"Build its tree first: pkrt build {model_out} -o {doc['machine']['tree']}"),
+                          encoding="utf-8")
+
+
+def _plot(path, samples, test, meas, pred, pred0, est, labels, axes) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = meas.shape[1]
+    fig, ax = plt.subplots(s + 1, 1, figsize=(10, 2.2 * (s + 1) + 2), squeeze=False)
+    t = samples.t[test]
+    for i in range(s):
+        a = ax[i, 0]
+        a.plot(t, meas[:, i], "k-", lw=1, label="measured (filtered)")
+        a.plot(t, pred[:, i], "r--", lw=1, label="identified model")
+        a.plot(t, pred0[:, i], "b:", lw=1, label="original model")
+        a.set_ylabel(f"{axes[i]} force")
+        if i == 0:
+            a.set_title("held-out data")
+            a.legend(loc="upper right", fontsize=7)
+    a = ax[s, 0]
+    rel = est.std / np.maximum(np.abs(est.value), 1e-300)
+    x = np.arange(len(labels))
+    a.errorbar(x, np.ones_like(x, dtype=float), yerr=1.96 * np.minimum(rel, 1.0), fmt="o", ms=3)
+    a.set_ylim(0, 2)
+    a.set_xticks(x)
+    a.set_xticklabels([f"{k + 1}" for k in x], fontsize=6)
+    a.set_ylabel("value / estimate, 95 %")
+    a.set_xlabel("base parameter (numbers as in the report)")
+    ax[-1, 0].set_xlabel("base parameter (numbers as in the report)")
+    ax[s - 1, 0].set_xlabel("t (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,148 @@
+"""Run logs as identification data: measured positions and commanded forces, filtered alike
+and decimated (``pkrt identify``).
+
+Per contiguous stretch of a log (split where rows or periods were skipped), the positions go
+through the Savitzky-Golay filter of ``pkrt replay --offline`` (``pkrt.rt.runtime.replay.derivatives``:
+zero phase, a local cubic over ``window`` samples) that gives theta, theta_dot, theta_ddot;
+the commanded forces, first averaged over consecutive commands (zero-order hold: the motion
+around sample k reflects the command half a period earlier), go through the very same filter.
+Both are then decimated by the same factor (the filter's -3 dB frequency below a quarter of the
+decimated rate), and half a window is dropped at each end of a stretch (one-sided there).
+A drive that quantises its torque (HIL) only adds white noise, which the filter averages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.friction import V_EPS
+from pkrt.rt.runtime.logfile import Log, read_log
+from pkrt.rt.runtime.logstats import columns
+from pkrt.rt.runtime.replay import derivatives, log_rate, savgol_cutoff_hz
+
+
+class IdentifyInputError(UserError):
+    """A log that cannot be used for identification (one line, exit 2)."""
+
+
+@dataclass
+class Samples:
+    """Filtered, decimated samples of one or more logs (SI, actuator units)."""
+    theta: np.ndarray  # (n, s)
+    theta_dot: np.ndarray
+    theta_ddot: np.ndarray
+    tau: np.ndarray  # commanded force, filtered alike
+    steady: np.ndarray  # (n, s) bool: the axis's velocity keeps its sign over the whole filter window
+    t: np.ndarray  # (n,) s, log time (each log's own)
+    log_index: np.ndarray  # (n,) which log
+    rate_hz: float  # decimated rate
+    filter: dict
+    sources: list[dict] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.t)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_log_machine(log: Log, axes: list[str], model_name: str, ranges: np.ndarray) -> None:
+    """A log of another machine (other axes, another model, positions outside the ranges)."""
+    for name in ("t", "pos", "tau"):
+        if name not in log.channels:
+            raise IdentifyInputError(f"{log.path}: the log has no '{name}' channel (not a run log of a machine)")
+    got = log.axes()
+    if log.widths.get("pos") != len(axes) or (got and got != list(axes)):
+        raise IdentifyInputError(f"{log.path}: a log of another machine (axes {', '.join(got)}; "
+                                 f"{model_name} has {', '.join(axes)})")
+    name = log.header.get("model_name")
+    if isinstance(name, str) and name != model_name:
+        raise IdentifyInputError(f"{log.path}: a log of another machine (model '{name}', expected '{model_name}')")
+    pos = columns(log.channels["pos"])
+    tol = 0.02 * (ranges[:, 1] - ranges[:, 0])
+    bad = np.flatnonzero((pos.min(axis=0) < ranges[:, 0] - tol) | (pos.max(axis=0) > ranges[:, 1] + tol))
+    if len(bad):
+        i = int(bad[0])
+        raise IdentifyInputError(f"{log.path}: a log of another machine (axis {axes[i]} moves over "
+                                 f"[{pos[:, i].min():.4g}, {pos[:, i].max():.4g}], outside its range "
+                                 f"[{ranges[i, 0]:.4g}, {ranges[i, 1]:.4g}])")
+
+
+def steady_sign(v: np.ndarray, window: int) -> np.ndarray:
+    """(n, s) bool: the velocity has one sign, and |v| >= 5 V_EPS, over the ``window`` samples
+    centred on each sample. Elsewhere the filtered force mixes both signs of the Coulomb
+    friction (its step at a reversal is smeared over the window)."""
+    from scipy.ndimage import maximum_filter1d, minimum_filter1d
+
+    sg = np.where(v >= 5 * V_EPS, 1, np.where(v <= -5 * V_EPS, -1, 0)).astype(np.int8)
+    lo = minimum_filter1d(sg, window, axis=0, mode="nearest")
+    hi = maximum_filter1d(sg, window, axis=0, mode="nearest")
+    return (lo == hi) & (sg != 0)
+
+
+def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.ndarray,
+                 window_s: float = 0.051, polyorder: int = 3, decimate: int | None = None) -> Samples:
+    """Samples from run logs; one-line errors for a faulted run, a log of another machine,
+    a log too short for the filter."""
+    thetas, tds, tdds, taus, steadies, ts, idx, sources = [], [], [], [], [], [], [], []
+    rate0 = None
+    filt = {}
+    for li, path in enumerate(paths):
+        log = read_log(path)
+        check_log_machine(log, axes, model_name, ranges)
+        faults = [e for e in log.events if "fault" in str(e.get("kind"))]
+        if faults:
+            e = faults[0]
+            raise IdentifyInputError(f"{path}: a faulted run (cycle {e.get('cycle')}: {e.get('message')}); "
+                                     f"the forces after a fault are not the machine's, record another run")
+        rate = log_rate(log)
+        if rate0 is not None and abs(rate - rate0) > 1e-9 * rate0:
+            raise IdentifyInputError(f"{path}: logged at {rate:g} Hz, the first log at {rate0:g} Hz (give logs of one rate)")
+        rate0 = rate
+        window = max(7, int(round(window_s * rate)) | 1)
+        cutoff = savgol_cutoff_hz(window, polyorder, rate)
+        k = decimate or max(1, int(rate / (4.0 * cutoff)))
+        filt = {"kind": "savitzky-golay (zero phase), positions and held forces alike", "window": window,
+                "window_s": window / rate, "polyorder": polyorder, "cutoff_hz": cutoff, "rate_hz": rate,
+                "decimate": k, "decimated_rate_hz": rate / k}
+        pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
+        t = log.channels["t"]
+        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(tau))):
+            raise IdentifyInputError(f"{path}: non-finite positions or forces in the log")
+        breaks = np.flatnonzero((np.diff(log.cycles) != 1) | (np.abs(np.diff(t) * rate - 1.0) > 1e-6)) + 1
+        half = window // 2
+        used = 0
+        for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(t)]):
+            if b - a < 3 * window:
+                continue
+            p, v, acc = derivatives(pos[a:b], rate, window, polyorder)
+            held = tau[a:b].copy()
+            held[1:] = 0.5 * (tau[a + 1:b] + tau[a:b - 1])
+            tf = derivatives(held, rate, window, polyorder)[0]
+            sel = np.arange(half, b - a - half, k)
+            thetas.append(p[sel]), tds.append(v[sel]), tdds.append(acc[sel]), taus.append(tf[sel])
+            steadies.append(steady_sign(v, window)[sel])
+            ts.append(t[a:b][sel]), idx.append(np.full(len(sel), li))
+            used += len(sel)
+        duration = float(t[-1] - t[0]) if len(t) else 0.0
+        if used == 0:
+            raise IdentifyInputError(f"{path}: too short ({log.n_cycles} cycles, {duration:.3g} s; the filter "
+                                     f"needs contiguous stretches of at least {3 * window} cycles)")
+        sources.append({"log": str(path), "sha256": _sha256(path), "cycles": log.n_cycles, "duration_s": duration,
+                        "rate_hz": rate, "samples": used, "created": log.header.get("created"),
+                        "problems": log.problem_text()})
+    return Samples(np.concatenate(thetas), np.concatenate(tds), np.concatenate(tdds), np.concatenate(taus),
+                   np.concatenate(steadies), np.concatenate(ts), np.concatenate(idx), rate0 / filt["decimate"], filt, sources)
+
+
+__all__ = ["IdentifyInputError", "Samples", "check_log_machine", "load_samples"]

@@ -1,0 +1,113 @@
+"""``pkrt identify``: end to end on logs of a machine whose physics (the truth) differs from its
+model non-uniformly, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pkrt.models.baseparams import base_parameters
+from pkrt.models.description import load_description
+from pkrt.models.mechanism import load_mechanism
+from pkrt.models.regressor import model_parameters
+from pkrt.rt.cli import main
+from tests.identify_data import truth_mechanism, write_log
+
+
+@pytest.fixture(scope="module")
+def ortho():
+    return load_mechanism("orthoglide")
+
+
+@pytest.fixture(scope="module")
+def truth(ortho):
+    return truth_mechanism(ortho)
+
+
+@pytest.fixture(scope="module")
+def good_log(tmp_path_factory, ortho, truth):
+    p = tmp_path_factory.mktemp("id") / "excite.pktlog"
+    return p, write_log(p, ortho, truth, duration=10.0, noise=1.0, quantum=1e-6)
+
+
+def _run(argv, capsys):
+    code = main(["identify", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_identify_recovers_the_truth(good_log, ortho, truth, tmp_path, capsys):
+    log, tr = good_log
+    out = tmp_path / "id.toml"
+    code, text, err = _run([str(log), "--machine", "orthoglide", "-o", str(out), "--json",
+                            "--plot", str(tmp_path / "id.png")], capsys)
+    assert code == 0, err
+    r = json.loads(text)
+    bp = base_parameters(ortho)
+    truth_base = bp.project(model_parameters(truth.description, tr["viscous"], tr["coulomb"]))
+    names = [b["name"] for b in r["base"]]
+    assert names == [bp.label(i) for i in range(bp.n_base)]
+    well = [(i, b) for i, b in enumerate(r["base"]) if b["rsd_percent"] < 5]
+    assert len(well) >= 7  # the platform mass, the friction of every axis
+    for i, b in well:
+        # within 4 standard deviations of the truth (noise), and the truth is not the model
+        assert abs(b["value"] - truth_base[i]) < 4 * b["std"] + 1e-9, (b, truth_base[i])
+    # held out: the identified model explains the forces to the noise; the original does not
+    h = r["held_out_rms"]
+    for i in range(3):
+        assert h["consistent"][i] < 1.2 * r["residual_sigma"][i]
+        assert h["original_model"][i] > 3 * h["consistent"][i]
+    # the written model is a valid, physically consistent description whose masses moved
+    desc = load_description(str(out))
+    m2 = load_mechanism(str(out))
+    assert m2.n_act == 3 and "identification" in out.read_text()
+    plat = [b for b in desc.bodies if b.name == "platform"][0]
+    assert plat.mass > 3.0
+    assert (tmp_path / "id.png").stat().st_size > 10000
+    assert (tmp_path / "id-machine.toml").read_text().count("viscous") >= 1
+
+
+def _error(argv, capsys) -> str:
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pkrt: error:"), err
+    return lines[0]
+
+
+def test_log_of_another_machine(tmp_path, capsys):
+    d = load_mechanism("delta")
+    write_log(tmp_path / "d.pktlog", d, d, duration=1.0)
+    msg = _error([str(tmp_path / "d.pktlog"), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")], capsys)
+    assert "another machine" in msg
+
+
+def test_too_short_a_log(tmp_path, ortho, capsys):
+    write_log(tmp_path / "s.pktlog", ortho, ortho, duration=0.05)
+    msg = _error([str(tmp_path / "s.pktlog"), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")], capsys)
+    assert "too short" in msg
+
+
+def test_faulted_run(tmp_path, ortho, capsys):
+    write_log(tmp_path / "f.pktlog", ortho, ortho, duration=1.0, fault_at=500)
+    msg = _error([str(tmp_path / "f.pktlog"), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")], capsys)
+    assert "faulted run" in msg and "cycle 500" in msg
+
+
+def test_a_parameter_not_excited(tmp_path, ortho, capsys, monkeypatch):
+    """Axis 3 standing still: its viscous friction (and what only it shows) is not excited."""
+    import tests.identify_data as data
+
+    real = data.fourier_motion
+
+    def still3(*a, **k):
+        t, th, td, tdd = real(*a, **k)
+        th[:, 2], td[:, 2], tdd[:, 2] = th[0, 2], 0.0, 0.0
+        return t, th, td, tdd
+
+    monkeypatch.setattr(data, "fourier_motion", still3)
+    write_log(tmp_path / "n.pktlog", ortho, ortho, duration=4.0)
+    msg = _error([str(tmp_path / "n.pktlog"), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")], capsys)
+    assert "not excited" in msg or "too few moving samples" in msg
