@@ -402,6 +402,8 @@ class CiA402DrivesTable:
     abort_connection: str = spec(STRING, "the drives' reaction to a lost heartbeat (0x6007)", "quick-stop",
                                  choices=ABORT_CONNECTION)
     master_node_id: int = spec(INTEGER, "pkrt's node id (heartbeat producer)", 127, lo=1, hi=127)
+    sync_loss_cycles: int = spec(INTEGER, "the drives' SYNC monitoring: SYNCs missed in a row before a drive "
+                                 "faults (0x1006 = period, 0x2F10 = this; 0: off)", 3, lo=0, hi=0xFFFF)
     bus_options: dict = spec(TABLE, "more python-can bus settings (not interface, channel, bitrate)",
                              {})
 
@@ -507,8 +509,6 @@ class CanEmulatorTable(EmulatorPlantTable):
                                lo=1e-5, hi=1.0)
     max_missed_cycles: int = spec(INTEGER, "the driver's missed-cycle tolerance in HIL", None, lo=0, hi=2)
     inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
-    sync_timeout_cycles: float = spec(NUMBER, "a drive without SYNC this many periods goes to Fault", 3.5,
-                                      unit="periods", lo=1.0, hi=1e9)
     delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.9, unit="periods",
                                lo=0.0, hi=1000.0)
     priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
