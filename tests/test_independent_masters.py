@@ -1,0 +1,339 @@
+"""Independent masters against pkrt's drive emulators, each emulator in a process of its own.
+
+- The ``canopen`` package (``Network``, ``RemoteNode``, ``BaseNode402``) drives the CiA 402
+  emulator (``python -m pkrt.hil.cia402_emulator``) over pkrt's ``unix_pair`` python-can
+  interface, with the device's EDS file exported from the emulator's object dictionary: SDO
+  reads and writes, NMT, PDO mapping (a 10-byte mapping is refused with 0x06040042), the CiA
+  402 state machine to Operation enabled, SYNC from canopen's producer at 1 kHz and at 100 Hz,
+  and the drives' SYNC monitoring (0x1006 + 0x2F10) as a master configures it.
+- ROBOTIS ``dynamixel-sdk`` drives the Dynamixel emulator on a pseudo-terminal (see
+  ``test_dynamixel_sdk_*`` below).
+
+Real-time tolerance: these run against the wall clock on hosts that pause both CPUs for
+milliseconds. Nothing here can fault on a host pause unless the emulator is wrong: no drive
+monitors SYNC or a heartbeat unless the test configures it (and then only for the SYNC loss it
+provokes, with a 105 ms limit), the Bus Watchdog of the servos is off, the runs are counted in
+cycles (waited for with a deadline), not in seconds, and the plant is held by the master's PD
+control whose gains tolerate tens of ms of delay.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import struct
+import threading
+import time
+
+import can
+import canopen
+import numpy as np
+import pytest
+from canopen.profiles.p402 import BaseNode402
+from canopen.sdo import SdoAbortedError
+
+from pkrt.drivers import cia402_protocol as p
+from pkrt.drivers.sim import Plant
+from pkrt.hil.can_hil import CanEmulatorProcess
+from pkrt.hil.cia402_emulator import build_object_dictionary
+from pkrt.rt.config import load_machine
+
+pytestmark = pytest.mark.realtime
+
+MACHINE = "orthoglide-can"
+_tags = itertools.count()
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.02):
+    """Poll ``condition()`` until it returns a true value (returned) or ``timeout`` s pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll)
+
+
+def hold_torque(plant: Plant, theta0: np.ndarray) -> np.ndarray:
+    """The actuator forces (N) that hold the machine at rest at ``theta0`` against gravity
+    (what the master's feedforward knows of its machine): the plant's acceleration from rest is
+    affine in the forces; solve for zero."""
+    dt = 1e-4
+
+    def accel(tau):
+        plant.reset(theta0)
+        plant.step(tau, dt)
+        return plant.theta_dot.copy() / dt
+
+    a0 = accel(np.zeros_like(theta0))
+    a = np.column_stack([accel(np.eye(len(theta0))[i]) - a0 for i in range(len(theta0))])
+    return np.linalg.solve(a, -a0), np.diag(a).copy()
+
+
+class Master:
+    """A CANopen master built from the ``canopen`` package only: one ``BaseNode402`` per
+    drive, configured from the device's EDS file, held at ``theta0`` by a PD loop (100 Hz)
+    on top of a gravity feedforward."""
+
+    def __init__(self, bus: can.BusABC, eds: str, node_ids, rated, increments, theta0, ff, accel_per_n):
+        self.net = canopen.Network(bus)
+        self.net.notifier = can.Notifier(bus, self.net.listeners, 0.1)
+        self.nodes: list[BaseNode402] = []
+        for n in node_ids:
+            node = BaseNode402(n, eds)
+            node.sdo.RESPONSE_TIMEOUT = 2.0  # a loaded machine answers late, never wrong
+            self.net.add_node(node)
+            self.nodes.append(node)
+        self.rated, self.increments = rated, increments
+        self.theta0, self.ff = theta0, ff
+        w = 2 * np.pi * 3.0  # 3 Hz closed loop, damping 0.7: stable with 20 ms of delay
+        self.kp, self.kd = w * w / accel_per_n, 2 * 0.7 * w / accel_per_n
+        self.tpdos = [0] * len(node_ids)
+        self.syncs = 0  # SYNC frames sent
+        self.tx_full = 0  # frames the bus refused (unix_pair: the peer's queue of 10 datagrams was full)
+        self._sync_stop = threading.Event()
+        self._sync: threading.Thread | None = None
+        self.emcy: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._pd: threading.Thread | None = None
+        self.pd_updates = 0
+        self.max_error = 0.0  # m, worst |theta - theta0| the master saw while holding
+
+    def on_emcy(self, i):
+        def cb(entry):
+            self.emcy.append((self.nodes[i].id, entry.code))
+        return cb
+
+    def map_pdos(self, node) -> None:
+        """CiA 301 mapping through canopen's PdoMap.save (SDO), as for any CANopen drive."""
+        node.tpdo.read()
+        node.rpdo.read()
+        t1, t2, r1 = node.tpdo[1], node.tpdo[2], node.rpdo[1]
+        t1.clear()
+        t1.add_variable(0x6041)
+        t1.add_variable(0x6064)
+        t1.trans_type, t1.enabled = 1, True
+        t1.save()
+        t2.clear()
+        t2.add_variable(0x606C)
+        t2.cob_id, t2.trans_type, t2.enabled = 0x280 + node.id, 1, True
+        t2.save()
+        r1.clear()
+        r1.add_variable(0x6040)
+        r1.add_variable(0x6071)
+        r1.trans_type, r1.enabled = 255, True
+        r1.save()
+
+    def start_sync(self, period: float) -> None:
+        """canopen's SYNC object (``Network.sync.transmit``) every ``period`` s on a grid;
+        periods missed while this process was held are skipped, not sent in a burst. A frame
+        the bus refuses (transmit queue full: the emulator is behind) is counted and dropped,
+        as a CAN controller drops a frame it cannot queue."""
+        def loop():
+            t = time.perf_counter()
+            while not self._sync_stop.is_set():
+                try:
+                    self.net.sync.transmit()
+                    self.syncs += 1
+                except can.CanOperationError:
+                    self.tx_full += 1
+                now = time.perf_counter()
+                t += period * max(1, math.ceil((now - t) / period))
+                time.sleep(max(0.0, t - time.perf_counter()))
+        self._sync_stop.clear()
+        self._sync = threading.Thread(target=loop, name="sync", daemon=True)
+        self._sync.start()
+
+    def stop_sync(self) -> None:
+        self._sync_stop.set()
+        if self._sync is not None:
+            self._sync.join(2.0)
+
+    def start_pd(self, period: float = 0.01) -> None:
+        def loop():
+            while not self._stop.wait(period):
+                for i, node in enumerate(self.nodes):
+                    if not self.tpdos[i]:  # no feedback yet
+                        continue
+                    th = node.tpdo_values[0x6064] / self.increments[i]
+                    thd = node.tpdo_values.get(0x606C, 0) / self.increments[i]
+                    self.max_error = max(self.max_error, abs(th - self.theta0[i]))
+                    tau = self.ff[i] + self.kp[i] * (self.theta0[i] - th) - self.kd[i] * thd
+                    r1 = node.rpdo[1]
+                    r1["Controlword"].raw = p.CW_ENABLE_OPERATION
+                    r1["Target torque"].raw = int(np.clip(round(tau / self.rated[i] * 1000), -3000, 3000))
+                    try:
+                        r1.transmit()
+                    except can.CanOperationError:
+                        self.tx_full += 1
+                self.pd_updates += 1
+        self._stop.clear()
+        self._pd = threading.Thread(target=loop, name="pd", daemon=True)
+        self._pd.start()
+
+    def stop_pd(self) -> None:
+        self._stop.set()
+        if self._pd is not None:
+            self._pd.join(2.0)
+
+    def close(self) -> None:
+        self.stop_pd()
+        self.stop_sync()
+        self.net.notifier.stop()
+        self.net.bus.shutdown()
+
+
+@pytest.fixture(scope="module")
+def machine():
+    config = load_machine(MACHINE)
+    d = config.drives
+    plant = Plant.from_config(config)
+    theta0 = plant.theta.copy()
+    ff, accel_per_n = hold_torque(plant, theta0)
+    return config, np.asarray(d.rated_torque, float), np.asarray(d.increments_per_unit, float), theta0, ff, accel_per_n
+
+
+@pytest.fixture
+def canopen_rig(machine, tmp_path):
+    """The CiA 402 emulator in its own process, a canopen master on the other end."""
+    config, rated, increments, theta0, ff, accel_per_n = machine
+    ids = list(config.drives.node_ids)
+    eds = tmp_path / "pkrt-cia402.eds"  # the device's EDS, as its vendor ships it
+    canopen.export_od(build_object_dictionary(ids[0], int(round(rated[0] * 1000))), str(eds), "eds")
+    tag = f"pkrt-im-{os.getpid()}-{next(_tags)}"
+    emu = CanEmulatorProcess(MACHINE, config.rate_hz, "unix_pair", f"@{tag}-emu", {"peer": f"@{tag}-master"})
+    bus = can.Bus(interface="unix_pair", channel=f"@{tag}-master", peer=f"@{tag}-emu")
+    master = Master(bus, str(eds), ids, rated, increments, theta0, ff, accel_per_n)
+    try:
+        yield emu, master
+    finally:
+        master.close()
+        report = emu.stop()
+        assert report.get("emulator_error") is None, report
+
+
+def configure_and_enable(master: Master) -> None:
+    """SDO checks, PDO mapping, NMT start, 402 state machine to Operation enabled (over SDO:
+    no SYNC yet, so the plant has not moved)."""
+    nodes = master.nodes
+    master.net.nmt.state = "PRE-OPERATIONAL"  # broadcast
+    for i, node in enumerate(nodes):
+        assert node.sdo[0x1000].raw == 0x00020192  # CiA 402 servo drive
+        assert node.sdo[0x6076].raw == int(round(master.rated[i] * 1000))
+        assert node.sdo[p.COMM_CYCLE_PERIOD].raw == 0 and node.sdo[p.SYNC_LOSS_LIMIT].raw == 0  # monitoring off
+        with pytest.raises(SdoAbortedError) as e:
+            node.sdo.upload(0x2345, 0)
+        assert e.value.code == 0x06020000  # object does not exist
+        node.sdo[0x6060].raw = p.MODE_CST
+        assert node.sdo[0x6061].raw == p.MODE_CST
+        node.sdo[0x6071].raw = int(round(master.ff[i] / master.rated[i] * 1000))  # hold from the start
+        master.map_pdos(node)
+        node.emcy.add_callback(master.on_emcy(i))
+        node.tpdo[1].add_callback(lambda _m, i=i: master.tpdos.__setitem__(i, master.tpdos[i] + 1))
+    for node in nodes:  # the drive reads its mapping on the way (frames are handled in order)
+        node.nmt.state = "OPERATIONAL"
+    for node in nodes:  # before setup_pdos: the state machine over SDO (statusword polled)
+        node.state = "OPERATION ENABLED"
+        assert node.sdo[0x6041].raw & 0x6F == 0x27
+    for node in nodes:
+        node.setup_pdos(upload=False)  # the cyclic path from here on: TPDO statusword, RPDO controlword
+
+
+def run_cycles(emu, master: Master, rate_hz: float, cycles: int) -> dict:
+    """canopen's SYNC producer at ``rate_hz`` until the emulator has answered ``cycles``
+    SYNCs (waited for with a generous deadline: a loaded host slows the run, never fails it)."""
+    c0 = emu.report()["emulator_cycles"]
+    master.start_sync(1.0 / rate_hz)
+    master.start_pd()
+    try:
+        wait_for(lambda: emu.report()["emulator_cycles"] - c0 >= cycles, 30.0 + 10.0 * cycles / rate_hz,
+                 f"{cycles} SYNC cycles at {rate_hz:g} Hz", poll=0.2)
+    finally:
+        master.stop_pd()
+        master.stop_sync()
+    return emu.report()
+
+
+@pytest.mark.parametrize("rate_hz", [1000.0, 100.0])
+def test_canopen_master_drives_the_cia402_emulator_without_sync_monitoring(canopen_rig, rate_hz):
+    """A master that configured no SYNC monitoring keeps its drives at any SYNC period and
+    through a pause of its SYNC: nothing on the drive side times the master."""
+    emu, master = canopen_rig
+    configure_and_enable(master)
+    cycles = int(3 * rate_hz)  # 3 s of nominal time
+    r = run_cycles(emu, master, rate_hz, cycles)
+    print(f"\n{rate_hz:g} Hz: {master.syncs} SYNCs sent ({master.tx_full} frames refused: queue full), "
+          f"{r['emulator_cycles']} answered, TPDO1 received per node {master.tpdos}, "
+          f"PD updates {master.pd_updates}, worst position error {master.max_error * 1e3:.3f} mm, "
+          f"emulator response {r['emulator_response_us']} us, stalls {r['stalls']} (max {r['stall_us_max']} us)")
+    assert r["drive_states"] == ["OPERATION_ENABLED"] * 3 and r["plant_error"] is None, r
+    assert r["sync_events"] == [] and r["sync_monitoring"] == [None] * 3 and master.emcy == []
+    assert all(n > 0 for n in master.tpdos)
+    assert all(node.state == "OPERATION ENABLED" for node in master.nodes)  # from the TPDO statusword
+    assert master.max_error < 0.02  # m: held near theta0 by the PD (the box is +-0.16 m)
+    # the master stops sending SYNC altogether: the drives have no reason to fault
+    time.sleep(0.3)  # an absence over a time span (300 periods at 1 kHz): nothing to wait for
+    assert [n.sdo[0x6041].raw & 0x6F for n in master.nodes] == [0x27] * 3
+    assert emu.report()["sync_events"] == [] and master.emcy == []
+
+
+def test_canopen_master_pdo_mapping_checks(canopen_rig):
+    """CiA 301 mapping rules: over 64 bits -> 0x06040042, an object the PDO cannot carry
+    (a statusword in an RPDO) -> 0x06040041; a valid mapping is then accepted."""
+    emu, master = canopen_rig
+    master.net.nmt.state = "PRE-OPERATIONAL"
+    node = master.nodes[0]
+    node.tpdo.read()
+    node.rpdo.read()
+    t1 = node.tpdo[1]
+    t1.clear()
+    for index in (0x6041, 0x6064, 0x606C):  # 2 + 4 + 4 = 10 bytes
+        t1.add_variable(index)
+    t1.trans_type, t1.enabled = 1, True
+    with pytest.raises(SdoAbortedError) as e:
+        t1.save()
+    assert e.value.code == p.ABORT_PDO_LENGTH == 0x06040042
+    r1 = node.rpdo[1]
+    r1.clear()
+    r1.add_variable(0x6041)
+    r1.trans_type, r1.enabled = 255, True
+    with pytest.raises(SdoAbortedError) as e:
+        r1.save()
+    assert e.value.code == p.ABORT_NOT_MAPPABLE == 0x06040041
+    with pytest.raises(SdoAbortedError) as e:  # 9 entries
+        node.sdo[0x1A00][0].raw = 9
+    assert e.value.code == 0x06040042
+    master.map_pdos(node)  # 6 + 4 + 4 bytes: accepted
+    assert node.sdo[0x1A00][0].raw == 2 and node.sdo[0x1A00][2].raw == p.MAP_POSITION_ACTUAL
+
+
+def test_canopen_master_configures_sync_monitoring_and_a_lost_sync_faults_the_drives(canopen_rig):
+    """With 0x1006 = 10 ms and the SYNC loss limit 0x2F10 = 10 written by the master, a drive
+    in Operation enabled faults on its own (EMCY 0x8130) once SYNC stops: 10.5 periods later."""
+    emu, master = canopen_rig
+    configure_and_enable(master)
+    rate = 100.0
+    master.start_sync(1.0 / rate)
+    master.start_pd()
+    try:
+        wait_for(lambda: emu.report()["emulator_cycles"] >= 20, 30.0, "20 SYNC cycles", poll=0.1)
+        for node in master.nodes:
+            node.sdo[p.COMM_CYCLE_PERIOD].raw = 10000  # us
+            node.sdo[p.SYNC_LOSS_LIMIT].raw = 10
+        armed = wait_for(lambda: all(emu.report()["sync_monitoring"]) and emu.report()["sync_monitoring"],
+                         10.0, "SYNC monitoring armed by a SYNC", poll=0.05)
+        assert armed == [105000] * 3  # us: (10 + 0.5) x 10 ms
+        assert emu.report()["drive_states"] == ["OPERATION_ENABLED"] * 3
+    finally:
+        master.stop_pd()
+        master.stop_sync()  # the master goes silent
+    wait_for(lambda: len({n for n, code in master.emcy if code == p.EMCY_SYNC_LOSS}) == 3, 10.0,
+             "EMCY 0x8130 from every drive")
+    r = emu.report()
+    assert r["drive_states"] == ["FAULT"] * 3
+    assert all(ev["silent_s"] >= 0.105 for ev in r["sync_events"]) and len(r["sync_events"]) == 3
+    assert [n.sdo[0x6041].raw & 0x4F for n in master.nodes] == [0x08] * 3  # Fault
+    print(f"\nSYNC loss detected after {[ev['silent_s'] for ev in r['sync_events']]} s (limit 0.105 s)")
