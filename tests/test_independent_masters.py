@@ -337,3 +337,212 @@ def test_canopen_master_configures_sync_monitoring_and_a_lost_sync_faults_the_dr
     assert all(ev["silent_s"] >= 0.105 for ev in r["sync_events"]) and len(r["sync_events"]) == 3
     assert [n.sdo[0x6041].raw & 0x4F for n in master.nodes] == [0x08] * 3  # Fault
     print(f"\nSYNC loss detected after {[ev['silent_s'] for ev in r['sync_events']]} s (limit 0.105 s)")
+
+
+# -- ROBOTIS dynamixel-sdk against the Dynamixel emulator -------------------------------------------
+SERIAL_MACHINE = "orthoglide-serial"
+ADDR_TORQUE, ADDR_LED, ADDR_HW_ERROR, ADDR_WATCHDOG, ADDR_GOAL_CURRENT = 64, 65, 70, 98, 102
+ADDR_VELOCITY, ADDR_POSITION = 128, 132  # Present Velocity (4), Present Position (4): one 8-byte block
+
+
+def _s32(u: int) -> int:
+    return u - (1 << 32) if u & 0x80000000 else u
+
+
+class SdkMaster:
+    """A master built from ROBOTIS's dynamixel-sdk only (PortHandler on the emulator's pty,
+    PacketHandler 2.0, the Group* helpers), holding the machine at ``theta0`` with a PD in
+    current mode. A transaction that times out (the emulator or this process held past the
+    SDK's 34 ms packet timeout) is retried after flushing the port, and counted."""
+
+    def __init__(self, port_path: str, settings, theta0, ff, accel_per_n):
+        import dynamixel_sdk as sdk
+
+        self.sdk = sdk
+        self.port = sdk.PortHandler(port_path)
+        assert self.port.openPort() and self.port.setBaudRate(settings.baudrate)
+        self.ph = sdk.PacketHandler(2.0)
+        self.st, self.ids = settings, list(settings.ids)
+        self.theta0, self.ff = theta0, ff
+        w = 2 * np.pi * 3.0
+        self.kp, self.kd = w * w / accel_per_n, 2 * 0.7 * w / accel_per_n
+        self.retries = 0
+        self.max_error = 0.0
+        self.cycle_s: list[float] = []
+        self.read_s: list[float] = []
+
+    def close(self) -> None:
+        self.port.closePort()
+
+    def ok(self, result: int, what: str) -> None:
+        assert result == self.sdk.COMM_SUCCESS, f"{what}: {self.ph.getTxRxResult(result)}"
+
+    def transact(self, fn, what: str):
+        """``fn()`` returning an SDK result code; retried (3 times) after a timeout."""
+        for _ in range(4):
+            result = fn()
+            if result not in (self.sdk.COMM_RX_TIMEOUT, self.sdk.COMM_RX_CORRUPT):
+                break
+            self.retries += 1
+            self.port.clearPort()
+        self.ok(result, what)
+
+    def theta(self, i: int, pos: int) -> float:
+        st = self.st
+        return (pos - st.zero[i]) / st.position_resolution[i] * st.scale(i) * st.direction[i]
+
+    def theta_dot(self, i: int, vel: int) -> float:
+        st = self.st
+        return vel * st.velocity_unit[i] / 60.0 * st.scale(i) * st.direction[i]
+
+    def goal(self, i: int, th: float, thd: float) -> int:
+        tau = self.ff[i] + self.kp[i] * (self.theta0[i] - th) - self.kd[i] * thd
+        lim = int(self.st.current_limit[i])
+        return int(np.clip(round(tau / self.st.force_per_lsb(i) * self.st.direction[i]), -lim, lim))
+
+
+@pytest.fixture
+def sdk_rig(machine):
+    """The Dynamixel emulator in its own process on a pty, a dynamixel-sdk master on it."""
+    from pkrt.drivers.dynamixel import load_settings
+    from pkrt.hil.serial_hil import EmulatorProcess
+
+    config = load_machine(SERIAL_MACHINE)
+    theta0 = np.asarray(config.emulator.theta0, float)
+    ff, accel_per_n = hold_torque(Plant.from_config(config), theta0)
+    emu = EmulatorProcess(SERIAL_MACHINE, None, None, config.rate_hz, link="pty")
+    master = SdkMaster(emu.port, load_settings(config, {"port": emu.port}), theta0, ff, accel_per_n)
+    try:
+        yield emu, master
+    finally:
+        master.close()
+        emu.stop()
+
+
+def sdk_setup(m: SdkMaster) -> None:
+    """Ping, Read/Write (and their error statuses), then current mode and torque on through
+    Sync Write; the Bus Watchdog stays off (nothing times the master)."""
+    ph, port = m.ph, m.port
+    for i in m.ids:
+        model, result, error = ph.ping(port, i)
+        m.ok(result, f"ping {i}")
+        assert (model, error) == (1120, 0)  # XM540-W270
+        mode, result, error = ph.read1ByteTxRx(port, i, 11)
+        m.ok(result, "read operating mode")
+        assert (mode, error) == (3, 0)  # position control: the factory default
+        result, error = ph.write1ByteTxRx(port, i, 11, 0)  # current control
+        m.ok(result, "write operating mode")
+        assert error == 0 and ph.read1ByteTxRx(port, i, 11)[0] == 0
+        result, error = ph.write2ByteTxRx(port, i, 0, 1)  # model number: read-only
+        m.ok(result, "write model number")
+        assert error == 7  # access error
+        assert ph.read1ByteTxRx(port, i, ADDR_WATCHDOG)[0] == 0  # Bus Watchdog off
+    _, result, error = ph.readTxRx(port, m.ids[0], ADDR_POSITION, 200)  # past the control table
+    m.ok(result, "read past the table")
+    assert error == 7
+    result, error = ph.reboot(port, m.ids[0])  # an instruction this emulator does not implement
+    m.ok(result, "reboot")
+    assert error == 2  # instruction error
+    torque = m.sdk.GroupSyncWrite(port, ph, ADDR_TORQUE, 1)
+    for i in m.ids:
+        assert torque.addParam(i, [1])
+    m.ok(torque.txPacket(), "sync write torque on")
+    assert [ph.read1ByteTxRx(port, i, ADDR_TORQUE)[0] for i in m.ids] == [1] * len(m.ids)
+
+
+def sdk_cycles(m: SdkMaster, rate_hz: float, cycles: int) -> None:
+    """``cycles`` control cycles on a ``rate_hz`` grid: feedback by GroupBulkRead (even
+    cycles) or GroupSyncRead (odd), Goal Current by GroupSyncWrite (even) or GroupBulkWrite
+    (odd). The emulator's plant advances one period per Goal Current write."""
+    sdk, ph, port = m.sdk, m.ph, m.port
+    bulk_read = sdk.GroupBulkRead(port, ph)
+    sync_read = sdk.GroupSyncRead(port, ph, ADDR_VELOCITY, 8)
+    sync_write = sdk.GroupSyncWrite(port, ph, ADDR_GOAL_CURRENT, 2)
+    bulk_write = sdk.GroupBulkWrite(port, ph)
+    for i in m.ids:
+        assert bulk_read.addParam(i, ADDR_VELOCITY, 8) and sync_read.addParam(i)
+        assert sync_write.addParam(i, [0, 0]) and bulk_write.addParam(i, ADDR_GOAL_CURRENT, 2, [0, 0])
+    period = 1.0 / rate_hz
+    t = time.perf_counter()
+    for k in range(cycles):
+        start = time.perf_counter()
+        group = bulk_read if k % 2 == 0 else sync_read
+        m.transact(group.txRxPacket, "bulk read" if k % 2 == 0 else "sync read")
+        m.read_s.append(time.perf_counter() - start)
+        goals = []
+        for j, i in enumerate(m.ids):
+            assert group.isAvailable(i, ADDR_VELOCITY, 8)
+            th = m.theta(j, _s32(group.getData(i, ADDR_POSITION, 4)))
+            thd = m.theta_dot(j, _s32(group.getData(i, ADDR_VELOCITY, 4)))
+            m.max_error = max(m.max_error, abs(th - m.theta0[j]))
+            goals.append(m.goal(j, th, thd))
+        for i, g in zip(m.ids, goals):
+            data = list(struct.pack("<h", g))
+            assert sync_write.changeParam(i, data) and bulk_write.changeParam(i, ADDR_GOAL_CURRENT, 2, data)
+        m.ok((sync_write if k % 2 == 0 else bulk_write).txPacket(), "goal current write")
+        m.cycle_s.append(time.perf_counter() - start)
+        t += period * max(1, math.ceil((time.perf_counter() - t) / period))  # skip, never burst
+        time.sleep(max(0.0, t - time.perf_counter()))
+    m.last_goals = goals
+
+
+@pytest.mark.parametrize("rate_hz", [1000.0, 100.0])
+def test_dynamixel_sdk_drives_the_servo_emulator(sdk_rig, rate_hz):
+    """dynamixel-sdk: Ping, Read, Write, torque on by Sync Write, then a PD loop on Bulk /
+    Sync Read and Sync / Bulk Write; the servos hold the machine without a hardware error."""
+    emu, m = sdk_rig
+    sdk_setup(m)
+    cycles = int(2 * rate_hz)
+    sdk_cycles(m, rate_hz, cycles)
+    r = emu.report()
+    cyc, rd = np.array(m.cycle_s) * 1e3, np.array(m.read_s) * 1e3
+    print(f"\ndynamixel-sdk at {rate_hz:g} Hz: {cycles} cycles, {r['cycles']} Goal Current writes seen, "
+          f"cycle p50/p99/max {np.percentile(cyc, 50):.3f}/{np.percentile(cyc, 99):.3f}/{cyc.max():.3f} ms, "
+          f"read p50/p99/max {np.percentile(rd, 50):.3f}/{np.percentile(rd, 99):.3f}/{rd.max():.3f} ms, "
+          f"cycles over the period {int((cyc > 1e3 / rate_hz).sum())}, retries {m.retries}, "
+          f"worst position error {m.max_error * 1e3:.2f} mm")
+    assert r["cycles"] == cycles  # every Goal Current write (Sync or Bulk) was one cycle
+    assert r["torque_on"] == [True] * 3 and r["plant_error"] is None and r["watchdog_trips"] == [], r
+    assert m.max_error < 0.05  # m: held by the PD (the tree's box is [-0.26, 0.06])
+    # the last goals, read back from every servo in one Bulk Read, with its hardware error
+    check = m.sdk.GroupBulkRead(m.port, m.ph)
+    for i in m.ids:
+        check.addParam(i, ADDR_GOAL_CURRENT, 2)
+    m.transact(check.txRxPacket, "bulk read of the goals")
+    assert [struct.unpack("<h", struct.pack("<H", check.getData(i, ADDR_GOAL_CURRENT, 2)))[0] for i in m.ids] \
+        == m.last_goals
+    assert [m.ph.read1ByteTxRx(m.port, i, ADDR_HW_ERROR)[0] for i in m.ids] == [0] * 3
+
+
+def test_dynamixel_sdk_bulk_and_fast_reads(sdk_rig):
+    """Bulk Read of a different address and length per servo, a Bulk Write that is not a Sync
+    Write, and Fast Sync Read / Fast Bulk Read (one status packet) agreeing with Sync Read:
+    the plant moves only on Goal Current writes, so consecutive reads see the same state."""
+    emu, m = sdk_rig
+    sdk, ph, port = m.sdk, m.ph, m.port
+    a, b, c = m.ids
+    bw = sdk.GroupBulkWrite(port, ph)
+    assert bw.addParam(a, ADDR_LED, 1, [1]) and bw.addParam(b, ADDR_WATCHDOG, 1, [0]) \
+        and bw.addParam(c, 11, 1, [0])  # LED on, Bus Watchdog off, current mode
+    m.ok(bw.txPacket(), "bulk write")
+    br = sdk.GroupBulkRead(port, ph)
+    assert br.addParam(a, ADDR_LED, 1) and br.addParam(b, 0, 2) and br.addParam(c, ADDR_POSITION, 4)
+    m.transact(br.txRxPacket, "bulk read")
+    assert br.getData(a, ADDR_LED, 1) == 1 and br.getData(b, 0, 2) == 1120
+    assert ph.read1ByteTxRx(port, c, 11)[0] == 0  # the Bulk Write reached the third servo
+    pulses = [round(m.theta0[j] / m.st.scale(j) * m.st.position_resolution[j]) for j in range(3)]
+    assert _s32(br.getData(c, ADDR_POSITION, 4)) == pulses[2]
+    sr = sdk.GroupSyncRead(port, ph, ADDR_VELOCITY, 8)
+    fsr = sdk.GroupSyncRead(port, ph, ADDR_VELOCITY, 8)
+    fbr = sdk.GroupBulkRead(port, ph)
+    for i in m.ids:
+        sr.addParam(i)
+        fsr.addParam(i)
+        fbr.addParam(i, ADDR_POSITION, 4)
+    m.transact(sr.txRxPacket, "sync read")
+    m.transact(fsr.fastSyncRead, "fast sync read")
+    m.transact(fbr.fastBulkRead, "fast bulk read")
+    for i, pos in zip(m.ids, pulses):
+        assert _s32(sr.getData(i, ADDR_POSITION, 4)) == _s32(fsr.getData(i, ADDR_POSITION, 4)) \
+            == _s32(fbr.getData(i, ADDR_POSITION, 4)) == pos
+        assert sr.getData(i, ADDR_VELOCITY, 4) == fsr.getData(i, ADDR_VELOCITY, 4) == 0
