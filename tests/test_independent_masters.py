@@ -379,13 +379,28 @@ class SdkMaster:
 
     def transact(self, fn, what: str):
         """``fn()`` returning an SDK result code; retried (3 times) after a timeout."""
+        self.ok(self._retry(lambda: (fn(),), 0), what)
+
+    def call(self, name: str, *args):
+        """``PacketHandler.name(port, *args)`` (returning ``..., result, error``), retried
+        after a timeout; returns its values without the result code."""
+        out = []
+
+        def fn():
+            out[:] = getattr(self.ph, name)(self.port, *args)
+            return out
+
+        self.ok(self._retry(fn, -2), f"{name}{args}")
+        return out[:-2] + out[-1:]
+
+    def _retry(self, fn, k: int) -> int:
         for _ in range(4):
-            result = fn()
+            result = fn()[k]
             if result not in (self.sdk.COMM_RX_TIMEOUT, self.sdk.COMM_RX_CORRUPT):
                 break
             self.retries += 1
             self.port.clearPort()
-        self.ok(result, what)
+        return result
 
     def theta(self, i: int, pos: int) -> float:
         st = self.st
@@ -422,32 +437,20 @@ def sdk_rig(machine):
 def sdk_setup(m: SdkMaster) -> None:
     """Ping, Read/Write (and their error statuses), then current mode and torque on through
     Sync Write; the Bus Watchdog stays off (nothing times the master)."""
-    ph, port = m.ph, m.port
     for i in m.ids:
-        model, result, error = ph.ping(port, i)
-        m.ok(result, f"ping {i}")
-        assert (model, error) == (1120, 0)  # XM540-W270
-        mode, result, error = ph.read1ByteTxRx(port, i, 11)
-        m.ok(result, "read operating mode")
-        assert (mode, error) == (3, 0)  # position control: the factory default
-        result, error = ph.write1ByteTxRx(port, i, 11, 0)  # current control
-        m.ok(result, "write operating mode")
-        assert error == 0 and ph.read1ByteTxRx(port, i, 11)[0] == 0
-        result, error = ph.write2ByteTxRx(port, i, 0, 1)  # model number: read-only
-        m.ok(result, "write model number")
-        assert error == 7  # access error
-        assert ph.read1ByteTxRx(port, i, ADDR_WATCHDOG)[0] == 0  # Bus Watchdog off
-    _, result, error = ph.readTxRx(port, m.ids[0], ADDR_POSITION, 200)  # past the control table
-    m.ok(result, "read past the table")
-    assert error == 7
-    result, error = ph.reboot(port, m.ids[0])  # an instruction this emulator does not implement
-    m.ok(result, "reboot")
-    assert error == 2  # instruction error
-    torque = m.sdk.GroupSyncWrite(port, ph, ADDR_TORQUE, 1)
+        assert m.call("ping", i) == [1120, 0]  # XM540-W270, no error
+        assert m.call("read1ByteTxRx", i, 11) == [3, 0]  # position control: the factory default
+        assert m.call("write1ByteTxRx", i, 11, 0) == [0]  # current control
+        assert m.call("read1ByteTxRx", i, 11) == [0, 0]
+        assert m.call("write2ByteTxRx", i, 0, 1) == [7]  # model number: read-only (access error)
+        assert m.call("read1ByteTxRx", i, ADDR_WATCHDOG) == [0, 0]  # Bus Watchdog off
+    assert m.call("readTxRx", m.ids[0], ADDR_POSITION, 200)[-1] == 7  # past the control table
+    assert m.call("reboot", m.ids[0]) == [2]  # not implemented here: instruction error
+    torque = m.sdk.GroupSyncWrite(m.port, m.ph, ADDR_TORQUE, 1)
     for i in m.ids:
         assert torque.addParam(i, [1])
     m.ok(torque.txPacket(), "sync write torque on")
-    assert [ph.read1ByteTxRx(port, i, ADDR_TORQUE)[0] for i in m.ids] == [1] * len(m.ids)
+    assert [m.call("read1ByteTxRx", i, ADDR_TORQUE) for i in m.ids] == [[1, 0]] * len(m.ids)
 
 
 def sdk_cycles(m: SdkMaster, rate_hz: float, cycles: int) -> None:
@@ -511,7 +514,7 @@ def test_dynamixel_sdk_drives_the_servo_emulator(sdk_rig, rate_hz):
     m.transact(check.txRxPacket, "bulk read of the goals")
     assert [struct.unpack("<h", struct.pack("<H", check.getData(i, ADDR_GOAL_CURRENT, 2)))[0] for i in m.ids] \
         == m.last_goals
-    assert [m.ph.read1ByteTxRx(m.port, i, ADDR_HW_ERROR)[0] for i in m.ids] == [0] * 3
+    assert [m.call("read1ByteTxRx", i, ADDR_HW_ERROR) for i in m.ids] == [[0, 0]] * 3
 
 
 def test_dynamixel_sdk_bulk_and_fast_reads(sdk_rig):
@@ -529,7 +532,7 @@ def test_dynamixel_sdk_bulk_and_fast_reads(sdk_rig):
     assert br.addParam(a, ADDR_LED, 1) and br.addParam(b, 0, 2) and br.addParam(c, ADDR_POSITION, 4)
     m.transact(br.txRxPacket, "bulk read")
     assert br.getData(a, ADDR_LED, 1) == 1 and br.getData(b, 0, 2) == 1120
-    assert ph.read1ByteTxRx(port, c, 11)[0] == 0  # the Bulk Write reached the third servo
+    assert m.call("read1ByteTxRx", c, 11) == [0, 0]  # the Bulk Write reached the third servo
     pulses = [round(m.theta0[j] / m.st.scale(j) * m.st.position_resolution[j]) for j in range(3)]
     assert _s32(br.getData(c, ADDR_POSITION, 4)) == pulses[2]
     sr = sdk.GroupSyncRead(port, ph, ADDR_VELOCITY, 8)
