@@ -87,6 +87,29 @@ def test_sync_monitoring_off_writes_zero_and_tolerates_a_drive_without_the_objec
         em.stop()
 
 
+def test_sync_monitoring_trips_only_when_configured(config):
+    """Nobody configured it: a minute without SYNC leaves the drives enabled. Configured
+    (0x1006 = 10 ms, 0x2F10 = 3) and armed by a SYNC: 35 ms of silence is a Fault."""
+    em = CiA402Emulator.from_config(config, f"test-objects-{next(_ch)}")
+    try:
+        em.cycle, em.state = 0, [p.State.OPERATION_ENABLED] * 3
+        em.last_sync = 100.0
+        em._watchdog(160.0)
+        assert em.state == [p.State.OPERATION_ENABLED] * 3 and em.sync_events == []
+        for i in range(3):
+            em.cycle_period_us[i], em.sync_loss_limit[i] = 10000, 3
+        em._watchdog(160.0)  # configured, not armed yet: monitoring starts with a SYNC
+        assert em.state == [p.State.OPERATION_ENABLED] * 3
+        em.sync_armed = [True] * 3  # (what the next SYNC does)
+        assert em.report()["sync_monitoring"] == [35000] * 3
+        em._watchdog(100.0 + 0.0349)
+        assert em.state == [p.State.OPERATION_ENABLED] * 3
+        em._watchdog(100.0 + 0.0351)
+        assert em.state == [p.State.FAULT] * 3 and [ev["node"] for ev in em.sync_events] == [1, 2, 3]
+    finally:
+        em.bus.shutdown()
+
+
 def test_a_drive_without_sync_monitoring_is_refused_in_one_line(config):
     drives, em = _configured(config, remove=(p.SYNC_LOSS_LIMIT,))
     try:
