@@ -56,6 +56,7 @@ def _configured(config, remove=(), **over):
     return drives, em
 
 
+@pytest.mark.realtime  # SDO transfers to the emulator thread (0.3 s timeout)
 def test_driver_configures_sync_monitoring(config):
     drives, em = _configured(config)
     try:
@@ -69,6 +70,7 @@ def test_driver_configures_sync_monitoring(config):
     assert em.error is None
 
 
+@pytest.mark.realtime  # SDO transfers to the emulator thread (0.3 s timeout)
 def test_sync_monitoring_off_writes_zero_and_tolerates_a_drive_without_the_object(config):
     drives, em = _configured(config, sync_loss_cycles=0)
     em.sync_loss_limit = [7] * 3  # left armed by an earlier session
@@ -110,6 +112,7 @@ def test_sync_monitoring_trips_only_when_configured(config):
         em.bus.shutdown()
 
 
+@pytest.mark.realtime  # SDO transfers to the emulator thread (0.3 s timeout)
 def test_a_drive_without_sync_monitoring_is_refused_in_one_line(config):
     drives, em = _configured(config, remove=(p.SYNC_LOSS_LIMIT,))
     try:
