@@ -29,6 +29,10 @@ with the process). At configuration every drive gets a heartbeat consumer entry 
 the abort connection option code (0x6007 = ``abort_connection``: 3 quick stop, 2 disable
 voltage, 1 fault), so a drive that hears no heartbeat for the consumer time takes its torque
 off by itself and reports EMCY 0x8130. ``heartbeat_ms = 0`` turns the heartbeat off.
+The drives' SYNC monitoring is configured too (CiA 301 0x1006 = the loop period in us, and the
+manufacturer-specific SYNC loss limit 0x2F10 = ``sync_loss_cycles``): a drive that misses that
+many SYNCs in a row (a cut cable, a master that stopped cycling) faults on its own and reports
+EMCY 0x8130. ``sync_loss_cycles = 0`` turns it off (for drives without 0x2F10).
 
 Faults (each one a ``DriveError`` with the reason, torque off first): an EMCY frame, a drive
 leaving Operation enabled (Fault, Quick stop, ...), TPDOs missing after the SYNC for more than
@@ -120,6 +124,8 @@ class CiA402DrivesTable:
     abort_connection: str = spec(STRING, "the drives' reaction to a lost heartbeat (0x6007)", "quick-stop",
                                  choices=ABORT_CONNECTION)
     master_node_id: int = spec(INTEGER, "pkrt's node id (heartbeat producer)", 127, lo=1, hi=127)
+    sync_loss_cycles: int = spec(INTEGER, "the drives' SYNC monitoring: SYNCs missed in a row before a drive faults "
+                                 "(0x1006 = period, 0x2F10 = this; 0: off)", 3, lo=0, hi=0xFFFF)
     bus_options: dict = spec(TABLE, "more python-can bus settings (not interface, channel, bitrate)",
                              {})
 
@@ -150,8 +156,6 @@ class CanEmulatorTable(EmulatorPlantTable):
                                lo=1e-5, hi=1.0)
     max_missed_cycles: int = spec(INTEGER, "the driver's missed-cycle tolerance in HIL", None, lo=0, hi=2)
     inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
-    sync_timeout_cycles: float = spec(NUMBER, "a drive without SYNC this many periods goes to Fault", 3.5,
-                                      unit="periods", lo=1.0, hi=1e9)
     delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.9, unit="periods",
                                lo=0.0, hi=1000.0)
     priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
@@ -171,7 +175,7 @@ class CiA402Drives(Drives):
                  tpdo_timeout: float | None = None, max_missed_cycles: int = 1, sdo_timeout: float = 0.3,
                  enable_timeout: float = 2.0, heartbeat_ms: int = 10, consumer_timeout_ms: int = 50,
                  abort_connection: str = "quick-stop", master_node_id: int = 127,
-                 bus_options: dict | None = None):
+                 bus_options: dict | None = None, sync_loss_cycles: int = 3):
         super().__init__(len(node_ids))
         self.node_ids = list(node_ids)
         self.rated_torque = np.asarray(rated_torque, float)  # N or N m (0x6076 / 1000)
@@ -186,6 +190,7 @@ class CiA402Drives(Drives):
         self.consumer_timeout_ms = int(consumer_timeout_ms)  # each drive's consumer time (ms)
         self.abort_connection = abort_connection  # a key of p.ABORT_CODES (0x6007)
         self.master_node_id = int(master_node_id)
+        self.sync_loss_cycles = int(sync_loss_cycles)  # each drive's SYNC loss limit (0x2F10), 0 = off
         self.bus_options = dict(bus_options or {})  # more keyword arguments for can.Bus
         # a window under a millisecond (1 kHz) is polled, not slept in: a blocked receiver must
         # be woken for every frame (on this VM ~10 us more of the sender's time per frame, 6
@@ -236,10 +241,18 @@ class CiA402Drives(Drives):
     def watchdog_text(self) -> str:
         """The drive-side safety net in use, one line (for the run summary and log header)."""
         action = f"abort connection 0x6007 = {p.ABORT_CODES[self.abort_connection]} ({self.abort_connection})"
+        sync = (f"SYNC monitoring 0x1006 = {self.cycle_period_us} us, 0x2F10 = {self.sync_loss_cycles} missed"
+                if self.sync_loss_cycles else "SYNC monitoring off (sync_loss_cycles = 0)")
         if not self.heartbeat_ms:
-            return f"heartbeat off (heartbeat_ms = 0): drives do not notice a lost master; {action} on bus-off"
+            return (f"heartbeat off (heartbeat_ms = 0): drives do not notice a lost master; {action} on bus-off; "
+                    f"{sync}")
         return (f"master heartbeat 0x{p.HEARTBEAT_BASE + self.master_node_id:03X} every {self.heartbeat_ms} ms, "
-                f"drive consumer time 0x1016 = {self.consumer_timeout_ms} ms, {action}")
+                f"drive consumer time 0x1016 = {self.consumer_timeout_ms} ms, {action}; {sync}")
+
+    @property
+    def cycle_period_us(self) -> int:
+        """The communication cycle period written to 0x1006 (us): the loop period."""
+        return max(1, round(self.period * 1e6))
 
     @classmethod
     def from_config(cls, config, overrides: dict) -> "CiA402Drives":
@@ -257,7 +270,8 @@ class CiA402Drives(Drives):
                      max_missed_cycles=d.max_missed_cycles, sdo_timeout=d.sdo_timeout,
                      enable_timeout=d.enable_timeout, heartbeat_ms=d.heartbeat_ms,
                      consumer_timeout_ms=d.consumer_timeout_ms, abort_connection=d.abort_connection,
-                     master_node_id=d.master_node_id, bus_options=dict(d.bus_options))
+                     master_node_id=d.master_node_id, bus_options=dict(d.bus_options),
+                     sync_loss_cycles=d.sync_loss_cycles)
         if drives.bus_load > 1.0:
             raise DriveConfigError(f"{config.path}: [drives], field 'bitrate': {drives.n_axes} drives at {config.rate_hz:g} Hz need "
                                    f"{drives.bus_load:.0%} of {drives.bitrate} bit/s")
@@ -328,7 +342,8 @@ class CiA402Drives(Drives):
         self.heartbeat_scheduling = heartbeat_above_caller(self._heartbeat)
 
     def _configure_watchdog(self, node) -> None:
-        """Heartbeat consumer (0x1016 sub 1, through 0) and abort connection option (0x6007)."""
+        """Heartbeat consumer (0x1016 sub 1, through 0), abort connection option (0x6007) and
+        SYNC monitoring (0x1006, 0x2F10)."""
         if self.heartbeat_ms:
             hint = ("the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the "
                     "drive-side watchdog")
@@ -342,6 +357,26 @@ class CiA402Drives(Drives):
             self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I",
                            p.heartbeat_consumer_entry(self.master_node_id, self.consumer_timeout_ms))
         self._download(node, p.ABORT_CONNECTION_OPTION, 0, "<h", p.ABORT_CODES[self.abort_connection])
+        self._configure_sync_monitoring(node)
+
+    def _configure_sync_monitoring(self, node) -> None:
+        """0x1006 = the loop period (us), 0x2F10 = ``sync_loss_cycles``; with 0, the limit is
+        set to 0 where the drive has it (monitoring off) and left alone where it does not."""
+        if not self.sync_loss_cycles:
+            try:
+                node.sdo.download(p.SYNC_LOSS_LIMIT, 0, struct.pack("<H", 0))
+            except canopen.SdoAbortedError as e:
+                if e.code not in (0x06020000, 0x06090011):  # object / sub-index does not exist
+                    raise DriveError(f"node {node.id}: SDO download to 0x{p.SYNC_LOSS_LIMIT:04X}:00 aborted: {e}") from None
+            except (canopen.SdoCommunicationError, can.CanError) as e:
+                raise DriveError(f"node {node.id}: SDO download to 0x{p.SYNC_LOSS_LIMIT:04X}:00 failed: {e}") from None
+            return
+        hint = "the drive has no SYNC monitoring here; sync_loss_cycles = 0 in [drives] runs without it"
+        try:
+            self._download(node, p.COMM_CYCLE_PERIOD, 0, "<I", self.cycle_period_us)
+            self._download(node, p.SYNC_LOSS_LIMIT, 0, "<H", self.sync_loss_cycles)
+        except DriveError as e:
+            raise DriveError(f"{e}: {hint}") from None
 
     def _map_pdo(self, node, comm: int, mapping: int, cob_id: int, trans_type: int, entries) -> None:
         """CiA 301 PDO (re)mapping: invalidate, transmission type, entries, count, validate."""

@@ -37,6 +37,19 @@ PRODUCER_HEARTBEAT_TIME = 0x1017  # u16, ms
 EMCY_HEARTBEAT = 0x8130  # life guard or heartbeat error
 
 PDO_COB_ID_INVALID = 0x80000000  # bit 31 of the COB-ID entry (sub-index 1): PDO not valid
+PDO_MAX_BITS = 64  # a classical CAN frame carries at most 8 bytes of mapped objects
+PDO_MAX_ENTRIES = 8  # mapping sub-indices 1..8 (the most 8-bit objects a PDO can hold)
+
+# SYNC monitoring (off while either is 0): CiA 301 0x1006 and a manufacturer-specific limit
+COMM_CYCLE_PERIOD = 0x1006  # u32, us: the master's SYNC period (0: not used)
+SYNC_LOSS_LIMIT = 0x2F10  # u16, manufacturer-specific: SYNCs missed in a row before the drive
+#                           faults (tripped (limit + 0.5) * 0x1006 after the last SYNC; 0: off)
+EMCY_SYNC_LOSS = 0x8130  # what the drive reports on a SYNC loss (life guard / heartbeat class)
+
+# SDO abort codes (CiA 301 7.2.4.3.17) the emulated drives answer with
+ABORT_NOT_MAPPABLE = 0x06040041  # object cannot be mapped to the PDO
+ABORT_PDO_LENGTH = 0x06040042  # number and length of the objects to be mapped would exceed PDO length
+ABORT_VALUE_RANGE = 0x06090030  # value range of parameter exceeded
 
 # -- CiA 402 objects -----------------------------------------------------------------------------
 CONTROLWORD = 0x6040

@@ -35,6 +35,10 @@ WRITE = 0x03
 REBOOT = 0x08
 SYNC_READ = 0x82
 SYNC_WRITE = 0x83
+FAST_SYNC_READ = 0x8A
+BULK_READ = 0x92
+BULK_WRITE = 0x93
+FAST_BULK_READ = 0x9A
 STATUS = 0x55
 
 # status error byte: bit 7 = hardware alert, bits 0..6 = error number
@@ -160,6 +164,61 @@ def sync_write(address: int, length: int, items) -> bytes:
         out.append(i)
         out += data
     return instruction(BROADCAST_ID, SYNC_WRITE, bytes(out))
+
+
+def bulk_read(items) -> bytes:
+    """Bulk Read (0x92): ``items`` is a sequence of (id, address, length), one status packet
+    per servo comes back, in that order."""
+    out = bytearray()
+    for i, address, length in items:
+        _check_id(i, broadcast_ok=False)
+        out += struct.pack("<BHH", i, address, length)
+    return instruction(BROADCAST_ID, BULK_READ, bytes(out))
+
+
+def bulk_write(items) -> bytes:
+    """Bulk Write (0x93): ``items`` is a sequence of (id, address, data); no status packet."""
+    out = bytearray()
+    for i, address, data in items:
+        _check_id(i, broadcast_ok=False)
+        out += struct.pack("<BHH", i, address, len(data)) + bytes(data)
+    return instruction(BROADCAST_ID, BULK_WRITE, bytes(out))
+
+
+def parse_bulk_read(params: bytes) -> list[tuple[int, int, int]] | None:
+    """The (id, address, length) entries of Bulk Read parameters; None when malformed."""
+    if not params or len(params) % 5:
+        return None
+    return [struct.unpack_from("<BHH", params, k) for k in range(0, len(params), 5)]
+
+
+def parse_bulk_write(params: bytes) -> list[tuple[int, int, bytes]] | None:
+    """The (id, address, data) entries of Bulk Write parameters; None when malformed."""
+    out, k = [], 0
+    while k < len(params):
+        if k + 5 > len(params):
+            return None
+        i, address, n = struct.unpack_from("<BHH", params, k)
+        if n < 1 or k + 5 + n > len(params):
+            return None
+        out.append((i, address, bytes(params[k + 5: k + 5 + n])))
+        k += 5 + n
+    return out or None
+
+
+def fast_status(blocks) -> bytes:
+    """The one status packet answering Fast Sync Read (0x8A) or Fast Bulk Read (0x9A): ID
+    0xFE, then per servo ``error, id, data, CRC`` (``blocks``: (id, error, data) in the order
+    asked). Each block's CRC is the CRC-16 of the packet from its header to the end of that
+    block's data (the servos append to the packet one after the other; the last block's CRC
+    is the packet's). Not byte-stuffed (ROBOTIS's SDK does not unstuff fast packets)."""
+    n = 1 + sum(4 + len(d) for _, _, d in blocks)
+    pkt = bytearray(HEADER + bytes((BROADCAST_ID, n & 0xFF, n >> 8, STATUS)))
+    for i, err, data in blocks:
+        pkt += bytes((err & 0xFF, i)) + bytes(data)
+        c = crc16(pkt)
+        pkt += bytes((c & 0xFF, c >> 8))
+    return bytes(pkt)
 
 
 def decode(pkt: bytes) -> Packet:

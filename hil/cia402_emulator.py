@@ -38,10 +38,23 @@ Fault injection (``fault``, from cycle ``inject_cycle`` on):
                no controller state, so this is how python-can's ``virtual`` interface can show it.
                Every drive, itself off the bus, reacts per its abort connection option code
                (0x6007, as the master configured it): torque off at once.
-  sever        the cable is cut: the emulator neither receives nor sends. Each drive's own SYNC
-               watchdog (``sync_timeout_cycles`` periods without SYNC) takes its torque off.
+  sever        the cable is cut: the emulator neither receives nor sends. Each drive whose SYNC
+               monitoring the master configured (below) takes its torque off by itself.
   nan          the first drive's position and velocity actual values become 0x80000000 (its
                encoder reading is not finite), a value the master must reject.
+
+SYNC monitoring (off by default, as on real drives): armed for a drive once the master has
+written both the communication cycle period 0x1006 (u32, us; CiA 301) and the manufacturer-
+specific SYNC loss limit 0x2F10 (u16: SYNCs missed in a row), both non-zero, and a SYNC has
+arrived since. A drive in Operation enabled that then sees no SYNC for (limit + 0.5) x 0x1006
+goes to Fault and sends EMCY 0x8130. Without that configuration a master may send SYNC at any
+period, or pause, without losing its drives.
+
+PDO mapping (CiA 301): writing the number of mapped objects (sub-index 0 of 0x1600, 0x1A00,
+0x1A01) checks the entries: more than 64 bits (8 bytes) in all, or more than 8 entries, is
+refused with SDO abort 0x06040042; an entry (or a count covering one) that this drive cannot
+map in that direction is refused with 0x06040041. The mapping in force is read when the node
+goes Operational.
 
 Torque off is measured here: the cycle at which every drive has left Operation enabled (no
 further torque reaches the plant), reported as ``torque_off_cycle``.
@@ -88,11 +101,15 @@ def _var(name: str, index: int, sub: int, data_type: int, access: str, default) 
 
 
 def build_object_dictionary(node_id: int, rated_mnm: int) -> od.ObjectDictionary:
-    """The object dictionary of one emulated CiA 402 servo drive (rated torque in mN m or mN)."""
+    """The object dictionary of one emulated CiA 402 servo drive (rated torque in mN m or mN).
+    0x2F10 (SYNC loss limit) is this drive's manufacturer-specific object; docs/emulators.md
+    lists every object."""
     d = od.ObjectDictionary()
     d.node_id = node_id
     for v in (_var("Device type", 0x1000, 0, dt.UNSIGNED32, "ro", 0x00020192),
               _var("Error register", 0x1001, 0, dt.UNSIGNED8, "ro", 0),
+              _var("Communication cycle period", p.COMM_CYCLE_PERIOD, 0, dt.UNSIGNED32, "rw", 0),
+              _var("SYNC loss limit", p.SYNC_LOSS_LIMIT, 0, dt.UNSIGNED16, "rw", 0),
               _var("Producer heartbeat time", 0x1017, 0, dt.UNSIGNED16, "rw", 0),
               _var("Abort connection option code", p.ABORT_CONNECTION_OPTION, 0, dt.INTEGER16, "rw", 2),
               _var("Controlword", p.CONTROLWORD, 0, dt.UNSIGNED16, "rw", 0),
@@ -129,6 +146,19 @@ def build_object_dictionary(node_id: int, rated_mnm: int) -> od.ObjectDictionary
 _MAPPABLE_RX = {p.MAP_CONTROLWORD: "H", p.MAP_TARGET_TORQUE: "h"}
 _MAPPABLE_TX = {p.MAP_STATUSWORD: "H", p.MAP_POSITION_ACTUAL: "i", p.MAP_VELOCITY_ACTUAL: "i",
                 0x60770010: "h", 0x60610008: "b"}
+_MAPPING = {0x1600: _MAPPABLE_RX, 0x1A00: _MAPPABLE_TX, 0x1A01: _MAPPABLE_TX}  # mapping index -> table
+
+
+def check_mapping(entries: list[int], table: dict) -> None:
+    """CiA 301 checks of the PDO mapping ``entries`` (index << 16 | sub << 8 | bits) that a
+    master validates by writing their count: SdoAbortedError 0x06040041 for an object this
+    drive cannot map in that direction, 0x06040042 for more than 8 entries or 64 bits."""
+    if len(entries) > p.PDO_MAX_ENTRIES:
+        raise SdoAbortedError(p.ABORT_PDO_LENGTH)
+    if any(e not in table for e in entries):
+        raise SdoAbortedError(p.ABORT_NOT_MAPPABLE)
+    if sum(e & 0xFF for e in entries) > p.PDO_MAX_BITS:
+        raise SdoAbortedError(p.ABORT_PDO_LENGTH)
 
 
 class CiA402Emulator:
@@ -136,7 +166,7 @@ class CiA402Emulator:
 
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
-                 inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.9,
+                 inject_cycle: int | None = None, delay_cycles: float = 0.9,
                  bus_options: dict | None = None):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")
@@ -148,7 +178,6 @@ class CiA402Emulator:
         self.period = 1.0 / rate_hz
         self.fault = fault
         self.inject_cycle = inject_cycle
-        self.sync_timeout = sync_timeout_cycles * self.period
         self.delay = delay_cycles * self.period
         self.bus = can.Bus(interface=interface, channel=channel, **(bus_options or {}))
         self.network = canopen.Network(self.bus)
@@ -173,6 +202,10 @@ class CiA402Emulator:
         self.ever_enabled = [False] * s
         self.off_at: list[float | None] = [None] * s  # time.monotonic() of leaving Operation enabled
         self.abort_code = [p.ABORT_DISABLE_VOLTAGE] * s  # 0x6007 (the dictionary's default)
+        self.cycle_period_us = [0] * s  # 0x1006 as the master wrote it (0: not used)
+        self.sync_loss_limit = [0] * s  # 0x2F10: SYNCs missed in a row before a fault (0: off)
+        self.sync_armed = [False] * s  # both configured and a SYNC seen since: monitoring on
+        self.sync_events: list[dict] = []  # SYNC losses: node, time, silence
         self.hb_consumer: list[tuple[int, float] | None] = [None] * s  # (producer id, consumer time s)
         self.hb_last: list[float | None] = [None] * s  # monotonic time of the last heartbeat; None: not armed
         self.heartbeat_events: list[dict] = []
@@ -204,7 +237,7 @@ class CiA402Emulator:
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
                     plant=None, bus_options: dict | None = None) -> "CiA402Emulator":
         """The emulator of a machine configuration: ``[drives]`` (node ids, scaling) and
-        ``[emulator]`` (plant, ``inject_after`` s, ``sync_timeout_cycles``, ``delay_cycles``)."""
+        ``[emulator]`` (plant, ``inject_after`` s, ``delay_cycles``)."""
         from pkrt.drivers.cia402 import CiA402Drives
         from pkrt.drivers.sim import Plant
 
@@ -213,7 +246,7 @@ class CiA402Emulator:
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(em.inject_after * config.rate_hz)) if fault else None,
-                   em.sync_timeout_cycles, em.delay_cycles, bus_options)
+                   em.delay_cycles, bus_options)
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):
@@ -242,13 +275,38 @@ class CiA402Emulator:
             elif index == p.ABORT_CONNECTION_OPTION:
                 code = struct.unpack("<h", data)[0]
                 if not 0 <= code <= p.ABORT_QUICK_STOP:
-                    raise SdoAbortedError(0x06090030)  # value range of parameter exceeded
+                    raise SdoAbortedError(p.ABORT_VALUE_RANGE)
                 self.abort_code[i] = code
+            elif index == p.COMM_CYCLE_PERIOD:
+                self.cycle_period_us[i] = struct.unpack("<I", data)[0]
+                self.sync_armed[i] = False  # armed again by the next SYNC
+            elif index == p.SYNC_LOSS_LIMIT:
+                self.sync_loss_limit[i] = struct.unpack("<H", data)[0]
+                self.sync_armed[i] = False
+            elif index in _MAPPING:
+                self._check_mapping_write(i, index, subindex, data)
             elif index == p.HEARTBEAT_CONSUMER_TIME and subindex == 1:
                 producer, ms = p.decode_heartbeat_consumer_entry(struct.unpack("<I", data)[0])
                 self.hb_consumer[i] = (producer, ms / 1000.0) if ms and producer else None
                 self.hb_last[i] = None  # armed by the producer's next heartbeat
         return cb
+
+    def _check_mapping_write(self, i: int, index: int, subindex: int, data: bytes) -> None:
+        """A write to PDO mapping ``index``: an entry must be mappable (or 0, unused); the count
+        validates the mapping (``check_mapping``)."""
+        table = _MAPPING[index]
+        if subindex == 0:
+            node = self.nodes[i]
+            entries = [struct.unpack("<I", node.get_data(index, k))[0] for k in range(1, min(data[0], 8) + 1)]
+            check_mapping(entries + [0] * (data[0] - len(entries)), table)
+        elif (e := struct.unpack("<I", data)[0]) and e not in table:
+            raise SdoAbortedError(p.ABORT_NOT_MAPPABLE)
+
+    def sync_timeout(self, i: int) -> float | None:
+        """Drive i's SYNC monitoring time (s) when armed: (0x2F10 + 0.5) x 0x1006; else None."""
+        if not self.sync_armed[i]:
+            return None
+        return (self.sync_loss_limit[i] + 0.5) * self.cycle_period_us[i] * 1e-6
 
     def _counts(self, x: float, i: int) -> int:
         """SI -> increments; a non-finite value reads as the invalid value 0x80000000."""
@@ -359,8 +417,9 @@ class CiA402Emulator:
         try:
             while self._running:
                 timeout = 0.01
-                if self.cycle >= 0 and S.OPERATION_ENABLED in self.state:  # SYNC watchdog armed
-                    timeout = max(0.0, min(timeout, self.last_sync + self.sync_timeout - time.perf_counter()))
+                sync_due = self._sync_due()
+                if sync_due is not None:  # SYNC monitoring of a drive in Operation enabled
+                    timeout = max(0.0, min(timeout, sync_due - time.perf_counter()))
                 if self._late:
                     timeout = max(0.0, min(timeout, self._late[0][0] - time.perf_counter()))
                 hb_due = self._heartbeat_due()
@@ -387,6 +446,8 @@ class CiA402Emulator:
             return
         cid = msg.arbitration_id
         if cid == p.SYNC_COB_ID:
+            for i, (t, n) in enumerate(zip(self.cycle_period_us, self.sync_loss_limit)):
+                self.sync_armed[i] = bool(t and n)  # SYNC monitoring starts with a SYNC
             self._on_sync(now, msg.timestamp)
         elif p.HEARTBEAT_BASE < cid <= p.HEARTBEAT_BASE + 0x7F and len(msg.data) == 1:
             producer = cid - p.HEARTBEAT_BASE
@@ -503,16 +564,27 @@ class CiA402Emulator:
         self.stall_max = max(self.stall_max, late)
         self.last_sync += late
 
+    def _sync_due(self) -> float | None:
+        """The earliest perf_counter() time at which an armed SYNC monitoring of a drive in
+        Operation enabled trips, or None."""
+        due = [self.last_sync + t for i, st in enumerate(self.state)
+               if st is S.OPERATION_ENABLED and (t := self.sync_timeout(i)) is not None]
+        return min(due) if due else None
+
     def _watchdog(self, now: float) -> None:
-        """A drive in Operation enabled that sees no SYNC for ``sync_timeout`` goes to Fault."""
-        if self.cycle < 0 or now - self.last_sync <= self.sync_timeout:
+        """A drive in Operation enabled whose armed SYNC monitoring saw no SYNC for its
+        ``sync_timeout`` goes to Fault (EMCY 0x8130)."""
+        if self.cycle < 0:
             return
         for i in range(len(self.node_ids)):
-            if self.state[i] is S.OPERATION_ENABLED:  # tripped at last_sync + sync_timeout
-                self._set_state(i, S.FAULT, int(self.sync_timeout / self.period))
+            t = self.sync_timeout(i)
+            if self.state[i] is S.OPERATION_ENABLED and t is not None and now - self.last_sync > t:
+                self._set_state(i, S.FAULT, int(t / self.period))  # tripped at last_sync + t
+                self.sync_events.append({"node": self.node_ids[i], "at": time.monotonic(),
+                                         "silent_s": round(now - self.last_sync, 6), "timeout_s": t})
                 if not self.bus_dead:  # EMCY 0x8130: life guard / heartbeat (SYNC) error
                     self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
-                                           data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))
+                                           data=p.encode_emcy(p.EMCY_SYNC_LOSS, 0x11), is_extended_id=False))
 
     # -- heartbeat consumer and abort connection option ---------------------------------------
     def _heartbeat_due(self) -> float | None:
@@ -581,7 +653,9 @@ class CiA402Emulator:
         on = any(st is S.OPERATION_ENABLED for st in self.state)
         offs = [t for t, e in zip(self.off_at, self.ever_enabled) if e]
         return {"torque_on": on, "torque_off_at": None if on or not offs or None in offs else max(offs),
-                "heartbeat_events": list(self.heartbeat_events),
+                "heartbeat_events": list(self.heartbeat_events), "sync_events": list(self.sync_events),
+                "sync_monitoring": [None if t is None else round(t * 1e6) for t in map(self.sync_timeout,
+                                                                                    range(len(self.node_ids)))],
                 "heartbeat_consumers": [None if c is None else {"producer": c[0], "ms": round(c[1] * 1e3)}
                                         for c in self.hb_consumer],
                 "abort_codes": list(self.abort_code),

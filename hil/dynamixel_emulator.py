@@ -2,8 +2,13 @@
 
 One process holds the master side of a pty (``os.openpty()``); the driver opens the slave
 path with pyserial as if it were a USB-serial adapter. The emulator answers Protocol 2.0 Ping,
-Read, Write, Sync Read and Sync Write for its servos, each with an X-series control table
-(current mode only moves the plant).
+Read, Write, Sync Read, Sync Write, Bulk Read, Bulk Write, Fast Sync Read and Fast Bulk Read
+for its servos, each with an X-series control table (current mode only moves the plant);
+other instructions to one servo get an Instruction Error status (docs/emulators.md).
+Bulk Read answers like Sync Read: one status packet per servo, in the order asked. A Bulk
+Write whose entries all write the same address and length acts as that Sync Write (a Goal
+Current one is a loop cycle); the fast reads answer with one status packet (ID 0xFE) holding
+every servo's block.
 
 Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
@@ -346,18 +351,22 @@ class DynamixelEmulator:
                                             "cycle": self.cycles})
         self._check_torque_off()
 
+    def _alert(self, dxl_id: int, error: int) -> int:
+        """The status error byte with the alert bit of a servo that has a hardware error."""
+        return error | dxp.ERR_ALERT if self.servos[dxl_id].table[ADDR_HARDWARE_ERROR] else error
+
     def _out(self, dxl_id: int, error: int, params: bytes, now: float, out: list) -> None:
         """Queue one status packet through the fault layer."""
-        sv = self.servos[dxl_id]
-        if sv.table[ADDR_HARDWARE_ERROR]:
-            error |= dxp.ERR_ALERT
-        pkt = dxp.status(dxl_id, error, params)
+        self._send(dxp.status(dxl_id, self._alert(dxl_id, error), params), (dxl_id,), now, out)
+
+    def _send(self, pkt: bytes, ids, now: float, out: list) -> None:
+        """Queue ``pkt`` (the status of servos ``ids``) through the fault layer."""
         due = now
         if self.injected:
             if self.fault == "sever":
                 self.counts["suppressed"] += 1
                 return
-            if dxl_id == self.fault_servo and self.fault in ("drop", "corrupt"):
+            if self.fault_servo in ids and self.fault in ("drop", "corrupt"):
                 self._status_count += 1
                 if self._status_count % self.fault_period == 0:
                     if self.fault == "drop":
@@ -451,6 +460,42 @@ class DynamixelEmulator:
                     sv.goal_current() for sv in self.servos.values()):
                 self.nonzero_after_off += 1
             self._check_torque_off()
+        elif inst == dxp.BULK_READ and (items := dxp.parse_bulk_read(p)) is not None:
+            self._catch_up(now)
+            self._tick(now)
+            for i, addr, n in items:
+                if i in self.servos:
+                    err, data = self.servos[i].read(addr, n)
+                    self._out(i, err, data, now, out)
+        elif inst == dxp.BULK_WRITE and (items := dxp.parse_bulk_write(p)) is not None:
+            if len({(a, len(d)) for _, a, d in items}) == 1:  # one address and length: a Sync Write
+                a, n = items[0][1], len(items[0][2])
+                params = struct.pack("<HH", a, n) + b"".join(bytes((i,)) + d for i, _, d in items)
+                self._instruction(dxp.Packet(pkt.id, dxp.SYNC_WRITE, -1, params), now, out)
+            else:
+                if self.clock == "wall":
+                    self._advance(now)  # the old values act up to now
+                for i, a, d in items:
+                    if i in self.servos:
+                        self.servos[i].write(a, d)
+                self._check_torque_off()
+        elif inst in (dxp.FAST_SYNC_READ, dxp.FAST_BULK_READ) and pkt.id == dxp.BROADCAST_ID:
+            if inst == dxp.FAST_BULK_READ:
+                items = dxp.parse_bulk_read(p)
+            elif len(p) >= 5:
+                addr, n = struct.unpack_from("<HH", p)
+                items = [(i, addr, n) for i in p[4:]]
+            else:
+                items = None
+            items = [it for it in items or () if it[0] in self.servos]
+            if items:
+                self._catch_up(now)
+                self._tick(now)
+                blocks = []
+                for i, addr, n in items:
+                    err, data = self.servos[i].read(addr, n)
+                    blocks.append((i, self._alert(i, err), data))  # an error: no data in its block
+                self._send(dxp.fast_status(blocks), [i for i, _, _ in items], now, out)
         elif targets and pkt.id != dxp.BROADCAST_ID:
             self._out(targets[0], 2, b"", now, out)  # instruction error
 

@@ -467,6 +467,9 @@ def test_the_sync_watchdog_times_the_master_not_a_host_that_held_the_emulator(co
     try:
         em.cycle = 0
         em.state = [p.State.OPERATION_ENABLED] * 3
+        em.cycle_period_us = [round(em.period * 1e6)] * 3  # monitoring as the driver configures it
+        em.sync_loss_limit = [3] * 3
+        em.sync_armed = [True] * 3
         now = 100.0
         em.last_sync = now - 4.0 * em.period  # past the 3.5-period watchdog ...
         em._held(3.0 * em.period)  # ... but the host held this process for 3 periods of it

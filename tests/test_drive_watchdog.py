@@ -68,10 +68,10 @@ def plant(can_config):
 def can_pair(config, plant, **over):
     ch = f"test-watchdog-{next(_ch)}"
     plant.reset(THETA0)
+    # the drives' SYNC monitoring (also EMCY 0x8130) is not under test here: not configured
     drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 * PERIOD,
-                                               "max_missed_cycles": 2, **over})
+                                               "max_missed_cycles": 2, "sync_loss_cycles": 0, **over})
     em = CiA402Emulator.from_config(config, ch, plant=plant)
-    em.sync_timeout = 10.0  # the drives' SYNC watchdog (also EMCY 0x8130) is not under test here
     return drives, em, ch
 
 
@@ -519,4 +519,4 @@ def test_watchdog_settings_in_the_run_summary_and_log(tmp_path):
     c = CiA402Drives.from_config(load_machine("orthoglide-can"), {})
     assert json.loads(json.dumps(c.describe()))["drive_watchdog"] == (
         "master heartbeat 0x77F every 10 ms, drive consumer time 0x1016 = 50 ms, "
-        "abort connection 0x6007 = 3 (quick-stop)")
+        "abort connection 0x6007 = 3 (quick-stop); SYNC monitoring 0x1006 = 1000 us, 0x2F10 = 3 missed")

@@ -48,12 +48,12 @@ def _pair(fault=None, inject_cycle=None, rate_hz=50.0):
     ids = [1, 2, 3, 4, 5, 6]
     plant = SixAxes()
     plant.reset(np.linspace(-0.05, 0.05, 6))
-    # the drives' SYNC watchdog is long here: a test process held up by a loaded machine is not
-    # what these tests are about (tests/test_hil_can.py covers the watchdogs at 1 kHz)
+    # no SYNC monitoring here: a test process held up by a loaded machine is not what these
+    # tests are about (tests/test_hil_can.py covers the watchdogs at 1 kHz)
     em = CiA402Emulator(plant, ids, np.full(6, 200.0), np.full(6, 1e6), rate_hz, ch, fault=fault,
-                        inject_cycle=inject_cycle, sync_timeout_cycles=100.0)
+                        inject_cycle=inject_cycle)
     drives = CiA402Drives(ids, np.full(6, 200.0), np.full(6, 1e6), rate_hz, interface="virtual", channel=ch,
-                          tpdo_timeout=0.75 / rate_hz, max_missed_cycles=2, heartbeat_ms=0)
+                          tpdo_timeout=0.75 / rate_hz, max_missed_cycles=2, heartbeat_ms=0, sync_loss_cycles=0)
     return em, drives, plant
 
 

@@ -275,7 +275,7 @@ def run_can_udp_bench(cycles: int = 3000, rate_hz: float = 1000.0, priorities: t
     with tempfile.TemporaryDirectory() as d:
         for prio in priorities:
             group, port = udp_channel()
-            path = machine_copy(d, "orthoglide-can", {"emulator": {"sync_timeout_cycles": "1e6"}})
+            path = machine_copy(d, "orthoglide-can", {"drives": {"sync_loss_cycles": "0"}})
             config = dataclasses.replace(load_machine(path), rate_hz=rate_hz)
             drives = CiA402Drives.from_config(config, {"interface": "udp_multicast", "channel": group,
                                                        "bus_options": {"port": port},

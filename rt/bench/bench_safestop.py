@@ -6,7 +6,7 @@ torque by themselves (``time.monotonic()`` is one clock for every process of the
   (address 98) stops them.
 - can: the CiA 402 emulator over python-can's udp_multicast; the drives' heartbeat consumer
   (0x1016) misses the master's heartbeat and carries out the abort connection option (0x6007).
-  The emulator's own SYNC watchdog is turned off here ([emulator] sync_timeout_cycles), so
+  The drives' SYNC monitoring is not configured here ([drives] sync_loss_cycles = 0), so
   only the heartbeat can stop the drives.
 
 Both run the Orthoglide demo at 100 Hz (the HIL rate of this shared 2-vCPU machine).
@@ -120,11 +120,10 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
     else:
         group, port = udp_channel()
         drives = {"interface": '"udp_multicast"', "channel": f'"{group}"', "bus_options": f"{{ port = {port} }}",
-                  "tpdo_timeout": "0.005", "max_missed_cycles": "2"}
+                  "tpdo_timeout": "0.005", "max_missed_cycles": "2", "sync_loss_cycles": "0"}
         if watchdog_ms is not None:
             drives.update(heartbeat_ms="10" if watchdog_ms else "0", consumer_timeout_ms=str(watchdog_ms or 50))
-        path = machine_copy(directory, "orthoglide-can", {"machine": {"rate_hz": "100.0"}, "drives": drives,
-                                                          "emulator": {"sync_timeout_cycles": "1e6"}})
+        path = machine_copy(directory, "orthoglide-can", {"machine": {"rate_hz": "100.0"}, "drives": drives})
         emu = CanEmulatorProcess(path, 100.0, "udp_multicast", group, {"port": port}, None, THETA0)
         sniffer = _Sniffer(group, port)
         extra = []
