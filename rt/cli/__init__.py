@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log info": ("pkrt.rt.cli.log", "summary of a run log"),
     "log export": ("pkrt.rt.cli.log", "export a run log as CSV, MCAP or a ROS 2 bag"),
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
+    "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
+    "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..."),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
 
