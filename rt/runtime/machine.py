@@ -174,7 +174,7 @@ class Machine:
     def status(self) -> dict:
         return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
-                "reference": self.ref_now.tolist(), "motion": self.source.status(), "override": self.override,
+                "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
                 "fault": self.fault_reason, "overruns": self.overruns, "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on)}
 
