@@ -17,7 +17,8 @@ client, scheduler and workers), ``toolchannels`` (the tool channels' forward kin
 row, warm from the last row and cold from the reference assembly, for the Orthoglide, the Delta
 and the hexapod), ``hexapod`` (its demo in lockstep on the exact plant with the tree and the
 exact reduction in the loop: plant and controller time per cycle, the run's wall time; a 1 s
-real-time attempt).
+real-time attempt), ``serve`` (a served machine: command round trip over its socket, the live-target
+generator's cost per cycle, a real-time stream of targets).
 """
 
 from __future__ import annotations
@@ -36,4 +37,5 @@ SECTIONS = {
     "dask": ("pkrt.rt.bench.bench_dask", "run_dask_bench"),
     "toolchannels": ("pkrt.rt.bench.bench_toolchannels", "run_toolchannels_bench"),
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
+    "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
 }

@@ -1,0 +1,101 @@
+"""A served machine, measured (``pkrt bench --only serve``): the round trip of a command
+(client -> Unix socket -> the loop's next cycle -> reply) on the Delta's simulated plant
+served in real time at 1 kHz; the live-target generator's (ruckig) cost per cycle with a new
+target every cycle for 60 s of loop time; a real-time stream of targets (one per cycle from
+a client thread) with the limits checked at every sample and the overruns counted."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.loop import percentiles_us
+
+
+def _round_trips(n: int = 400) -> dict:
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+
+    with tempfile.TemporaryDirectory() as d:
+        with Served("delta", socket_path=str(Path(d) / "b.sock"), log_path=None) as srv:
+            srv.start()
+            with MachineClient(srv.socket_path) as c:
+                c.enable()
+                out = {}
+                for cmd in ("status", "alive"):
+                    t = np.empty(n)
+                    for i in range(n):
+                        t0 = time.perf_counter()
+                        c.call(cmd)
+                        t[i] = time.perf_counter() - t0
+                        time.sleep(0.0013 * (i % 3))  # requests land at different phases of the period
+                    out[cmd] = percentiles_us(t)
+                st = c.status()
+            out["overruns"] = st["overruns"]
+            out["state"] = st["state"]
+    return out
+
+
+def _generator_cost(seconds: float = 60.0) -> dict:
+    from pkrt.rt.runtime.live import LiveTarget
+
+    dt = 1e-3
+    n = int(seconds / dt)
+    lo, hi = np.full(3, -0.28), np.full(3, 0.98)
+    src = LiveTarget(np.zeros(3), np.zeros(3), 0.0, np.full(3, 1.5), np.full(3, 40.0), lo, hi, dt, 0.2)
+    w = np.array([1.0, 1.3, 1.7])
+    cost = np.empty(n)
+    held = True
+    for k in range(n):
+        tgt = 0.3 + 0.3 * np.sin(w * k * dt)
+        t0 = time.perf_counter()
+        src.set_target(tgt, k * dt)
+        src.step(dt)
+        cost[k] = time.perf_counter() - t0
+        held &= bool(np.all(src.pos >= lo) and np.all(src.pos <= hi))
+    return {"cycles": n, "us_per_cycle": percentiles_us(cost), "limits_held": held and src.limit_error is None}
+
+
+def _stream_realtime(seconds: float = 10.0) -> dict:
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+    from pkrt.rt.logfile import read_log
+
+    with tempfile.TemporaryDirectory() as d:
+        log = str(Path(d) / "s.pktlog")
+        with Served("delta", socket_path=str(Path(d) / "s.sock"), log_path=log) as srv:
+            srv.start()
+            lo, hi = srv.machine.lo, srv.machine.hi
+            with MachineClient(srv.socket_path) as c:
+                c.enable()
+                c.home()
+                t0 = time.monotonic()
+                w = np.array([1.0, 1.3, 1.7])
+                sent = 0
+                while time.monotonic() - t0 < seconds:
+                    t = time.monotonic() - t0
+                    r = c.request({"cmd": "stream", "target": (0.3 + 0.3 * np.sin(w * t)).tolist()})
+                    if not r["ok"]:  # a fault (on a loaded machine: the watchdog) ended it
+                        break
+                    sent += 1
+                end = time.monotonic() + 30
+                while c.status()["state"] not in ("standstill", "error_stop") and time.monotonic() < end:
+                    time.sleep(0.01)
+                st = c.status()
+            srv.close()
+        data = read_log(log)
+        ref = data.channels["ref_pos"]
+        comp = data.channels["compute_us"]
+        moving = data.channels["state"] == 3
+    return {"seconds": seconds, "targets_sent": sent, "overruns": st["overruns"], "fault": st["fault"], "stopped_after_s": round(time.monotonic() - t0, 3),
+            "limits_held": bool(np.all(ref >= lo - 1e-12) and np.all(ref <= hi + 1e-12)),
+            "cycle_compute_us_while_streaming": percentiles_us(comp[moving] * 1e-6)}
+
+
+def run_serve_bench() -> dict:
+    return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
+            "live_target_generator": _generator_cost(), "stream_real_time": _stream_realtime()}
