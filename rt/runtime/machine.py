@@ -282,10 +282,13 @@ class Machine:
 
     def _home(self) -> dict:
         d = self.drives
-        if getattr(d, "absolute", True) or not hasattr(d, "home_start"):
+        if getattr(d, "absolute", d.backend in ("sim", "dynamixel")):
             self.homed = True
             self.event("homed", "absolute encoders: position known")
             return {"ok": True, "homed": True, "method": "absolute"}
+        if not hasattr(d, "home_start"):
+            return {"ok": False, "error": f"home refused: homing {d.backend} drives from pkrt serve is not supported yet "
+                                          f"(pkrt.drivers.cia402_homing.home runs it before the loop)"}
         try:
             d.home_start()
         except Exception as e:  # noqa: BLE001
