@@ -89,6 +89,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
             dl(node, HOMING_SPEEDS, 1, "<I", int(round(speeds_counts[0])))
             dl(node, HOMING_SPEEDS, 2, "<I", int(round(speeds_counts[1])))
             dl(node, HOMING_ACCEL, 0, "<I", int(round(accel_counts)))
+        ticker.start()  # before any drive is enabled: a drive that saw SYNC before watches for it from then on
         for node in nodes:  # to Operation enabled (in homing mode), then the start edge
             last = -1
             end = time.monotonic() + drives.enable_timeout
@@ -103,8 +104,6 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
                     dl(node, p.CONTROLWORD, 0, "<H", cw)
                     last = cw
             dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)
-            if not ticker.is_alive():  # from the first drive enabled in homing mode (it holds the axis)
-                ticker.start()
         for node in nodes:
             dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION | CW_HOMING_START)
         t0 = time.monotonic()
@@ -153,3 +152,24 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
         stop_sync.set()
         if ticker.is_alive():
             ticker.join(1.0)
+
+
+def leave_cyclic(drives) -> None:
+    """Stop the cyclic path of disabled ``CiA402Drives`` and bring SDO back (the homing
+    procedure talks SDO): the canopen notifier restarted, the drives configured again (not
+    enabled), ready for ``home``."""
+    drives.disable()
+    drives._cyclic = False
+    if drives._network is not None and drives._network.notifier is None:
+        drives._network.notifier = can.Notifier(drives._bus, drives._network.listeners, 0.05)
+    drives.state = drives.state.__class__.CONFIGURED
+
+
+def home_si(drives, method: int, offset_si, speeds_si: tuple[float, float], timeout: float,
+            halt: threading.Event | None = None) -> dict:
+    """``home`` with the offset (m or rad) and speeds (m/s or rad/s) in SI, converted with
+    each drive's increments per unit (the speeds of the first drive's scale)."""
+    inc = np.asarray(drives.increments, float)
+    offs = np.round(np.broadcast_to(np.asarray(offset_si, float), inc.shape) * inc).astype(np.int64)
+    speeds = (abs(speeds_si[0]) * inc[0], abs(speeds_si[1]) * inc[0])
+    return home(drives, method, offs, speeds, 10.0 * speeds[0], timeout, halt)

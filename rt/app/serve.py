@@ -36,13 +36,14 @@ class Served:
     """Everything of one served machine. ``start`` runs the loop in a thread (tests, benches);
     ``pkrt serve`` runs ``machine.run`` in its main thread instead."""
 
-    def __init__(self, machine_name: str, *, socket_path: str | None = None, lockstep: bool = False,
+    def __init__(self, machine_name, *, socket_path: str | None = None, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, realtime: bool = False, tcp_port: int | None = None,
                  token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None):
         from pkrt.drivers import open_drives
         from pkrt.rt.run import load_controller_tree
 
-        self.config = config = load_machine(machine_name)
+        # a configuration's name or path, or a loaded MachineConfig (tests: a changed rate)
+        self.config = config = load_machine(machine_name) if isinstance(machine_name, (str, Path)) else machine_name
         tree = load_controller_tree(config)
         sim = config.backend == "sim"
         if sim and config.drives.plant == "exact":

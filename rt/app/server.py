@@ -29,7 +29,7 @@ from pkrt.rt.errors import UserError
 from pkrt.rt.plan import Planned
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
-SIMPLE = ("status", "enable", "disable", "home", "hold", "resume", "stop", "estop", "reset", "alive", "release")
+SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
 
 
 def _vector(req: dict, key: str, n: int | None = None) -> np.ndarray:
@@ -69,6 +69,15 @@ class Translator:
             return {"cmd": cmd, "owner": owner}
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
+        if cmd == "home":  # CiA 402 homing: method, offset (actuator units), speeds (units/s), timeout (s)
+            out = {"cmd": "home", "method": int(_number(req, "method", 35, lo=-128, hi=127)),
+                   "timeout": _number(req, "timeout", 30.0, lo=0.01, hi=3600.0)}
+            if "offset" in req:
+                out["offset"] = (_vector(req, "offset", m.s).tolist() if isinstance(req["offset"], list)
+                                 else _number(req, "offset", lo=-np.inf))
+            if "speeds" in req:
+                out["speeds"] = _vector(req, "speeds", 2).tolist()
+            return out
         space = req.get("space", "joint")
         if space not in ("joint", "task"):
             raise UserError(f"'space' must be joint or task, got {space!r}")

@@ -76,9 +76,9 @@ class Pending:
 
 class Machine:
     """The long-running loop. ``start`` is where a simulated plant starts (real drives stay
-    where they are). ``absolute``: the drives know their position at power-up (simulated plant,
-    Dynamixel): homing only confirms it; otherwise ``drives.home_start`` / ``home_poll`` run
-    the drives' homing (CiA 402 mode 6)."""
+    where they are). Drives with absolute encoders (simulated plant, Dynamixel) are homed by
+    ``home`` at once; CiA 402 drives run homing mode 6 (``pkrt.drivers.cia402_homing``) in a
+    helper thread while the loop waits in ``homing`` without drive I/O."""
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
@@ -108,6 +108,7 @@ class Machine:
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
         self.homing = None
+        self.home_result: dict | None = None  # what the drives reported when homing ended
         self.shutdown_reason: str | None = None
         self.finished = threading.Event()
         self._q: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -176,7 +177,7 @@ class Machine:
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
                 "fault": self.fault_reason, "overruns": self.overruns, "lockstep": self.lockstep,
-                "torque_on": bool(self.drives.torque_on)}
+                "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
 
     # -- command handling (loop thread) -----------------------------------------------------------
     def _execute(self, p: Pending) -> None:
@@ -227,7 +228,7 @@ class Machine:
                 src.set_override(f)
             return {"ok": True, "override": f}
         if name == "home":
-            return self._home()
+            return self._home(cmd)
         if name == "release":
             if self.state is State.MOVING and src.kind == "jog" and (cmd.get("owner") in (None, self.owner)):
                 src.stop()
@@ -251,7 +252,7 @@ class Machine:
         if name == "stop":
             if self.state is State.HOMING:
                 self._home_abort("stopped")
-                return {"ok": True}
+                return {"ok": True, "note": "homing halted: the machine goes to error stop (not homed)"}
             src.stop()
             self.owner = None
             self.set_state(State.STOPPING, "stop")
@@ -280,30 +281,42 @@ class Machine:
         self.set_state(State.STANDSTILL, "enable")
         return {"ok": True}
 
-    def _home(self) -> dict:
+    def _home(self, cmd: dict) -> dict:
         d = self.drives
         if getattr(d, "absolute", d.backend in ("sim", "dynamixel")):
             self.homed = True
             self.event("homed", "absolute encoders: position known")
             return {"ok": True, "homed": True, "method": "absolute"}
-        if not hasattr(d, "home_start"):
-            return {"ok": False, "error": f"home refused: homing {d.backend} drives from pkrt serve is not supported yet "
-                                          f"(pkrt.drivers.cia402_homing.home runs it before the loop)"}
-        try:
-            d.home_start()
-        except Exception as e:  # noqa: BLE001
-            self.fault(f"homing: {e}")
-            return {"ok": False, "error": f"homing failed: {e}"}
-        self.homing = time.monotonic()
-        self.set_state(State.HOMING, "home")
-        return {"ok": True}
+        if d.backend != "cia402":
+            return {"ok": False, "error": f"home refused: homing {d.backend} drives is not supported"}
+        from pkrt.drivers import cia402_homing as ch
+
+        method = int(cmd.get("method", 35))
+        if method not in ch.METHODS:
+            return {"ok": False, "error": f"home: method {method} not supported ({', '.join(map(str, ch.METHODS))})"}
+        offset = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
+        speeds = tuple(float(x) for x in cmd.get("speeds", (0.0, 0.0)))
+        timeout = float(cmd.get("timeout", 30.0))
+        self.homing = {"halt": threading.Event(), "done": threading.Event(), "result": None, "error": None}
+        h = self.homing
+        ch.leave_cyclic(d)  # torque off: the drives home themselves, the loop does no drive I/O meanwhile
+
+        def work():
+            try:
+                h["result"] = ch.home_si(d, method, offset, speeds, timeout, h["halt"])
+            except Exception as e:  # noqa: BLE001 - any failure ends in error stop with its reason
+                h["error"] = str(e)
+            h["done"].set()
+
+        threading.Thread(target=work, name="pkrt-homing", daemon=True).start()
+        self.set_state(State.HOMING, f"home (CiA 402 method {method})")
+        return {"ok": True, "method": method}
 
     def _home_abort(self, why: str) -> None:
-        try:
-            self.drives.home_halt()
-        finally:
-            self.homing = None
-            self.fault(f"homing {why}")
+        """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
+        if self.homing is not None:
+            self.homing["halt"].set()
+            self.homing["why"] = why
 
     def _jog(self, cmd: dict) -> dict:
         src, owner = self.source, cmd.get("owner")
@@ -397,9 +410,9 @@ class Machine:
             self.set_state(State.STOPPING, f"dead-man: no keep-alive for {self.settings.deadman_s:g} s")
         flags = 0
         src = self.source
-        if self.state in ENABLED:
-            if self.state is State.HOMING:
-                self._home_cycle()
+        if self.state is State.HOMING:
+            self._home_cycle()
+        if self.state in ENABLED and self.state is not State.HOMING:
             src = self.source
             src.step(period)
             reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc)
@@ -442,18 +455,26 @@ class Machine:
             self.fault(limit)
 
     def _home_cycle(self) -> None:
-        try:
-            done = self.drives.home_poll()
-        except Exception as e:  # noqa: BLE001 - the drive reported a homing error
-            self.homing = None
-            self.fault(f"homing: {e}")
+        """While the drives home: nothing to do until the procedure ends; then the machine
+        holds where it is (homed) or goes to error stop with the reason."""
+        h = self.homing
+        if h is None or not h["done"].is_set():
             return
-        if done:
-            self.homing = None
-            self.homed = True
-            self.source = Hold(self.drives.feedback.position.copy())
-            self.event("homed", "drives homed")
-            self.set_state(State.STANDSTILL, "homed")
+        self.homing = None
+        if h["error"] is not None:
+            self.fault(h["error"])
+            return
+        try:
+            fb = self.drives.read(self.t)
+        except Exception as e:  # noqa: BLE001
+            self.fault(f"after homing: {e}")
+            return
+        self.homed = True
+        self.home_result = h["result"]
+        self.sup.stale = self.sup.late = 0
+        self.source = Hold(fb.position.copy())
+        self.event("homed", json.dumps(h["result"], default=str))
+        self.set_state(State.STANDSTILL, "homed")
 
     def _stage(self, t: float, wake: float, flags: int) -> None:
         v, src, fb = self.views, self.source, self.drives.feedback

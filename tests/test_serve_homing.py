@@ -1,0 +1,82 @@
+"""Homing a served machine on CiA 402 drives (the emulator on python-can's virtual bus, the
+Orthoglide at 100 Hz in real time), through the socket: task-space motion refused before,
+home (method 35, a home offset) -> standstill with the position at the offset; stop during a
+slow limit-switch search -> error stop (halted); a homing timeout -> error stop."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from pkrt.drivers.sim import Plant
+from pkrt.hil.cia402_emulator import CiA402Emulator
+from pkrt.rt.app.client import MachineClient
+from pkrt.rt.app.serve import Served
+from pkrt.rt.config import load_machine
+from pkrt.rt.errors import Fault
+
+RATE = 100.0
+_ch = itertools.count()
+
+
+@pytest.fixture
+def served(tmp_path):
+    config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=RATE)
+    ch = f"serve-home-{next(_ch)}"
+    plant = Plant.from_config(config)
+    plant.reset(np.array([-0.1, -0.1, -0.1]))
+    em = CiA402Emulator.from_config(config, ch, plant=plant)
+    em.start()
+    srv = Served(config, socket_path=str(tmp_path / "c.sock"), log_path=str(tmp_path / "c.pktlog"),
+                 overrides={"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 / RATE, "max_missed_cycles": 2})
+    srv.start()
+    try:
+        with MachineClient(srv.socket_path) as c:
+            yield srv, em, c
+    finally:
+        srv.close()
+        em.stop()
+
+
+def test_home_sets_the_offset_then_task_motion_is_allowed(served):
+    srv, em, c = served
+    c.enable()
+    r = c.request({"cmd": "move", "space": "task", "target": [0.0, 0.0, 0.0]})
+    assert not r["ok"] and "needs the machine homed" in r["error"]
+    offset = [-0.1, -0.1, -0.1]
+    assert c.call("home", method=35, offset=offset)["state"] == "homing"
+    st = c.wait_state("standstill", timeout=60)
+    assert st["homed"]
+    inc = srv.drives.increments
+    # where homing ended, every drive reported the home offset (within a count)
+    got = np.array([d["position"] for d in st["home_result"]["drives"]])
+    assert np.all(np.abs(got - np.round(np.array(offset) * inc)) <= 1), got
+    # then the machine holds where it is, in the homed frame (the vertical axis fell while the
+    # drives went from homing back to cyclic torque with no torque: no brake is modelled)
+    assert st["motion"]["kind"] == "hold" and st["torque_on"]
+    assert np.abs(np.array(st["position"][:2]) - offset[:2]).max() < 0.05
+    r = c.move([-0.1, -0.1, -0.1], speed=0.1)
+    assert r["ok"]
+    c.wait_state("standstill", timeout=60)
+
+
+def test_stop_while_homing_halts_into_error_stop(served):
+    srv, em, c = served
+    c.enable()
+    c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=60)
+    c.stop()
+    with pytest.raises(Fault, match="halted"):
+        c.wait_state("standstill", timeout=60)
+    st = c.status()
+    assert st["state"] == "error_stop" and not st["homed"]
+
+
+def test_a_homing_timeout_ends_in_error_stop(served):
+    srv, em, c = served
+    c.enable()
+    c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=0.3)
+    with pytest.raises(Fault, match="homing timeout"):
+        c.wait_state("standstill", timeout=60)
