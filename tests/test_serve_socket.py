@@ -263,3 +263,47 @@ def test_task_space_motion_is_refused_until_homed_and_joint_jog_is_slow_before(t
             cl.wait_state("standstill")
             assert cl.jog(space="task", step=[0.01, 0.0, 0.0])["ok"]
             cl.wait_state("standstill")
+
+
+def test_the_state_reaches_telemetry(tmp_path):
+    import msgpack
+
+    from pkrt.rt.runtime.machine import STATE_CODES
+    from pkrt.rt.runtime.states import State
+    from pkrt.rt.telemetry import Telemetry
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(30)
+    tel = Telemetry("127.0.0.1", rx.getsockname()[1], 200.0)
+    with Served("delta", socket_path=str(tmp_path / "t.sock"), lockstep=True, telemetry=tel) as srv:
+        srv.start()
+        with MachineClient(srv.socket_path) as cl:
+            cl.enable()
+            want = STATE_CODES[State.STANDSTILL]
+            for _ in range(1000):  # datagrams from before the enable may come first
+                msg = msgpack.unpackb(rx.recv(65536))
+                if msg["state"] == want:
+                    break
+            assert msg["state"] == want
+    tel.close()
+    rx.close()
+
+
+def test_ctl_stream_reads_targets_from_stdin(machine, monkeypatch, capsys):
+    import io
+
+    from pkrt.rt.cli import main
+
+    srv, _ = machine
+    with MachineClient(srv.socket_path) as cl:
+        fresh_standstill(cl)
+    monkeypatch.setattr("sys.stdin", io.StringIO("# targets\n0.05,0.05,0.05\n0.06,0.05,0.05\n"))
+    assert main(["ctl", "stream", "--socket", srv.socket_path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["targets"] == 2
+    with MachineClient(srv.socket_path) as cl:
+        st = cl.wait_state("standstill", timeout=60)  # the stream went stale: controlled stop
+        assert np.allclose(st["reference"], [0.06, 0.05, 0.05], atol=1e-3)
+    monkeypatch.setattr("sys.stdin", io.StringIO("0.1,abc\n"))
+    assert main(["ctl", "stream", "--socket", srv.socket_path]) == 2
+    assert "expected comma-separated numbers" in capsys.readouterr().err

@@ -103,6 +103,10 @@ def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--for", dest="duration", type=positive_number, default=1.0,
                    help="continuous jog: how long to hold it (s, keep-alives sent meanwhile; default 1)")
     p.add_argument("--target", type=vector, help="move: the target (actuator values, or task coordinates)")
+    p.add_argument("--method", type=int, help="home (CiA 402): homing method, 35 or 37 (here) or 18 (limit switch)")
+    p.add_argument("--offset", type=vector, help="home (CiA 402): home offset per axis (actuator units)")
+    p.add_argument("--speeds", type=vector, help="home (CiA 402): switch and zero search speeds (units/s)")
+    p.add_argument("--timeout", type=positive_number, help="home (CiA 402): give up after this many seconds")
     p.add_argument("--wait", action="store_true", help="move, run, jog, stop: wait until the machine is at standstill")
     p.add_argument("--json", action="store_true", help="print the reply as one JSON object")
 
@@ -154,6 +158,12 @@ def ctl(args) -> int:
             r = _jog(c, args)
         elif a == "stream":
             r = _stream(c, args)
+        elif a == "home":
+            extra = {k: v for k, v in (("method", args.method), ("timeout", args.timeout),
+                                       ("offset", None if args.offset is None else args.offset.tolist()),
+                                       ("speeds", None if args.speeds is None else args.speeds.tolist()))
+                     if v is not None}
+            r = c.call("home", **extra)
         else:
             r = c.call(a)
         if args.wait and a in ("move", "run", "jog", "stop", "home"):
