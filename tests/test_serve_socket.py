@@ -48,7 +48,10 @@ def fresh_standstill(c) -> dict:
         c.reset()
     if c.status()["state"] == "disabled":
         c.enable()
-    return c.wait_state("standstill")
+    st = c.wait_state("standstill")
+    if not st["homed"]:  # programs and task-space motion need it
+        c.home()
+    return c.status()
 
 
 def slow_move(c) -> None:
