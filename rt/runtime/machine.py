@@ -497,7 +497,8 @@ class Machine:
 
     # -- the loop ----------------------------------------------------------------------------------
     def idle(self) -> bool:
-        return self.state not in (State.MOVING, State.STOPPING, State.HOMING)
+        """Nothing moves under the loop's control (homing drives move themselves, in wall time)."""
+        return self.state not in (State.MOVING, State.STOPPING)
 
     def run(self, max_cycles: int | None = None, on_cycle=None) -> dict:
         """Cycle until ``shutdown`` (then stop any motion, torque off) or ``max_cycles``.
