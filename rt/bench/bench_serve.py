@@ -1,8 +1,9 @@
 """A served machine, measured (``pkrt bench --only serve``): the round trip of a command
 (client -> Unix socket -> the loop's next cycle -> reply) on the Delta's simulated plant
 served in real time at 1 kHz; the live-target generator's (ruckig) cost per cycle with a new
-target every cycle for 60 s of loop time; a real-time stream of targets (one per cycle from
-a client thread) with the limits checked at every sample and the overruns counted."""
+target every cycle for 60 s of loop time, alone and in a served Delta in lockstep (the limits
+held at every sample); a real-time stream of targets (as fast as a client thread sends them)
+with the limits checked at every sample and the overruns counted."""
 
 from __future__ import annotations
 
@@ -96,6 +97,43 @@ def _stream_realtime(seconds: float = 10.0) -> dict:
             "cycle_compute_us_while_streaming": percentiles_us(comp[moving] * 1e-6)}
 
 
+def _stream_lockstep(seconds: float = 60.0) -> dict:
+    """A new target every cycle for ``seconds`` of loop time, the Delta served in lockstep
+    (targets submitted in the loop's thread): every reference sample within the soft limits,
+    the run's compute time per cycle."""
+    from pkrt.rt.app.serve import Served
+    from pkrt.rt.logfile import read_log
+    from pkrt.rt.runtime.states import State
+
+    with tempfile.TemporaryDirectory() as d:
+        log = str(Path(d) / "l.pktlog")
+        with Served("delta", socket_path=str(Path(d) / "l.sock"), lockstep=True, log_path=log) as srv:
+            m = srv.machine
+            n = int(seconds * m.config.rate_hz)
+            w = np.array([1.0, 1.3, 1.7])
+            lo, hi = m.lo.copy(), m.hi.copy()
+
+            def hook(m):
+                k = m.cycles
+                if k == 1:
+                    m.submit({"cmd": "enable"})
+                elif k == 2:
+                    m.submit({"cmd": "home"})
+                elif 3 <= k < n + 3:
+                    m.submit({"cmd": "stream", "target": np.clip(0.3 + 0.6 * np.sin(w * k * 1e-3), lo, hi).tolist()})
+                elif k > n + 3 and m.state is not State.MOVING and m.state is not State.STOPPING:
+                    m.shutdown("bench done")
+            t0 = time.perf_counter()
+            summary = m.run(max_cycles=n + 5000, on_cycle=hook)
+            wall = time.perf_counter() - t0
+        data = read_log(log)
+        ref = data.channels["ref_pos"]
+    return {"loop_seconds": seconds, "cycles": summary["cycles"], "fault": summary["fault"], "wall_s": wall,
+            "limits_held_every_sample": bool(np.all(ref >= lo) and np.all(ref <= hi)),
+            "cycle_compute_us": summary["compute_us"]}
+
+
 def run_serve_bench() -> dict:
     return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
-            "live_target_generator": _generator_cost(), "stream_real_time": _stream_realtime()}
+            "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
+            "stream_real_time": _stream_realtime()}
