@@ -11,8 +11,9 @@ halts. Statusword bit 10 target reached, 12 homing attained, 13 homing error: 12
 
 The procedure (``home``) keeps SYNC going at the loop period (the drives act on SYNC) while it
 polls every statusword over SDO; then the drives go back to cyclic synchronous torque (0x6060 =
-10) and enabled (``drives.enable``, SYNC still running); the caller's loop must take over SYNC
-within the drives' SYNC timeout.
+10) without leaving Operation enabled, applying ``hold_permille`` (the machine's weight) until
+the caller's loop writes torque; ``drives.enable`` then starts the cyclic path (SYNC still
+running meanwhile: the caller's loop must take it over within the drives' SYNC timeout).
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ def homing_result(sw: int, halted: bool) -> str | None:
 
 
 def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float], accel_counts: float,
-         timeout: float, halt: threading.Event | None = None) -> dict:
+         timeout: float, halt: threading.Event | None = None, hold_permille=None) -> dict:
     """Home every drive of a configured (not enabled) ``CiA402Drives``, then enable them in
     cyclic torque mode; raises ``HomingError`` with the reason (the drives are disabled then).
-    Returns per-drive results (the position actual value right after homing, increments)."""
+    Returns per-drive results (the position actual value right after homing, increments).
+    ``hold_permille``: the target torque (per mille of rated, per drive) the drives apply from
+    enable until the caller's first cyclic write (e.g. the machine's weight), else 0."""
     if method not in METHODS:
         raise HomingError(f"homing method {method} is not supported (supported: {', '.join(map(str, METHODS))})")
     nodes = drives._nodes
@@ -133,13 +136,14 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
             if time.monotonic() - t0 > timeout:
                 raise HomingError(f"homing timeout: not homed after {timeout:g} s "
                                   f"(nodes {[n.id for n, d in zip(nodes, done) if not d]})")
-        for node in nodes:  # back to cyclic synchronous torque (switched on: no torque), then enabled
-            dl(node, p.TARGET_TORQUE, 0, "<h", 0)
-            dl(node, p.CONTROLWORD, 0, "<H", p.CW_DISABLE_OPERATION)
+        hold = np.zeros(len(nodes)) if hold_permille is None else np.asarray(hold_permille, float)
+        for i, node in enumerate(nodes):  # back to cyclic synchronous torque without leaving Operation
+            dl(node, p.TARGET_TORQUE, 0, "<h", int(np.clip(round(hold[i]), -p.INT16_MAX, p.INT16_MAX)))
+            dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)  # bit 4 low
             dl(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
             if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != p.MODE_CST:
                 raise HomingError(f"node {node.id}: not back in cyclic synchronous torque mode after homing")
-        drives.enable()  # SYNC still going: a drive enabled first must not miss it while the others follow
+        drives.enable()  # already in Operation enabled: the cyclic path takes over (SYNC still going meanwhile)
         return {"method": method, "drives": done, "seconds": time.monotonic() - t0}
     except DriveError as e:
         for node in nodes:
@@ -166,10 +170,12 @@ def leave_cyclic(drives) -> None:
 
 
 def home_si(drives, method: int, offset_si, speeds_si: tuple[float, float], timeout: float,
-            halt: threading.Event | None = None) -> dict:
-    """``home`` with the offset (m or rad) and speeds (m/s or rad/s) in SI, converted with
-    each drive's increments per unit (the speeds of the first drive's scale)."""
+            halt: threading.Event | None = None, hold_si=None) -> dict:
+    """``home`` with the offset (m or rad), speeds (m/s or rad/s) and hold torque (N or N m)
+    in SI, converted with each drive's increments and rated torque (the speeds at the first
+    drive's scale)."""
     inc = np.asarray(drives.increments, float)
     offs = np.round(np.broadcast_to(np.asarray(offset_si, float), inc.shape) * inc).astype(np.int64)
     speeds = (abs(speeds_si[0]) * inc[0], abs(speeds_si[1]) * inc[0])
-    return home(drives, method, offs, speeds, 10.0 * speeds[0], timeout, halt)
+    hold = None if hold_si is None else np.asarray(hold_si, float) * np.asarray(drives._permille_per_si, float)
+    return home(drives, method, offs, speeds, 10.0 * speeds[0], timeout, halt, hold)

@@ -299,11 +299,14 @@ class Machine:
         timeout = float(cmd.get("timeout", 30.0))
         self.homing = {"halt": threading.Event(), "done": threading.Event(), "result": None, "error": None}
         h = self.homing
+        pos, z = d.feedback.position.copy(), np.zeros(self.s)
+        self.ctrl.update(pos, z, pos, z, z)  # the torque that holds the machine here (its weight)
+        hold = self.ctrl.tau.copy()
         ch.leave_cyclic(d)  # torque off: the drives home themselves, the loop does no drive I/O meanwhile
 
         def work():
             try:
-                h["result"] = ch.home_si(d, method, offset, speeds, timeout, h["halt"])
+                h["result"] = ch.home_si(d, method, offset, speeds, timeout, h["halt"], hold)
             except Exception as e:  # noqa: BLE001 - any failure ends in error stop with its reason
                 h["error"] = str(e)
             h["done"].set()
