@@ -5,6 +5,7 @@ slow limit-switch search -> error stop (halted); a homing timeout -> error stop.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 
@@ -13,17 +14,40 @@ import pytest
 
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
-from pkrt.rt.app.client import MachineClient
+from pkrt.rt.app.client import CommandRefused, MachineClient
 from pkrt.rt.app.serve import Served
 from pkrt.rt.config import load_machine
 from pkrt.rt.errors import Fault
+
+from .realtime import repeat
+
+# a stall of this loaded machine trips the emulated drives' own watchdogs (SYNC, heartbeat) or
+# the master's TPDO timeout: such a run is repeated (tests/realtime.py)
+STALL = ("EMCY 0x8130", "TPDO timeout", "left Operation enabled", "watchdog", "not in Operation enabled",
+         "No SDO response")
+
+
+def attempt(tmp_path, body):
+    """``body(srv, em, c)`` on a fresh served machine; returns None or a stall's evidence."""
+    def run():
+        d = tmp_path / f"a{next(_ch)}"
+        d.mkdir()
+        with serve_can(d) as (srv, em, c):
+            try:
+                body(srv, em, c)
+            except (Fault, CommandRefused) as e:  # a refusal too: an enable whose SDO a stall timed out
+                if any(t in str(e) for t in STALL):
+                    return str(e)
+                raise
+        return None
+    return repeat(run, lambda r: r is not None)
 
 RATE = 100.0
 _ch = itertools.count()
 
 
-@pytest.fixture
-def served(tmp_path):
+@contextlib.contextmanager
+def serve_can(tmp_path):
     config = dataclasses.replace(load_machine("orthoglide-can"), rate_hz=RATE)
     ch = f"serve-home-{next(_ch)}"
     plant = Plant.from_config(config)
@@ -41,8 +65,12 @@ def served(tmp_path):
         em.stop()
 
 
-def test_home_sets_the_offset_then_task_motion_is_allowed(served):
-    srv, em, c = served
+@pytest.mark.realtime
+def test_home_sets_the_offset_then_task_motion_is_allowed(tmp_path):
+    attempt(tmp_path, home_then_move)
+
+
+def home_then_move(srv, em, c):
     c.enable()
     r = c.request({"cmd": "move", "space": "task", "target": [0.0, 0.0, 0.0]})
     assert not r["ok"] and "needs the machine homed" in r["error"]
@@ -63,20 +91,36 @@ def test_home_sets_the_offset_then_task_motion_is_allowed(served):
     c.wait_state("standstill", timeout=60)
 
 
-def test_stop_while_homing_halts_into_error_stop(served):
-    srv, em, c = served
-    c.enable()
-    c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=60)
-    c.stop()
-    with pytest.raises(Fault, match="halted"):
-        c.wait_state("standstill", timeout=60)
-    st = c.status()
-    assert st["state"] == "error_stop" and not st["homed"]
+@pytest.mark.realtime
+def test_stop_while_homing_halts_into_error_stop(tmp_path):
+    def body(srv, em, c):
+        c.enable()
+        c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=60)
+        c.stop()
+        try:
+            c.wait_state("standstill", timeout=60)
+            msg = "reached standstill"
+        except Fault as e:
+            msg = str(e)
+        if "halted" not in msg and any(t in msg for t in STALL):
+            raise Fault(msg)  # a stall: attempt() repeats the run
+        assert "halted" in msg, msg
+        st = c.status()
+        assert st["state"] == "error_stop" and not st["homed"]
+    attempt(tmp_path, body)
 
 
-def test_a_homing_timeout_ends_in_error_stop(served):
-    srv, em, c = served
-    c.enable()
-    c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=0.3)
-    with pytest.raises(Fault, match="homing timeout"):
-        c.wait_state("standstill", timeout=60)
+@pytest.mark.realtime
+def test_a_homing_timeout_ends_in_error_stop(tmp_path):
+    def body(srv, em, c):
+        c.enable()
+        c.call("home", method=18, speeds=[0.0005, 0.0005], timeout=0.3)
+        try:
+            c.wait_state("standstill", timeout=60)
+            msg = "reached standstill"
+        except Fault as e:
+            msg = str(e)
+        if "homing timeout" not in msg and any(t in msg for t in STALL):
+            raise Fault(msg)  # a stall: attempt() repeats the run
+        assert "homing timeout" in msg, msg
+    attempt(tmp_path, body)
