@@ -89,6 +89,7 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.loop import apply_realtime
 
 from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
+from .cia402_homing import Homing, add_homing_objects
 
 S = p.State
 EMCY_PLANT = 0x7300  # sensor (CiA 402): sent when the simulated plant left its model's box
@@ -139,6 +140,7 @@ def build_object_dictionary(node_id: int, rated_mnm: int) -> od.ObjectDictionary
         for k in range(1, 9):
             m.add_member(_var(f"Mapped object {k}", mapping, k, dt.UNSIGNED32, "rw", 0))
         d.add_object(m)
+    add_homing_objects(d)
     return d
 
 
@@ -189,6 +191,7 @@ class CiA402Emulator:
             node.add_write_callback(self._make_write_cb(i))
             self.nodes.append(node)
         self._index = {n: i for i, n in enumerate(self.node_ids)}
+        self.homing = Homing(self)  # homing mode 6 (hil/cia402_homing.py)
         # COB-IDs these nodes send (TPDOs added when mapped): a CAN controller does not receive
         # its own frames, but udp_multicast loops every datagram back to its sender too
         self._own = {base + n for n in self.node_ids for base in (p.EMCY_BASE, p.SDO_TX_BASE, p.HEARTBEAT_BASE)}
@@ -252,11 +255,11 @@ class CiA402Emulator:
     def _make_read_cb(self, i: int):
         def cb(index, subindex, od):
             if index == p.STATUSWORD:
-                return p.STATUSWORD_OF[self.state[i]]
+                return p.STATUSWORD_OF[self.state[i]] | self.homing.status_bits(i)
             if index == p.MODES_OF_OPERATION_DISPLAY:
                 return self.mode[i]
             if index == p.POSITION_ACTUAL:
-                return self._counts(self.plant.theta[i], i)
+                return self._counts(self.homing.position(i, self.plant.theta[i]), i)
             if index == p.VELOCITY_ACTUAL:
                 return self._counts(self.plant.theta_dot[i], i)
             if index == p.TORQUE_ACTUAL:
@@ -319,7 +322,7 @@ class CiA402Emulator:
     # -- CiA 402 state machine ---------------------------------------------------------------------
     def _controlword(self, i: int, cw: int) -> None:
         cmd = p.decode_controlword(cw, self.cw[i])
-        self.cw[i] = cw
+        previous, self.cw[i] = self.cw[i], cw
         st = self.state[i]
         C = p.Command
         new = st
@@ -341,8 +344,10 @@ class CiA402Emulator:
                 new = S.SWITCHED_ON  # 3, 5
         elif cmd is C.ENABLE_OPERATION:
             if st in (S.READY_TO_SWITCH_ON, S.SWITCHED_ON, S.QUICK_STOP_ACTIVE):
-                new = S.OPERATION_ENABLED if self.mode[i] == p.MODE_CST else st  # 3+4, 4, 16
+                new = S.OPERATION_ENABLED if self.mode[i] == p.MODE_CST or self.homing.enable_allowed(self.mode[i]) \
+                    else st  # 3+4, 4, 16
         self._set_state(i, new)
+        self.homing.on_controlword(i, cw, previous)
 
     def _set_state(self, i: int, new: S, later: int = 0) -> None:
         """Enter state ``new``; leaving Operation enabled records the torque-off event: the
@@ -388,9 +393,9 @@ class CiA402Emulator:
 
     def _tx_value(self, i: int, entry: int) -> int:
         if entry == p.MAP_STATUSWORD:
-            return p.STATUSWORD_OF[self.state[i]]
+            return p.STATUSWORD_OF[self.state[i]] | self.homing.status_bits(i)
         if entry == p.MAP_POSITION_ACTUAL:
-            return self._counts(self.plant.theta[i], i)
+            return self._counts(self.homing.position(i, self.plant.theta[i]), i)
         if entry == p.MAP_VELOCITY_ACTUAL:
             return self._counts(self.plant.theta_dot[i], i)
         if entry == 0x60610008:
@@ -504,7 +509,8 @@ class CiA402Emulator:
                 self._set_state(i, S.FAULT)  # transition 14 after this cycle's report
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
-        if dt > 0.0 and self.plant_error is None:  # period by period: a gap after an overrun
+        held = self.homing.on_sync(dt)  # drives homing hold or move the plant themselves
+        if dt > 0.0 and self.plant_error is None and not held:  # period by period: a gap after an overrun
             for _ in range(max(1, int(round(dt / self.period)))):  # integrates like the periods it spans
                 reason = plant_left_its_model(self.plant, self.plant.step(self.tau, self.period))
                 if reason is not None:  # no physics here: every drive faults, the plant stops

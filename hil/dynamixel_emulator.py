@@ -72,6 +72,7 @@ from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_
                                     ADDR_OPERATING_MODE, ADDR_PRESENT_POSITION, ADDR_PRESENT_VELOCITY,
                                     ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
                                     DynamixelSettings, load_settings)
+from pkrt.drivers.dynamixel_homing import ADDR_HOMING_OFFSET
 from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.loop import apply_realtime
@@ -238,9 +239,10 @@ class DynamixelEmulator:
         for i, dxl_id in enumerate(st.ids):
             th, thd = float(self.plant.theta[i]), float(self.plant.theta_dot[i])
             scale = st.scale(i)
-            pos = th / scale * st.position_resolution[i] * st.direction[i] + st.zero[i]
-            vel = thd / scale * 60.0 / st.velocity_unit[i] * st.direction[i]
             t = self.servos[dxl_id].table
+            pos = (th / scale * st.position_resolution[i] * st.direction[i] + st.zero[i]
+                   + struct.unpack_from("<i", t, ADDR_HOMING_OFFSET)[0])  # Present = actual + Homing Offset
+            vel = thd / scale * 60.0 / st.velocity_unit[i] * st.direction[i]
             struct.pack_into("<i", t, ADDR_PRESENT_VELOCITY, _int32(vel))
             struct.pack_into("<i", t, ADDR_PRESENT_POSITION, _int32(pos))
             cur = self.servos[dxl_id].goal_current() if self._drives_plant(dxl_id) else 0
@@ -419,6 +421,8 @@ class DynamixelEmulator:
                 else:
                     addr = struct.unpack_from("<H", p)[0]
                     err = self.servos[i].write(addr, p[2:])
+                    if not err and addr <= ADDR_HOMING_OFFSET < addr + len(p) - 2:
+                        self._update_present()  # a new Homing Offset shows in Present Position at once
                     self._check_torque_off()
                     self._out(i, err, b"", now, out)
         elif inst == dxp.SYNC_READ and len(p) >= 4:

@@ -22,7 +22,8 @@ hand-timed one, both in lockstep; planning cost of a 200-point path per machine;
 Orthoglide's G-code example end to end and two refused programs), ``identify``
 (identification against a truth plant: Y pi check, base count and rank, the exciting
 trajectory, a lockstep run, ``pkrt identify`` on its log, coverage of the intervals over noise
-seeds; machines from ``PKRT_BENCH_IDENTIFY``).
+seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``serve`` (a served machine: command round trip over its
+socket, the live-target generator's cost per cycle, a real-time stream of targets).
 """
 
 from __future__ import annotations
@@ -43,4 +44,5 @@ SECTIONS = {
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
     "plan": ("pkrt.rt.bench.bench_plan", "run_plan_bench"),
     "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
+    "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
 }

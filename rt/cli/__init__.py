@@ -43,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
     "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
+    "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
+    "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..."),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
 

@@ -112,6 +112,52 @@ def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
             "trajectory": trajectory if isinstance(trajectory, (str, Path)) and trajectory != "demo" else None}
 
 
+def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
+                 ref_vel: np.ndarray, ref_acc: np.ndarray) -> tuple[str | None, int, float, float, float]:
+    """One read -> safety -> controller -> write at loop time t (s) towards the reference
+    (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
+    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Shared
+    by a run (``Session``) and a served machine (``pkrt.rt.runtime.machine``)."""
+    flags = 0
+    t_c = t_w = t_d = 0.0
+    try:
+        t_r = time.perf_counter()
+        fb = drives.read(t)
+        t_d = time.perf_counter() - t_r
+        reason = sup.check(fb, ref_pos)
+        if not fb.fresh:
+            flags |= FLAG_STALE
+        if reason is None:
+            t_c = time.perf_counter()
+            f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+            t_c = time.perf_counter() - t_c
+            flags |= f
+            if status == OUT_OF_DOMAIN:
+                reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
+                          f"tree box marked out of domain")
+            elif f & FLAG_NONFINITE:
+                reason = "controller produced a non-finite torque"
+        if reason is None:
+            t_w = time.perf_counter()
+            drives.write(ctrl.tau)
+            t_w = time.perf_counter() - t_w
+    except DriveError as e:
+        reason = f"drive: {e}"
+    return reason, flags, t_d, t_c, t_w
+
+
+def next_cycle(clock, k: int, period: float) -> tuple[int, bool]:
+    """The cycle after k and whether k overran: on a real clock past the next deadline, the
+    next boundary (skipped periods are not made up); a lockstep clock never runs late."""
+    nxt = k + 1
+    if clock.lockstep:
+        return nxt, False
+    now = clock.now()
+    if now > nxt * period:
+        return int(math.floor(now / period)) + 1, True
+    return nxt, False
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -300,33 +346,9 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        flags = 0
         ref_pos = plan.pos[k]
-        t_c = t_w = t_d = 0.0
-        try:
-            t_r = time.perf_counter()
-            fb = self.fb = drives.read(t)
-            t_d = time.perf_counter() - t_r
-            reason = sup.check(fb, ref_pos)
-            if not fb.fresh:
-                flags |= FLAG_STALE
-            if reason is None:
-                t_c = time.perf_counter()
-                f, status = ctrl.update(fb.position, fb.velocity, ref_pos, plan.vel[k], plan.acc[k])
-                t_c = time.perf_counter() - t_c
-                flags |= f
-                if status == OUT_OF_DOMAIN:
-                    reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
-                              f"tree box marked out of domain")
-                elif f & FLAG_NONFINITE:
-                    reason = "controller produced a non-finite torque"
-            if reason is None:
-                t_w = time.perf_counter()
-                drives.write(ctrl.tau)
-                t_w = time.perf_counter() - t_w
-        except DriveError as e:
-            reason = f"drive: {e}"
-        fb = self.fb
+        reason, flags, t_d, t_c, t_w = control_step(drives, sup, ctrl, t, ref_pos, plan.vel[k], plan.acc[k])
+        fb = self.fb = drives.feedback
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
@@ -334,15 +356,10 @@ class Session:
         self.wake[k] = wake_s
         self.ran[k] = True
         self.cycles += 1
-        late = False
-        nxt = k + 1
-        if not self.lockstep:
-            now = self.clock.now()
-            if now > nxt * period:
-                late = True
-                self.overruns += 1
-                flags |= FLAG_OVERRUN
-                nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
+        nxt, late = next_cycle(self.clock, k, period)
+        if late:
+            self.overruns += 1
+            flags |= FLAG_OVERRUN
         self.comp[k] = time.perf_counter() - t_start
         if self.views is not None:
             self._stage(k, t, fb, wake_s, flags)

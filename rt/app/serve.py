@@ -1,0 +1,97 @@
+"""A served machine from its configuration: the tree, the drives, the loop (``Machine``), the
+planner and the control socket (``Server``), started together and torn down together."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.app.planner import Planner
+from pkrt.rt.app.server import Server
+from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine import Machine, ServeSettings
+
+
+def default_socket() -> str:
+    """``$XDG_RUNTIME_DIR/pkrt.sock`` (a per-user directory), else ``/tmp/pkrt-UID.sock``."""
+    d = os.environ.get("XDG_RUNTIME_DIR")
+    return str(Path(d) / "pkrt.sock") if d and Path(d).is_dir() else f"/tmp/pkrt-{os.getuid()}.sock"
+
+
+def write_token(path: str) -> str:
+    """A fresh random token written owner-only to ``path``."""
+    tok = secrets.token_hex(16)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(tok + "\n")
+    os.chmod(path, 0o600)
+    return tok
+
+
+class Served:
+    """Everything of one served machine. ``start`` runs the loop in a thread (tests, benches);
+    ``pkrt serve`` runs ``machine.run`` in its main thread instead."""
+
+    def __init__(self, machine_name, *, socket_path: str | None = None, lockstep: bool = False,
+                 log_path: str | None = None, telemetry=None, realtime: bool = False, tcp_port: int | None = None,
+                 token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None):
+        from pkrt.drivers import open_drives
+        from pkrt.rt.runtime.run import load_controller_tree
+
+        # a configuration's name or path, or a loaded MachineConfig (tests: a changed rate)
+        self.config = config = load_machine(machine_name) if isinstance(machine_name, (str, Path)) else machine_name
+        tree = load_controller_tree(config)
+        sim = config.backend == "sim"
+        if sim and config.drives.plant == "exact":
+            from pkrt.rt.core.errors import UserError
+
+            raise UserError(f"{config.path}: serving a plant on the exact model is not supported (use a plant tree)")
+        self.settings = settings or ServeSettings()
+        self.drives = open_drives(config, overrides or {})
+        try:
+            start = self._start(config, tree)
+            self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
+                                   telemetry=telemetry, settings=self.settings, realtime=realtime)
+            self.planner = Planner(config, self.settings)
+            self.socket_path = socket_path or default_socket()
+            self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token)
+        except BaseException:
+            self.drives.close()
+            raise
+        self.thread: threading.Thread | None = None
+        self.summary: dict | None = None
+
+    @staticmethod
+    def _start(config, tree) -> np.ndarray:
+        """Where a simulated plant starts: actuators at zero (the reference assembly of the
+        shipped models) when that is in range, else the middle of the ranges."""
+        lo, hi = config.limits.position[:, 0], config.limits.position[:, 1]
+        ref = np.zeros(tree.s)
+        if np.all(ref >= lo) and np.all(ref <= hi):
+            return ref
+        return 0.5 * (lo + hi)
+
+    def start(self, **run_args) -> "Served":
+        def target():
+            self.summary = self.machine.run(**run_args)
+
+        self.thread = threading.Thread(target=target, name="pkrt-machine-loop", daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.machine.shutdown("served machine closed")
+        if self.thread is not None:
+            self.thread.join(timeout)
+        self.server.close()
+        self.drives.close()
+
+    def __enter__(self) -> "Served":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,321 @@
+"""The served machine's control socket: JSON lines over a Unix socket (created owner-only,
+mode 0600) and, optionally, over TCP bound to loopback with a token.
+
+One request per line, a JSON object with ``cmd`` (status, enable, disable, home, jog,
+release, move, run, stream, hold, resume, override, stop, estop, reset, alive) and its
+arguments; one reply per line: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``
+(one line, never a traceback). A TCP client's first line must be ``{"token": "..."}``.
+
+Dead-man: a continuous jog or a live-target stream belongs to the connection that started it;
+when that connection closes, the jog is released (a stream stops through its staleness
+timeout), and a jog without a keep-alive (``alive``, or the jog again) for ``deadman_s`` is
+released by the loop.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import json
+import os
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned
+
+MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
+SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
+
+
+def _vector(req: dict, key: str, n: int | None = None) -> np.ndarray:
+    v = req.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        raise UserError(f"'{key}' must be a list of numbers")
+    a = np.asarray(v, float)
+    if not np.all(np.isfinite(a)):
+        raise UserError(f"'{key}' must be finite numbers")
+    if n is not None and len(a) != n:
+        raise UserError(f"'{key}' needs {n} values, got {len(a)}")
+    return a
+
+
+def _number(req: dict, key: str, default=None, lo: float = 0.0, hi: float = np.inf) -> float:
+    v = req.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not lo <= v <= hi:
+        raise UserError(f"'{key}' must be a number in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+class Translator:
+    """Turns a client's request into the loop's command: validates arguments, plans moves,
+    jogs and programs (``Planner``) from the machine's current reference."""
+
+    def __init__(self, machine, planner):
+        self.m, self.p = machine, planner
+
+    def command(self, req: dict, owner: int) -> dict:
+        m = self.m
+        if not isinstance(req, dict):
+            raise UserError("a request must be a JSON object")
+        cmd = req.get("cmd")
+        if not isinstance(cmd, str):
+            raise UserError("a request needs \"cmd\" (a string)")
+        if cmd in SIMPLE:
+            return {"cmd": cmd, "owner": owner}
+        if cmd == "override":
+            return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
+        if cmd == "home":  # CiA 402 homing: method, offset (actuator units), speeds (units/s), timeout (s)
+            out = {"cmd": "home", "method": int(_number(req, "method", 35, lo=-128, hi=127)),
+                   "timeout": _number(req, "timeout", 30.0, lo=0.01, hi=3600.0)}
+            if "offset" in req:
+                out["offset"] = (_vector(req, "offset", m.s).tolist() if isinstance(req["offset"], list)
+                                 else _number(req, "offset", lo=-np.inf))
+            if "speeds" in req:
+                out["speeds"] = _vector(req, "speeds", 2).tolist()
+            return out
+        space = req.get("space", "joint")
+        if space not in ("joint", "task"):
+            raise UserError(f"'space' must be joint or task, got {space!r}")
+        theta0 = m.ref_now.copy()
+        axes = m.axes
+        if cmd == "jog":
+            return self._jog(req, space, theta0, owner)
+        if cmd == "move":
+            speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
+            if space == "task":
+                self._need_homed("move")
+                plan = self.p.task_line(theta0, _vector(req, "target"), _number(req, "task_speed", 0.1, lo=1e-4, hi=10),
+                                        _number(req, "task_accel", 1.0, lo=1e-3, hi=1e3), axes)
+            else:
+                plan = self.p.joint_move(theta0, _vector(req, "target", m.s), speed, axes)
+            return {"cmd": "move", "plan": plan, "space": space}
+        if cmd == "run":
+            return {"cmd": "run", "plan": self._program(req, theta0), "space": "task"}
+        if cmd == "stream":
+            target = _vector(req, "target")
+            if space == "task":
+                self._need_homed("stream")
+                with self.p._lock:
+                    kin = self.p.kin
+                    cfg, th, res = kin.solve_pose(target, kin.assembler.solve(theta0), theta0)
+                if not res < kin.tol:
+                    raise UserError(f"stream: task target {target.tolist()} is outside the workspace")
+                target = th
+            return {"cmd": "stream", "target": target.tolist(), "space": space, "owner": owner}
+        raise UserError(f"unknown command '{cmd}' (status, enable, disable, home, jog, release, move, run, stream, "
+                        f"hold, resume, override, stop, estop, reset, alive)")
+
+    def _need_homed(self, what: str) -> None:
+        if not self.m.homed:
+            raise UserError(f"{what} refused: task-space motion needs the machine homed (pkrt ctl home)")
+
+    def _jog(self, req: dict, space: str, theta0: np.ndarray, owner: int) -> dict:
+        m, s = self.m, self.m.s
+        st = m.settings
+        if space == "joint":
+            if "step" in req:
+                axis = int(_number(req, "axis", lo=0, hi=s - 1))
+                step = _number(req, "step", lo=-np.inf)
+                target = theta0.copy()
+                target[axis] = min(max(target[axis] + step, self.p.lo[axis]), self.p.hi[axis])
+                frac = st.jog_speed if m.homed else st.unhomed_speed
+                return {"cmd": "jog", "plan": self.p.joint_move(theta0, target, frac, m.axes), "owner": owner}
+            if "velocity" in req and isinstance(req["velocity"], list):
+                v = _vector(req, "velocity", s)
+            else:
+                axis = int(_number(req, "axis", lo=0, hi=s - 1))
+                v = np.zeros(s)
+                v[axis] = _number(req, "velocity", lo=-np.inf)
+            return {"cmd": "jog", "velocity": v.tolist(), "owner": owner}
+        self._need_homed("task jog")
+        speed = _number(req, "speed", 0.02, lo=1e-4, hi=1.0)
+        accel = _number(req, "accel", 0.2, lo=1e-3, hi=100.0)
+        with self.p._lock:
+            x0 = self.p.kin.forward(theta0)[0]
+        if "step" in req:
+            target = x0 + _vector(req, "step", len(x0))
+            return {"cmd": "jog", "plan": self.p.task_line(theta0, target, speed, accel, m.axes), "space": "task",
+                    "owner": owner}
+        d = _vector(req, "direction", len(x0))
+        n = float(np.linalg.norm(d))
+        if not n > 0:
+            raise UserError("'direction' must not be zero")
+        d = d / n
+        with self.p._lock:
+            far = self.p.reach(theta0, d, speed * 2.0)
+        if far < 1e-4:
+            raise UserError("task jog refused: the workspace edge is reached in that direction")
+        plan = self.p.task_line(theta0, x0 + far * d, speed, accel, m.axes)
+        return {"cmd": "jog", "plan": plan, "space": "task", "owner": owner, "continuous": True}
+
+    def _program(self, req: dict, theta0: np.ndarray) -> Planned:
+        from pkrt.rt.app.planner import program_from
+        from pkrt.rt.app.reference import plan_reference
+
+        f = req.get("file")
+        if not isinstance(f, str) or not f:
+            raise UserError("run needs \"file\": a trajectory CSV path or \"demo\"")
+        if f != "demo" and not Path(f).is_file():
+            raise UserError(f"{f}: no such file")
+        with self.p._lock:
+            ref = plan_reference(self.m.config, f, mech=self.p._mech, axes=self.m.axes)
+        if not isinstance(ref, Planned):
+            from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+            ref = load_trajectory_csv(ref, self.m.config.rate_hz, self.m.axes)
+        speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
+        return program_from(self.p, ref, theta0, self.m.axes, speed)
+
+
+class Server:
+    """Accepts connections on a Unix socket (and optionally TCP on loopback) and serves each
+    in its own thread. ``close`` stops accepting and closes every connection."""
+
+    def __init__(self, machine, planner, socket_path: str, tcp_port: int | None = None, token: str | None = None,
+                 reply_timeout: float = 10.0):
+        self.m, self.tr = machine, Translator(machine, planner)
+        self.path = str(socket_path)
+        self.reply_timeout = reply_timeout
+        self._ids = itertools.count(1)
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        p = Path(self.path)
+        if p.exists() or p.is_symlink():
+            if not stat.S_ISSOCK(p.lstat().st_mode):
+                raise UserError(f"{self.path}: exists and is not a socket (refusing to replace it)")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.path)
+                raise UserError(f"{self.path}: another machine is served there")
+            except (ConnectionRefusedError, FileNotFoundError):
+                p.unlink()  # a socket left by a process that died
+            finally:
+                probe.close()
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # created 0600: only the owner may connect
+        try:
+            self.unix.bind(self.path)
+        except OSError as e:
+            raise UserError(f"{self.path}: cannot create the control socket: {e.strerror}") from None
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self.unix.listen(8)
+        self.tcp = None
+        self.token = token
+        if tcp_port is not None:
+            if not token:
+                raise UserError("a TCP listener needs a token")
+            self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                self.tcp.bind(("127.0.0.1", tcp_port))
+            except OSError as e:
+                raise UserError(f"TCP 127.0.0.1:{tcp_port}: {e.strerror}") from None
+            self.tcp.listen(8)
+            self.tcp_port = self.tcp.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, args=(sock, sock is self.tcp), daemon=True,
+                                          name=f"pkrt-serve-accept-{'tcp' if sock is self.tcp else 'unix'}")
+                         for sock in (self.unix, self.tcp) if sock is not None]
+        for t in self._threads:
+            t.start()
+
+    def _accept(self, sock: socket.socket, tcp: bool) -> None:
+        while not self._closed:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn, tcp), daemon=True, name="pkrt-serve-conn").start()
+
+    def _serve(self, conn: socket.socket, tcp: bool) -> None:
+        owner = next(self._ids)
+        f = conn.makefile("rb")
+        authed = not tcp
+        try:
+            while True:
+                line = f.readline(MAX_LINE + 1)
+                if not line:
+                    break
+                if len(line) > MAX_LINE:
+                    self._send(conn, {"ok": False, "error": f"request longer than {MAX_LINE} bytes"})
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    req = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    self._send(conn, {"ok": False, "error": f"not a JSON object: {e.msg if hasattr(e, 'msg') else e}"})
+                    continue
+                if not authed:
+                    tok = req.get("token") if isinstance(req, dict) else None
+                    if isinstance(tok, str) and hmac.compare_digest(tok.encode(), self.token.encode()):
+                        authed = True
+                        self._send(conn, {"ok": True})
+                        continue
+                    self._send(conn, {"ok": False, "error": "the first line must be {\"token\": ...} with the right token"})
+                    break
+                self._send(conn, self.handle(req, owner))
+        except OSError:
+            pass
+        finally:
+            # dead-man: a jog this connection started never outlives it
+            if not self.m.finished.is_set():
+                self.m.submit({"cmd": "release", "owner": owner, "why": "dead-man: the client went away"})
+            with self._lock:
+                self._conns.discard(conn)
+            try:
+                f.close()
+                conn.close()
+            except OSError:
+                pass
+
+    def handle(self, req, owner: int) -> dict:
+        """One request to one reply (never raises for what a client can send)."""
+        rid = req.get("id") if isinstance(req, dict) else None
+        try:
+            cmd = self.tr.command(req, owner)
+        except UserError as e:
+            out = {"ok": False, "error": str(e)}
+        except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line, the loop is untouched
+            out = {"ok": False, "error": f"{req.get('cmd')}: cannot be planned: {type(e).__name__}: {e}"}
+        else:
+            out = self.m.submit(cmd).wait(self.reply_timeout)
+            out = {k: v for k, v in out.items()}
+        if rid is not None:
+            out["id"] = rid
+        return out
+
+    @staticmethod
+    def _send(conn: socket.socket, obj: dict) -> None:
+        from pkrt.rt.core.plain import to_jsonable
+
+        conn.sendall((json.dumps(to_jsonable(obj)) + "\n").encode())
+
+    def close(self) -> None:
+        self._closed = True
+        for s in (self.unix, self.tcp):
+            if s is not None:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+        with self._lock:
+            for c in list(self._conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass

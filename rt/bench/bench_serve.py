@@ -1,0 +1,139 @@
+"""A served machine, measured (``pkrt bench --only serve``): the round trip of a command
+(client -> Unix socket -> the loop's next cycle -> reply) on the Delta's simulated plant
+served in real time at 1 kHz; the live-target generator's (ruckig) cost per cycle with a new
+target every cycle for 60 s of loop time, alone and in a served Delta in lockstep (the limits
+held at every sample); a real-time stream of targets (as fast as a client thread sends them)
+with the limits checked at every sample and the overruns counted."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.runtime.loop import percentiles_us
+
+
+def _round_trips(n: int = 400) -> dict:
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+
+    with tempfile.TemporaryDirectory() as d:
+        with Served("delta", socket_path=str(Path(d) / "b.sock"), log_path=None) as srv:
+            srv.start()
+            with MachineClient(srv.socket_path) as c:
+                c.enable()
+                out = {}
+                for cmd in ("status", "alive"):
+                    t = np.empty(n)
+                    for i in range(n):
+                        t0 = time.perf_counter()
+                        c.call(cmd)
+                        t[i] = time.perf_counter() - t0
+                        time.sleep(0.0013 * (i % 3))  # requests land at different phases of the period
+                    out[cmd] = percentiles_us(t)
+                st = c.status()
+            out["overruns"] = st["overruns"]
+            out["state"] = st["state"]
+    return out
+
+
+def _generator_cost(seconds: float = 60.0) -> dict:
+    from pkrt.rt.runtime.live import LiveTarget
+
+    dt = 1e-3
+    n = int(seconds / dt)
+    lo, hi = np.full(3, -0.28), np.full(3, 0.98)
+    src = LiveTarget(np.zeros(3), np.zeros(3), 0.0, np.full(3, 1.5), np.full(3, 40.0), lo, hi, dt, 0.2)
+    w = np.array([1.0, 1.3, 1.7])
+    cost = np.empty(n)
+    held = True
+    for k in range(n):
+        tgt = 0.3 + 0.3 * np.sin(w * k * dt)
+        t0 = time.perf_counter()
+        src.set_target(tgt, k * dt)
+        src.step(dt)
+        cost[k] = time.perf_counter() - t0
+        held &= bool(np.all(src.pos >= lo) and np.all(src.pos <= hi))
+    return {"cycles": n, "us_per_cycle": percentiles_us(cost), "limits_held": held and src.limit_error is None}
+
+
+def _stream_realtime(seconds: float = 10.0) -> dict:
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+    from pkrt.rt.runtime.logfile import read_log
+
+    with tempfile.TemporaryDirectory() as d:
+        log = str(Path(d) / "s.pktlog")
+        with Served("delta", socket_path=str(Path(d) / "s.sock"), log_path=log) as srv:
+            srv.start()
+            lo, hi = srv.machine.lo, srv.machine.hi
+            with MachineClient(srv.socket_path) as c:
+                c.enable()
+                c.home()
+                t0 = time.monotonic()
+                w = np.array([1.0, 1.3, 1.7])
+                sent = 0
+                while time.monotonic() - t0 < seconds:
+                    t = time.monotonic() - t0
+                    r = c.request({"cmd": "stream", "target": (0.3 + 0.3 * np.sin(w * t)).tolist()})
+                    if not r["ok"]:  # a fault (on a loaded machine: the watchdog) ended it
+                        break
+                    sent += 1
+                end = time.monotonic() + 30
+                while c.status()["state"] not in ("standstill", "error_stop") and time.monotonic() < end:
+                    time.sleep(0.01)
+                st = c.status()
+            srv.close()
+        data = read_log(log)
+        ref = data.channels["ref_pos"]
+        comp = data.channels["compute_us"]
+        moving = data.channels["state"] == 3
+    return {"seconds": seconds, "targets_sent": sent, "overruns": st["overruns"], "fault": st["fault"], "stopped_after_s": round(time.monotonic() - t0, 3),
+            "limits_held": bool(np.all(ref >= lo - 1e-12) and np.all(ref <= hi + 1e-12)),
+            "cycle_compute_us_while_streaming": percentiles_us(comp[moving] * 1e-6)}
+
+
+def _stream_lockstep(seconds: float = 60.0) -> dict:
+    """A new target every cycle for ``seconds`` of loop time, the Delta served in lockstep
+    (targets submitted in the loop's thread): every reference sample within the soft limits,
+    the run's compute time per cycle."""
+    from pkrt.rt.app.serve import Served
+    from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.states import State
+
+    with tempfile.TemporaryDirectory() as d:
+        log = str(Path(d) / "l.pktlog")
+        with Served("delta", socket_path=str(Path(d) / "l.sock"), lockstep=True, log_path=log) as srv:
+            m = srv.machine
+            n = int(seconds * m.config.rate_hz)
+            w = np.array([1.0, 1.3, 1.7])
+            lo, hi = m.lo.copy(), m.hi.copy()
+
+            def hook(m):
+                k = m.cycles
+                if k == 1:
+                    m.submit({"cmd": "enable"})
+                elif k == 2:
+                    m.submit({"cmd": "home"})
+                elif 3 <= k < n + 3:
+                    m.submit({"cmd": "stream", "target": np.clip(0.3 + 0.6 * np.sin(w * k * 1e-3), lo, hi).tolist()})
+                elif k > n + 3 and m.state is not State.MOVING and m.state is not State.STOPPING:
+                    m.shutdown("bench done")
+            t0 = time.perf_counter()
+            summary = m.run(max_cycles=n + 5000, on_cycle=hook)
+            wall = time.perf_counter() - t0
+        data = read_log(log)
+        ref = data.channels["ref_pos"]
+    return {"loop_seconds": seconds, "cycles": summary["cycles"], "fault": summary["fault"], "wall_s": wall,
+            "limits_held_every_sample": bool(np.all(ref >= lo) and np.all(ref <= hi)),
+            "cycle_compute_us": summary["compute_us"]}
+
+
+def run_serve_bench() -> dict:
+    return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
+            "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
+            "stream_real_time": _stream_realtime()}

@@ -1,0 +1,84 @@
+"""Live targets: a stream of actuator targets followed through ruckig's online jerk-limited
+generator, one ``update`` a cycle. The actuator ranges are checked every cycle (ruckig's
+community version has no position limits: a sample outside them is a fault, never sent); a
+stream that gets no new target for ``timeout_s`` of loop time ends in a controlled stop
+(ruckig's velocity interface to zero). Units: actuator (m or rad), s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig
+
+from pkrt.rt.runtime.motion import Source
+
+JERK_PER_ACCEL = 20.0  # 1/s: the jerk limit is this times the acceleration limit (a 50 ms ramp)
+
+
+class LiveTarget(Source):
+    """Follows ``set_target`` targets from ``start`` at rest; ``vmax``, ``amax`` per axis."""
+
+    kind = "stream"
+
+    def __init__(self, start: np.ndarray, target: np.ndarray, t: float, vmax: np.ndarray, amax: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray, dt: float, timeout_s: float):
+        s = len(start)
+        super().__init__(s)
+        self.lo, self.hi, self.timeout_s = lo, hi, timeout_s
+        self.otg = Ruckig(s, dt)
+        self.inp, self.out = InputParameter(s), OutputParameter(s)
+        self.inp.current_position = list(map(float, start))
+        self.inp.current_velocity = [0.0] * s
+        self.inp.current_acceleration = [0.0] * s
+        self.inp.max_velocity = list(map(float, vmax))
+        self.inp.max_acceleration = list(map(float, amax))
+        self.inp.max_jerk = list(map(float, JERK_PER_ACCEL * np.asarray(amax, float)))
+        self.pos[:] = start
+        self.stopping = False
+        self.stale: str | None = None
+        self.limit_error: str | None = None
+        self.t = t
+        self.targets = 0
+        self.set_target(target, t)
+
+    def set_target(self, target, t: float) -> None:
+        self.inp.target_position = list(map(float, target))
+        self.inp.target_velocity = [0.0] * len(target)
+        self.t_target = t
+        self.targets += 1
+
+    def stop(self) -> None:
+        """Velocity to zero under the jerk limit."""
+        self.stopping = True
+        self.inp.control_interface = ControlInterface.Velocity
+        self.inp.target_velocity = [0.0] * len(self.pos)
+        self.inp.target_acceleration = [0.0] * len(self.pos)
+
+    def step(self, dt: float) -> None:
+        self.t += dt
+        if not self.stopping and self.t - self.t_target > self.timeout_s:
+            self.stale = f"stream stale: no target for {self.t - self.t_target:.3g} s"
+            self.stop()
+        res = self.otg.update(self.inp, self.out)
+        if res not in (Result.Working, Result.Finished):
+            self.limit_error = f"live-target generator failed ({res})"
+            self.done = True
+            return
+        p = self.out.new_position
+        self.pos[:] = p
+        self.vel[:] = self.out.new_velocity
+        self.acc[:] = self.out.new_acceleration
+        if np.any(self.pos < self.lo) or np.any(self.pos > self.hi):
+            i = int(np.argmax((self.pos < self.lo) | (self.pos > self.hi)))
+            self.limit_error = (f"stream: reference would leave the range of axis {i} ({self.pos[i]:.6g}, "
+                                f"range [{self.lo[i]:g}, {self.hi[i]:g}])")
+            self.pos[:] = np.clip(self.pos, self.lo, self.hi)
+        self.out.pass_to_input(self.inp)
+        if self.stopping and res == Result.Finished:
+            self.vel[:] = 0.0
+            self.acc[:] = 0.0
+            self.done = True
+
+    def status(self) -> dict:
+        return {"kind": self.kind, "target": list(self.inp.target_position), "targets": self.targets,
+                "stopping": self.stopping, "stale": self.stale}

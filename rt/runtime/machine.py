@@ -1,0 +1,555 @@
+"""A served machine: the fixed-rate read -> safety -> controller -> write cycle of a run
+(``pkrt.rt.runtime.run.control_step``) kept up indefinitely, with the PLCopen-style states of
+``states`` and a motion source (``motion``, ``live``) giving each cycle's reference.
+
+Commands arrive from other threads (the socket server) through ``submit`` and are executed
+at the start of a cycle, in the loop's thread, so a command never races the cycle; each gets
+a reply dict (``ok``, and ``error`` with the reason when refused). Anything slow (planning a
+path, inverse kinematics, reading a file) is done by the caller before submitting: the loop
+only swaps motion sources. Every command and state change is an event in the run log.
+Units: actuator units (m or rad), seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from pkrt.rt.runtime.config import MachineConfig
+from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
+from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
+from pkrt.rt.core.plan import Planned
+from pkrt.rt.runtime.run import channel_list, control_step, next_cycle, tree_axes
+from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
+from pkrt.rt.runtime.states import ENABLED, State, refusal
+from pkrt.rt.runtime.safety import Supervisor
+from pkrt.rt.core.tree import Tree
+
+STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of logs and telemetry
+
+
+@dataclass
+class ServeSettings:
+    """Operating limits of a served machine, as fractions of the configuration's [limits]."""
+
+    jog_speed: float = 0.25       # joint jog: fraction of the velocity limit
+    jog_accel: float = 0.25       # jogs, stops of jogs and streams: fraction of the acceleration limit
+    unhomed_speed: float = 0.05   # joint jog before homing: fraction of the velocity limit
+    ramp_s: float = 0.25          # feed hold / resume / override: shortest 0 -> 100 % time of the scaling
+    deadman_s: float = 0.5        # a continuous jog without a keep-alive for this long is released
+    stream_timeout_s: float = 0.2  # a live-target stream without a target for this long stops
+    soft_margin: float = 0.01     # soft limits: the actuator ranges shrunk by this fraction at each end
+
+
+def soft_limits(config: MachineConfig, settings: ServeSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The soft limits (lo, hi): every reference a served machine follows stays inside them,
+    a margin inside the actuator ranges that the safety supervisor and the plant's model guard
+    (the machine tracks its reference with an error: at the range it would cross it)."""
+    lo, hi = config.limits.position[:, 0], config.limits.position[:, 1]
+    m = settings.soft_margin * (hi - lo)
+    return lo + m, hi - m
+
+
+class Pending:
+    """A submitted command waiting for the loop's reply."""
+
+    def __init__(self, cmd: dict):
+        self.cmd = cmd
+        self.reply: dict | None = None
+        self.t_submit = time.perf_counter()
+        self._done = threading.Event()
+
+    def set(self, reply: dict) -> None:
+        self.reply = reply
+        self._done.set()
+
+    def wait(self, timeout: float) -> dict:
+        if not self._done.wait(timeout):
+            return {"ok": False, "error": f"no reply from the machine's loop within {timeout:g} s"}
+        return self.reply
+
+
+class Machine:
+    """The long-running loop. ``start`` is where a simulated plant starts (real drives stay
+    where they are). Drives with absolute encoders (simulated plant, Dynamixel) are homed by
+    ``home`` at once; CiA 402 drives run homing mode 6 (``pkrt.drivers.cia402_homing``) in a
+    helper thread while the loop waits in ``homing`` without drive I/O."""
+
+    def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
+                 log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
+                 realtime: bool = False, controller: str | None = None):
+        self.config, self.drives, self.tree = config, drives, tree
+        self.lockstep, self.telemetry, self.realtime = lockstep, telemetry, realtime
+        self.settings = settings or ServeSettings()
+        self.axes, self.units = tree_axes(tree)
+        s = self.s = tree.s
+        c = config.controller
+        self.ctrl = Controller(tree, controller or c.kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
+        self.sup = Supervisor(config.limits, self.axes, self.units)
+        lim = config.limits
+        self.lo, self.hi = soft_limits(config, self.settings)
+        self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
+        self.period = 1.0 / config.rate_hz
+        self.start_pos = np.asarray(start, float).copy()
+        self.state = State.DISABLED
+        self.homed = False
+        self.prepared = False
+        self.source: Source = Hold(self.start_pos)
+        self.override = 1.0
+        self.fault_reason: str | None = None
+        self.k = 0
+        self.t = 0.0
+        self.overruns = self.cycles = 0
+        self.owner = None      # who runs the current jog or stream (a connection's id)
+        self.last_alive = 0.0  # monotonic time of its last keep-alive
+        self.homing = None
+        self.home_result: dict | None = None  # what the drives reported when homing ended
+        self.shutdown_reason: str | None = None
+        self.finished = threading.Event()
+        self._q: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        self.ref_now = self.start_pos.copy()  # the last reference (read by other threads for planning)
+        self.pos_now = self.start_pos.copy()  # the last feedback
+        self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
+        self.writer = None
+        channels = channel_list(s, self.units[0]) + [("state", 1, "code")]
+        if log_path:
+            from pkrt.rt.runtime.logfile import LogWriter
+
+            header = {"machine": config.raw, "machine_path": config.path, "tree_path": config.tree,
+                      "rate_hz": config.rate_hz, "axes": self.axes, "units": self.units, "served": True,
+                      "state_codes": {st.value: i for st, i in STATE_CODES.items()},
+                      "lockstep": lockstep, "plant": drives.describe()}
+            self.writer = LogWriter(log_path, header, channels)
+            self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
+        else:
+            sl, n = {}, 0
+            for name, width, _ in channels:
+                sl[name], n = slice(n, n + width), n + width
+            self.row, self.slices = np.zeros(n), sl
+            self.views = {name: self.row[x] for name, x in sl.items()}
+        self.clock = VirtualClock() if lockstep else RealClock()
+        self.rt_report: dict = {}
+        # warm the kernels before the first deadline
+        z = np.zeros(s)
+        self.ctrl.update(self.start_pos, z, self.start_pos, z, z)
+
+    # -- commands (any thread) --------------------------------------------------------------------
+    def submit(self, cmd: dict) -> Pending:
+        p = Pending(cmd)
+        if self.finished.is_set():
+            p.set({"ok": False, "error": "the machine's loop has ended"})
+        else:
+            self._q.put(p)
+        return p
+
+    def call(self, cmd: dict, timeout: float = 5.0) -> dict:
+        return self.submit(cmd).wait(timeout)
+
+    # -- state and events (loop thread) -----------------------------------------------------------
+    def event(self, kind: str, text: str) -> None:
+        if self.writer:
+            self.writer.event(self.k, kind, text)
+
+    def set_state(self, new: State, why: str) -> None:
+        if new is not self.state:
+            self.event("state", f"{self.state.value} -> {new.value}: {why}")
+            self.state = new
+
+    def fault(self, reason: str, *, estop: bool = False) -> None:
+        """Torque off at once, error stop with the reason."""
+        if estop:
+            self.drives.disable()
+        else:
+            self.drives.fault(reason)
+        self.fault_reason = reason
+        self.source = Hold(self.drives.feedback.position.copy() if self.prepared else self.source.pos.copy())
+        self.owner = self.homing = None
+        self.event("fault", reason)
+        self.set_state(State.ERROR_STOP, reason)
+
+    def status(self) -> dict:
+        return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
+                "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
+                "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
+                "fault": self.fault_reason, "overruns": self.overruns, "lockstep": self.lockstep,
+                "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
+
+    # -- command handling (loop thread) -----------------------------------------------------------
+    def _execute(self, p: Pending) -> None:
+        cmd = p.cmd
+        name = cmd.get("cmd")
+        try:
+            reply = self._command(name, cmd)
+        except (ValueError, TypeError, KeyError) as e:  # a malformed argument the caller did not catch
+            reply = {"ok": False, "error": f"{name}: bad argument: {e}"}
+        if name not in ("status", "alive"):
+            self.event("command", json.dumps({k: v for k, v in cmd.items() if k != "plan"}, default=str)
+                       + (" -> ok" if reply.get("ok") else f" -> refused: {reply.get('error')}"))
+        reply.setdefault("state", self.state.value)
+        p.set(reply)
+
+    def _command(self, name, cmd: dict) -> dict:
+        why = refusal(str(name), self.state)
+        if why is not None:
+            return {"ok": False, "error": why}
+        src = self.source
+        if name == "status":
+            return {"ok": True, "status": self.status()}
+        if name == "alive":
+            if self.owner is not None and cmd.get("owner") == self.owner:
+                self.last_alive = time.monotonic()
+            return {"ok": True}
+        if name == "enable":
+            return self._enable()
+        if name == "disable":
+            self.drives.disable()
+            self.source = Hold(self.source.pos.copy())
+            self.set_state(State.DISABLED, "disable")
+            return {"ok": True}
+        if name == "estop":
+            self.fault("emergency stop", estop=True)
+            return {"ok": True}
+        if name == "reset":
+            self.fault_reason = None
+            self.drives.disable()
+            self.set_state(State.DISABLED, "reset")
+            return {"ok": True}
+        if name == "override":
+            f = float(cmd["value"])
+            if not (np.isfinite(f) and 0.0 <= f <= 1.2):
+                return {"ok": False, "error": f"override must be in [0, 1.2] (0 to 120 %), got {cmd['value']}"}
+            self.override = f
+            if isinstance(src, Program):
+                src.set_override(f)
+            return {"ok": True, "override": f}
+        if name == "home":
+            return self._home(cmd)
+        if name == "release":
+            if self.state is State.MOVING and src.kind == "jog" and (cmd.get("owner") in (None, self.owner)):
+                src.stop()
+                self.set_state(State.STOPPING, cmd.get("why", "jog released"))
+            return {"ok": True}
+        if name == "jog":
+            return self._jog(cmd)
+        if name in ("move", "run"):
+            return self._program(cmd, name)
+        if name == "stream":
+            return self._stream(cmd)
+        if name == "hold":
+            if not isinstance(src, Program) or src.kind == "jog":
+                return {"ok": False, "error": f"hold refused: the {src.kind} is not a move or program (stop it instead)"}
+            src.hold()
+            return {"ok": True}
+        if name == "resume":
+            src.resume()
+            self.set_state(State.MOVING, "resume")
+            return {"ok": True}
+        if name == "stop":
+            if self.state is State.HOMING:
+                self._home_abort("stopped")
+                return {"ok": True, "note": "homing halted: the machine goes to error stop (not homed)"}
+            src.stop()
+            self.owner = None
+            self.set_state(State.STOPPING, "stop")
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command '{name}'"}
+
+    def _enable(self) -> dict:
+        d = self.drives
+        if not self.prepared:
+            d.prepare(self.start_pos.copy())
+            self.prepared = True
+        try:
+            d.configure()
+            d.enable()
+            fb = d.read(self.t)
+        except Exception as e:  # noqa: BLE001 - a drive that does not come up: torque off, refused
+            d.disable()
+            return {"ok": False, "error": f"enable failed: {e}"}
+        lim = self.config.limits.position
+        if not (np.all(np.isfinite(fb.position)) and np.all(fb.position >= lim[:, 0]) and np.all(fb.position <= lim[:, 1])):
+            d.disable()
+            return {"ok": False, "error": f"enable refused: position {np.round(fb.position, 6).tolist()} "
+                                          f"outside the actuator ranges"}
+        self.sup.stale = self.sup.late = 0
+        self.source = Hold(fb.position.copy())
+        self.set_state(State.STANDSTILL, "enable")
+        return {"ok": True}
+
+    def _home(self, cmd: dict) -> dict:
+        d = self.drives
+        if getattr(d, "absolute", d.backend in ("sim", "dynamixel")):
+            self.homed = True
+            self.event("homed", "absolute encoders: position known")
+            return {"ok": True, "homed": True, "method": "absolute"}
+        if d.backend != "cia402":
+            return {"ok": False, "error": f"home refused: homing {d.backend} drives is not supported"}
+        from pkrt.drivers import cia402_homing as ch
+
+        method = int(cmd.get("method", 35))
+        if method not in ch.METHODS:
+            return {"ok": False, "error": f"home: method {method} not supported ({', '.join(map(str, ch.METHODS))})"}
+        offset = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
+        speeds = tuple(float(x) for x in cmd.get("speeds", (0.0, 0.0)))
+        timeout = float(cmd.get("timeout", 30.0))
+        self.homing = {"halt": threading.Event(), "done": threading.Event(), "result": None, "error": None}
+        h = self.homing
+        pos, z = d.feedback.position.copy(), np.zeros(self.s)
+        self.ctrl.update(pos, z, pos, z, z)  # the torque that holds the machine here (its weight)
+        hold = self.ctrl.tau.copy()
+        ch.leave_cyclic(d)  # torque off: the drives home themselves, the loop does no drive I/O meanwhile
+
+        def work():
+            try:
+                h["result"] = ch.home_si(d, method, offset, speeds, timeout, h["halt"], hold)
+            except Exception as e:  # noqa: BLE001 - any failure ends in error stop with its reason
+                h["error"] = str(e)
+            h["done"].set()
+
+        threading.Thread(target=work, name="pkrt-homing", daemon=True).start()
+        self.set_state(State.HOMING, f"home (CiA 402 method {method})")
+        return {"ok": True, "method": method}
+
+    def _home_abort(self, why: str) -> None:
+        """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
+        if self.homing is not None:
+            self.homing["halt"].set()
+            self.homing["why"] = why
+
+    def _jog(self, cmd: dict) -> dict:
+        src, owner = self.source, cmd.get("owner")
+        if self.state is State.MOVING and src.kind != "jog":
+            return {"ok": False, "error": f"jog refused: a {src.kind} is running (stop it first)"}
+        if "plan" in cmd:  # a planned jog (a step, or a task-space line): a program that release stops
+            if self.state is not State.STANDSTILL:
+                return {"ok": False, "error": "jog refused: a jog is running (release it first)"}
+            return self._program(cmd, "jog")
+        v = np.asarray(cmd["velocity"], float)
+        if v.shape != (self.s,) or not np.all(np.isfinite(v)):
+            return {"ok": False, "error": f"jog: velocity needs {self.s} finite values"}
+        frac = self.settings.jog_speed if self.homed else self.settings.unhomed_speed
+        vmax = frac * self.vmax
+        if isinstance(src, JointJog) and self.state is State.MOVING:
+            if owner != self.owner:
+                return {"ok": False, "error": "jog refused: another client's jog is running"}
+            src.set_velocity(v)
+        else:
+            if self.state is State.MOVING:
+                return {"ok": False, "error": "jog refused: a planned jog is running (release it first)"}
+            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, self.lo, self.hi)
+            self.set_state(State.MOVING, "jog")
+        self.owner, self.last_alive = owner, time.monotonic()
+        return {"ok": True, "speed_cap": vmax.tolist(), "homed": self.homed}
+
+    def _program(self, cmd: dict, name: str) -> dict:
+        plan: Planned = cmd["plan"]
+        if cmd.get("space") == "task" and not self.homed:
+            return {"ok": False, "error": f"{name} refused: task-space motion needs the machine homed (pkrt ctl home)"}
+        if abs(plan.rate_hz - self.config.rate_hz) > 1e-9:
+            return {"ok": False, "error": f"{name}: planned at {plan.rate_hz} Hz, the loop runs at {self.config.rate_hz} Hz"}
+        gap = np.abs(plan.pos[0] - self.source.pos).max()
+        if gap > 1e-6:
+            return {"ok": False, "error": f"{name} refused: it starts {gap:.3g} away from the machine's reference "
+                                          f"(planned from a stale position)"}
+        kind = "jog" if name == "jog" else ("move" if name == "move" else "program")
+        self.source = Program(plan, self.vmax, self.amax, self.settings.ramp_s, self.override, kind=kind)
+        self.owner = cmd.get("owner") if kind == "jog" and cmd.get("continuous") else None
+        self.last_alive = time.monotonic()
+        self.set_state(State.MOVING, name)
+        return {"ok": True, "duration_s": plan.duration, "rate_cap": self.source.rate_cap}
+
+    def _stream(self, cmd: dict) -> dict:
+        from pkrt.rt.runtime.live import LiveTarget
+
+        src = self.source
+        if cmd.get("space") == "task" and not self.homed:
+            return {"ok": False, "error": "stream refused: task-space targets need the machine homed (pkrt ctl home)"}
+        target = np.asarray(cmd["target"], float)
+        if target.shape != (self.s,) or not np.all(np.isfinite(target)):
+            return {"ok": False, "error": f"stream: a target needs {self.s} finite values"}
+        if np.any(target < self.lo) or np.any(target > self.hi):
+            return {"ok": False, "error": f"stream: target {np.round(target, 6).tolist()} outside the soft limits "
+                                          f"{np.c_[self.lo, self.hi].round(6).tolist()}"}
+        if self.state is State.MOVING:
+            if not isinstance(src, LiveTarget) or src.stopping:
+                return {"ok": False, "error": f"stream refused: a {src.kind} is running"}
+            src.set_target(target, self.t)
+            return {"ok": True}
+        frac = self.settings.jog_speed if self.homed else self.settings.unhomed_speed
+        self.source = LiveTarget(src.pos.copy(), target, self.t, frac * self.vmax, self.settings.jog_accel * self.amax,
+                                 self.lo, self.hi, self.period, self.settings.stream_timeout_s)
+        self.owner = cmd.get("owner")
+        self.set_state(State.MOVING, "stream")
+        return {"ok": True}
+
+    # -- the cycle (loop thread) -------------------------------------------------------------------
+    def _drain(self) -> None:
+        while True:
+            try:
+                p = self._q.get_nowait()
+            except queue.Empty:
+                return
+            self._execute(p)
+
+    def cycle(self, k: int) -> int:
+        period = self.period
+        self.k, self.t = k, t = k, k * period
+        wake = self.clock.wait_until(t)
+        t0 = time.perf_counter()
+        self._drain()
+        st = self.state
+        if self.shutdown_reason is not None and st is State.MOVING:
+            self.source.stop()
+            self.set_state(State.STOPPING, self.shutdown_reason)
+        if st is State.MOVING and self.owner is not None and self.source.kind == "jog" \
+                and time.monotonic() - self.last_alive > self.settings.deadman_s:
+            self.source.stop()
+            self.owner = None
+            self.set_state(State.STOPPING, f"dead-man: no keep-alive for {self.settings.deadman_s:g} s")
+        flags = 0
+        src = self.source
+        if self.state is State.HOMING:
+            self._home_cycle()
+        if self.state in ENABLED and self.state is not State.HOMING:
+            src = self.source
+            src.step(period)
+            reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc)
+            if reason is not None:
+                self.fault(reason)
+            else:
+                self._after_step(src)
+            self.pos_now[:] = self.drives.feedback.position
+        self.ref_now[:] = self.source.pos
+        nxt, late = next_cycle(self.clock, k, period)
+        if late:
+            flags |= FLAG_OVERRUN
+            if self.state in ENABLED:
+                self.overruns += 1
+                wd = self.sup.overrun(True)
+                if wd is not None:
+                    self.fault(wd)
+        elif self.state in ENABLED:
+            self.sup.overrun(False)
+        self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        self.cycles += 1
+        self._stage(t, wake, flags)
+        return nxt
+
+    def _after_step(self, src: Source) -> None:
+        st = self.state
+        if src.done and st in (State.MOVING, State.STOPPING):
+            why = "stopped" if st is State.STOPPING else f"{src.kind} done"
+            if getattr(src, "stale", False):
+                why = src.stale
+            self.source = Hold(src.pos.copy())
+            self.owner = None
+            self.set_state(State.STANDSTILL, why)
+        elif st is State.MOVING and isinstance(src, Program) and src.held and src.at_rest:
+            self.set_state(State.HOLDING, "feed hold")
+        elif st is State.MOVING and getattr(src, "stopping", False):
+            self.set_state(State.STOPPING, getattr(src, "stale", None) or "stop")
+        limit = getattr(src, "limit_error", None)
+        if limit:
+            self.fault(limit)
+
+    def _home_cycle(self) -> None:
+        """While the drives home: nothing to do until the procedure ends; then the machine
+        holds where it is (homed) or goes to error stop with the reason."""
+        h = self.homing
+        if h is None or not h["done"].is_set():
+            return
+        self.homing = None
+        if h["error"] is not None:
+            self.fault(h["error"])
+            return
+        try:
+            fb = self.drives.read(self.t)
+        except Exception as e:  # noqa: BLE001
+            self.fault(f"after homing: {e}")
+            return
+        self.homed = True
+        self.home_result = h["result"]
+        self.sup.stale = self.sup.late = 0
+        self.source = Hold(fb.position.copy())
+        self.event("homed", json.dumps(h["result"], default=str))
+        self.set_state(State.STANDSTILL, "homed")
+
+    def _stage(self, t: float, wake: float, flags: int) -> None:
+        v, src, fb = self.views, self.source, self.drives.feedback
+        v["t"][0] = t
+        v["ref_pos"][...] = src.pos
+        v["ref_vel"][...] = src.vel
+        v["ref_acc"][...] = src.acc
+        v["pos"][...] = fb.position
+        v["vel"][...] = fb.velocity
+        v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
+        v["tau_model"][...] = self.ctrl.tau_model
+        v["wake_us"][0] = wake * 1e6
+        v["compute_us"][0] = self.comp[self.k & 0xFFFF] * 1e6
+        v["flags"][0] = flags
+        v["state"][0] = STATE_CODES[self.state]
+        if self.writer:
+            self.writer.commit()
+        if self.telemetry is not None:
+            self.telemetry.maybe_send(self.k, t, self.row, self.slices)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Nothing moves under the loop's control (homing drives move themselves, in wall time)."""
+        return self.state not in (State.MOVING, State.STOPPING)
+
+    def run(self, max_cycles: int | None = None, on_cycle=None) -> dict:
+        """Cycle until ``shutdown`` (then stop any motion, torque off) or ``max_cycles``.
+        ``on_cycle(machine)`` (tests) runs before each cycle in the loop's thread. In lockstep
+        an idle machine waits up to 1 ms of wall time for a command each cycle (no busy loop)."""
+        if not self.lockstep and self.realtime:
+            r = self.config.realtime
+            self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
+        elif not self.lockstep:  # the loop must get the GIL back from planning threads within its period
+            self.rt_report = apply_realtime(0, -1, False, False)
+        k = 0
+        wall0 = time.perf_counter()
+        try:
+            if not self.lockstep:
+                self.clock.t0 = time.monotonic() + 2 * self.period
+            while max_cycles is None or self.cycles < max_cycles:
+                if on_cycle is not None:
+                    on_cycle(self)
+                if self.lockstep and self.idle() and self._q.empty():
+                    try:
+                        p = self._q.get(timeout=0.001)
+                        self._execute(p)
+                    except queue.Empty:
+                        pass
+                k = self.cycle(k)
+                if self.shutdown_reason is not None and self.state is not State.STOPPING \
+                        and self.state is not State.MOVING:
+                    break
+        except BaseException as exc:
+            self.fault(f"internal error: {type(exc).__name__}: {exc}", estop=True)
+            raise
+        finally:
+            self.drives.disable()
+            self.finished.set()
+            while True:  # commands that came too late
+                try:
+                    self._q.get_nowait().set({"ok": False, "error": "the machine's loop has ended"})
+                except queue.Empty:
+                    break
+            if self.rt_report:
+                restore_realtime(self.rt_report)
+            summary = {"cycles": self.cycles, "overruns": self.overruns, "state": self.state.value,
+                       "fault": self.fault_reason, "wall_s": time.perf_counter() - wall0,
+                       "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
+            if self.writer:
+                self.writer.close(summary)
+        return summary
+
+    def shutdown(self, reason: str) -> None:
+        """Ask the loop to end (any thread): motion stops under control, then torque off."""
+        self.shutdown_reason = reason

@@ -1,0 +1,232 @@
+"""Motion sources of a served machine: each cycle one of them gives the controller its
+reference (pos, vel, acc) in actuator units (m or rad and their derivatives).
+
+- ``Hold``: stand still at a position.
+- ``JointJog``: per-axis velocity jog (continuous, released by ``release``) with acceleration
+  ``a``; the soft limits (actuator ranges) are never crossed: the velocity towards a limit is
+  capped so that braking at ``a`` stops before it.
+- ``Program``: a planned reference (a move, a task-space line, a whole program) played along
+  its path with a time scaling: path time tau advances at rate r (1 = as planned), and r
+  changes at a bounded rate so that every axis' acceleration P''(tau) r^2 + P'(tau) r_dot
+  stays within the limits. Feed hold ramps r to 0, resume back to the override, stop ramps to
+  0 and ends. The position between planned samples is the cubic Hermite of the samples'
+  positions and velocities (on the path to O(h^4)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pkrt.rt.core.plan import Planned
+
+
+class Source:
+    """A motion source: ``step(dt)`` advances one cycle and fills ``pos``, ``vel``, ``acc``;
+    ``done`` once it has come to rest for good. ``kind`` names it in the status."""
+
+    kind = "source"
+
+    def __init__(self, s: int):
+        self.pos = np.zeros(s)
+        self.vel = np.zeros(s)
+        self.acc = np.zeros(s)
+        self.done = False
+
+    def step(self, dt: float) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Begin a controlled stop (``done`` once at rest)."""
+        self.done = True
+
+    def status(self) -> dict:
+        return {"kind": self.kind}
+
+
+class Hold(Source):
+    """Stand still at ``pos``."""
+
+    kind = "hold"
+
+    def __init__(self, pos: np.ndarray):
+        super().__init__(len(pos))
+        self.pos[:] = pos
+
+    def step(self, dt: float) -> None:
+        pass
+
+
+def braking_speed(d: np.ndarray, a: np.ndarray, dt: float) -> np.ndarray:
+    """Largest speed from which braking at ``a`` in steps of dt (trapezoidal position update)
+    stops within distance d >= 0: v^2 / (2 a) + v dt / 2 + v dt <= d (the last term: the cycle
+    before braking starts)."""
+    d = np.maximum(d, 0.0)
+    b = 1.5 * dt
+    return a * (-b + np.sqrt(b * b + 2.0 * d / a))
+
+
+class JointJog(Source):
+    """Continuous joint jog: ``velocity`` (per axis, signed) until ``release``; speeds capped
+    at ``vmax``, accelerations at ``a``; never past [lo, hi]."""
+
+    kind = "jog"
+
+    def __init__(self, start: np.ndarray, velocity: np.ndarray, vmax: np.ndarray, a: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray):
+        super().__init__(len(start))
+        self.pos[:] = start
+        self.a, self.lo, self.hi = np.asarray(a, float), np.asarray(lo, float), np.asarray(hi, float)
+        self.vmax = np.asarray(vmax, float)
+        self.target = np.clip(np.asarray(velocity, float), -self.vmax, self.vmax)
+        self.released = False
+        self.at_limit = False
+
+    def set_velocity(self, velocity: np.ndarray) -> None:
+        self.target = np.clip(np.asarray(velocity, float), -self.vmax, self.vmax)
+        self.released = False
+
+    def release(self) -> None:
+        self.target[:] = 0.0
+        self.released = True
+
+    stop = release
+
+    def step(self, dt: float) -> None:
+        v0 = self.vel
+        up = braking_speed(self.hi - self.pos, self.a, dt)
+        down = braking_speed(self.pos - self.lo, self.a, dt)
+        want = np.clip(self.target, -down, up)
+        self.at_limit = bool(np.any(want != self.target))
+        acc = np.clip((want - v0) / dt, -self.a, self.a)
+        v1 = v0 + acc * dt
+        p1 = self.pos + 0.5 * (v0 + v1) * dt
+        clipped = (p1 < self.lo) | (p1 > self.hi)  # a last guard: at the limit, at rest
+        if np.any(clipped):
+            p1 = np.clip(p1, self.lo, self.hi)
+            v1 = np.where(clipped, 0.0, v1)
+        self.pos[:] = p1
+        self.vel[:] = v1
+        self.acc[:] = acc
+        if self.released and not np.any(v1):
+            self.done = True
+
+    def status(self) -> dict:
+        return {"kind": self.kind, "velocity": self.target.tolist(), "released": self.released,
+                "at_limit": self.at_limit}
+
+
+class Program(Source):
+    """A planned reference played with a time scaling (feed hold, resume, override, stop).
+
+    ``vmax``, ``amax``: the limits per axis; ``ramp_s``: the shortest time r takes from 0 to
+    1 (its rate is bounded by 1 / ramp_s, and further by the accelerations); the scaling is
+    capped at ``rate_cap``, the largest r at which the planned velocities and accelerations
+    scaled by r and r^2 stay within the limits."""
+
+    kind = "program"
+
+    def __init__(self, plan: Planned, vmax: np.ndarray, amax: np.ndarray, ramp_s: float = 0.25,
+                 override: float = 1.0, kind: str = "program"):
+        s = plan.pos.shape[1]
+        super().__init__(s)
+        self.kind = kind
+        self.plan = plan
+        self.h = 1.0 / plan.rate_hz
+        self.t_end = (plan.n - 1) * self.h
+        self.amax = np.asarray(amax, float) * np.ones(s)
+        peak_v = np.abs(plan.vel).max(axis=0)
+        peak_a = np.abs(plan.acc).max(axis=0)
+        with np.errstate(divide="ignore"):
+            cap = min(np.min(np.where(peak_v > 0, vmax / np.maximum(peak_v, 1e-300), np.inf)),
+                      np.min(np.where(peak_a > 0, np.sqrt(self.amax / np.maximum(peak_a, 1e-300)), np.inf)))
+        self.rate_cap = float(min(cap, 10.0))
+        self.rdot_max = 1.0 / ramp_s
+        self.override = float(override)
+        self.tau = 0.0  # path time (s)
+        self.r = min(self.override, self.rate_cap)  # starts as planned (at rest: P' = 0 at tau = 0)
+        self.rdot = 0.0
+        self.target = self.r
+        self.held = False
+        self.stopping = False
+        self._sample(0.0)
+
+    # -- commands ---------------------------------------------------------------------------------
+    def hold(self) -> None:
+        self.held, self.target = True, 0.0
+
+    def resume(self) -> None:
+        self.held, self.target = False, min(self.override, self.rate_cap)
+
+    def set_override(self, f: float) -> None:
+        self.override = float(f)
+        if not (self.held or self.stopping):
+            self.target = min(self.override, self.rate_cap)
+
+    def stop(self) -> None:
+        self.stopping, self.target = True, 0.0
+
+    @property
+    def at_rest(self) -> bool:
+        return self.r == 0.0
+
+    # -- the cycle --------------------------------------------------------------------------------
+    def _sample(self, tau: float) -> None:
+        """pos (cubic Hermite), P' and P'' (linear) at path time tau into pos, self.d1, self.d2."""
+        p = self.plan
+        x = min(max(tau / self.h, 0.0), p.n - 1.0)
+        k = min(int(x), p.n - 2) if p.n > 1 else 0
+        u = x - k
+        if p.n == 1:
+            self.pos[:], self.d1, self.d2 = p.pos[0], p.vel[0] * 0.0, p.acc[0] * 0.0
+            return
+        u2, u3 = u * u, u * u * u
+        h00, h10, h01, h11 = 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2
+        h = self.h
+        self.pos[:] = h00 * p.pos[k] + h10 * h * p.vel[k] + h01 * p.pos[k + 1] + h11 * h * p.vel[k + 1]
+        self.d1 = (1 - u) * p.vel[k] + u * p.vel[k + 1]
+        self.d2 = (1 - u) * p.acc[k] + u * p.acc[k + 1]
+
+    def _rdot(self, dt: float) -> float:
+        """The rate of change of r towards the target: at most rdot_max, and such that every
+        axis' |P'' r^2 + P' r_dot| <= amax; 0 if nothing else is feasible."""
+        want = np.clip((self.target - self.r) / dt, -self.rdot_max, self.rdot_max)
+        base = self.d2 * self.r * self.r
+        lo, hi = -np.inf, np.inf
+        for i in range(len(base)):
+            d = self.d1[i]
+            if abs(d) < 1e-12:
+                continue
+            a, b = (-self.amax[i] - base[i]) / d, (self.amax[i] - base[i]) / d
+            if a > b:
+                a, b = b, a
+            lo, hi = max(lo, a), min(hi, b)
+        if lo > hi:
+            return 0.0
+        return float(min(max(want, lo), hi))
+
+    def step(self, dt: float) -> None:
+        if self.done:
+            self.vel[:] = 0.0
+            self.acc[:] = 0.0
+            return
+        self.rdot = rd = self._rdot(dt)
+        r1 = self.r + rd * dt
+        if r1 < 0.0 or (rd < 0 and r1 < 1e-9):
+            r1 = 0.0
+        tau = self.tau + 0.5 * (self.r + r1) * dt
+        self.r = r1
+        if tau >= self.t_end:
+            tau, self.r = self.t_end, 0.0
+        self.tau = tau
+        self._sample(tau)
+        self.vel[:] = self.d1 * self.r
+        self.acc[:] = self.d2 * self.r * self.r + self.d1 * rd
+        if tau >= self.t_end or (self.stopping and self.r == 0.0):
+            self.vel[:] = 0.0
+            self.acc[:] = 0.0
+            self.done = True
+
+    def status(self) -> dict:
+        return {"kind": self.kind, "path_time_s": self.tau, "duration_s": self.t_end, "rate": self.r,
+                "override": self.override, "rate_cap": self.rate_cap, "held": self.held,
+                "description": self.plan.description.get("kind")}

@@ -1,0 +1,152 @@
+"""CiA 402 homing mode (6): the master's procedure (drivers/cia402_homing.py) against the
+emulated drives (hil/cia402_homing.py) on python-can's virtual bus: home on the current
+position (35) and by a limit-switch search (18) end with the position actual value at the home
+offset within one count, then cyclic torque; halt, timeout, the homing error bit and a drive
+fault end in a ``HomingError``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+from pkrt.drivers.cia402 import CiA402Drives
+from pkrt.drivers.cia402_homing import HomingError, home
+from pkrt.drivers.sim import Plant
+from pkrt.hil.cia402_emulator import CiA402Emulator
+from pkrt.rt.runtime.config import load_machine
+
+from .realtime import repeat
+
+RATE = 100.0
+THETA0 = np.array([-0.1, -0.12, -0.08])
+_ch = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def config():
+    return dataclasses.replace(load_machine("orthoglide-can"), rate_hz=RATE)
+
+
+@contextlib.contextmanager
+def make_pair(config):
+    plant = Plant.from_config(config)
+    plant.reset(THETA0)
+    ch = f"test-homing-{next(_ch)}"
+    drives = CiA402Drives.from_config(config, {"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 / RATE,
+                                               "max_missed_cycles": 2})
+    em = CiA402Emulator.from_config(config, ch, plant=plant)
+    em.start()
+    try:
+        drives.configure()
+        yield drives, em, plant
+    finally:
+        drives.close()
+        em.stop()
+
+
+@pytest.fixture
+def pair(config):
+    with make_pair(config) as pr:
+        yield pr
+
+
+# a stall of this loaded machine (the SYNC thread or the master's heartbeat held up) makes the
+# emulated drives leave Operation enabled by their own watchdogs: such a run is repeated
+STALL = ("left Operation enabled", "not in Operation enabled", "No SDO response")
+
+
+def homing_error(config, match: str, prepare=None, **kw) -> str:
+    """The HomingError message of a homing run (repeated when a stall spoilt it)."""
+    def run():
+        with make_pair(config) as (drives, em, plant):
+            if prepare is not None:
+                prepare(em)
+            try:
+                home(drives, **kw)
+            except HomingError as e:
+                return str(e)
+            return "no error"
+    return repeat(run, lambda msg: match not in msg and any(t in msg for t in STALL))
+
+
+def counts(drives, x):
+    return np.round(np.asarray(x) * drives.increments).astype(int)
+
+
+def check_cyclic_after(drives, offsets_si):
+    """Back in cyclic torque, enabled: fresh TPDOs in the homed frame. (The horizontal axes
+    stay within 1 mm of home; the vertical one falls while no torque is commanded here.)"""
+    fb = drives.read(0.0)
+    assert fb.fresh and np.all(np.abs(fb.position - offsets_si)[:2] < 1e-3), (fb.position, offsets_si)
+    drives.write(np.zeros(drives.n_axes))
+    drives.disable()
+
+
+def test_home_on_the_current_position_sets_the_home_offset(pair):
+    drives, em, plant = pair
+    offsets = np.array([0.01, -0.02, 0.005])
+    r = home(drives, 35, counts(drives, offsets), (0, 0), 0, timeout=5.0)
+    assert len(r["drives"]) == 3
+    assert np.all(np.abs(np.array([d["position"] for d in r["drives"]]) - counts(drives, offsets)) <= 1)
+    check_cyclic_after(drives, offsets)
+
+
+def test_home_by_a_limit_switch_search_with_the_0x6099_speeds(pair):
+    drives, em, plant = pair
+    offsets = np.array([0.0, 0.0, 0.0])
+    speeds = counts(drives, [0.2, 0.2, 0.2])[0], counts(drives, [0.01, 0.01, 0.01])[0]
+    r = home(drives, 18, counts(drives, offsets), speeds, 0, timeout=20.0)
+    got = np.array([d["position"] for d in r["drives"]])
+    assert np.all(np.abs(got - counts(drives, offsets)) <= 1)
+    # home is where the switch released, found at the zero search speed (a step of 0.01 m/s / RATE)
+    assert np.all(np.abs(em.homing.zero - em.homing.switch_at) <= 0.01 / RATE + 1e-12)
+    assert r["seconds"] > 0
+    check_cyclic_after(drives, offsets)
+
+
+@pytest.mark.realtime
+def test_halt_ends_homing_with_an_error(config):
+    halt = threading.Event()
+
+    def prepare(em):
+        halt.clear()
+        threading.Timer(0.2, halt.set).start()
+    slow = (int(0.001 * 1e6), 1)  # 1 mm/s at the Orthoglide's 1e6 increments per m
+    msg = homing_error(config, "halted", prepare, method=18, offset_counts=0, speeds_counts=slow, accel_counts=0,
+                       timeout=30.0, halt=halt)
+    assert "halted" in msg, msg
+
+
+@pytest.mark.realtime
+def test_timeout(config):
+    msg = homing_error(config, "homing timeout", method=18, offset_counts=0, speeds_counts=(1000, 1),
+                       accel_counts=0, timeout=0.3)
+    assert "homing timeout" in msg, msg
+
+
+@pytest.mark.realtime
+def test_the_homing_error_bit(config):
+    def prepare(em):
+        em.homing.switch_at = em.homing.switch_at + 10.0  # no switch within the range
+    msg = homing_error(config, "homing error", prepare, method=18, offset_counts=0, speeds_counts=(500000, 1),
+                       accel_counts=0, timeout=30.0)
+    assert "homing error" in msg, msg
+
+
+def test_a_drive_fault_while_homing(pair):
+    drives, em, plant = pair
+    em.fault = "drive-fault"
+    em.inject_cycle = em.cycle + 10 if em.cycle >= 0 else 10
+    with pytest.raises(HomingError, match="left Operation enabled"):
+        home(drives, 18, counts(drives, np.zeros(3)), (counts(drives, [0.001])[0], 1), 0, timeout=30.0)
+
+
+def test_an_unsupported_method_is_refused(pair):
+    drives, em, plant = pair
+    with pytest.raises(HomingError, match="not supported"):
+        home(drives, 1, 0, (0, 0), 0, timeout=1.0)
