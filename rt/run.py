@@ -151,10 +151,19 @@ class StopSignals:
         self._saved.clear()
 
 
+PACINGS = ("skip", "delay")
+
+
+def default_pacing(drives: Drives) -> str:
+    """``delay`` for the simulated plant (it runs in the loop's process and pauses with it: a
+    host pause is no plant event), ``skip`` for every real drive (the machine does not pause)."""
+    return "delay" if drives.backend == "sim" else "skip"
+
+
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None) -> dict:
+                model=None, pacing: str | None = None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -162,11 +171,28 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
     run stop it at the next cycle boundary the same way (``StopSignals``). ``model``: the
     model in the loop when not the tree (``Controller``), built outside the runtime.
+
+    ``pacing`` (real time only; default ``default_pacing(drives)``): what a cycle that ends
+    past the next deadline (the host held the process, or the cycle overran) does.
+    ``skip``: the loop skips to the next period boundary and the overrun counts towards the
+    watchdog (``[limits] watchdog_cycles`` in a row: fault) -- right for real drives, whose
+    machine keeps moving while the host is held. ``delay``: the loop re-anchors its schedule
+    (the next cycle runs at once, every later deadline moves by the delay) and no period is
+    skipped: the run is delayed, not broken, and its result is the lockstep one -- right for a
+    plant that pauses with the loop (the simulated plant of ``pkrt run``, the stepped HIL
+    emulators). The watchdog still counts late cycles in a row: a host pause makes one late
+    cycle (the next one has a full period again), a controller too slow for the rate makes
+    every cycle late and still trips it. Either way the summary's ``host_delays`` names the
+    delays (count, longest, when).
     """
+    if pacing is None:
+        pacing = default_pacing(drives)
+    if pacing not in PACINGS:
+        raise UserError(f"pacing {pacing!r}: expected one of {', '.join(PACINGS)}")
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime, model=model)
+                          tree=tree, realtime=realtime, model=model, pacing=pacing)
         return session.run()
 
 
@@ -180,8 +206,9 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool, model=None):
+                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip"):
         self.config, self.drives, self.stop_signals = config, drives, stop
+        self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
         self.realtime = realtime
         tree = tree if tree is not None else load_controller_tree(config)
@@ -237,8 +264,10 @@ class Session:
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
+        self.fault_time: float | None = None
         self.overruns = self.saturated = self.cycles = 0
         self.clock = VirtualClock() if lockstep else RealClock()
+        self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = 0.0
 
@@ -247,6 +276,7 @@ class Session:
         """Stop the run at cycle k for ``reason``: torque off first (``drives.fault`` for a
         fault, ``drives.disable`` for a stop signal or an internal error), then the log's event."""
         self.fault_reason, self.fault_cycle = reason, k
+        self.fault_time = time.monotonic()  # on the clock of the host-pause probe (rt/hostprobe.py)
         if drive_fault:
             self.drives.fault(reason)
         else:
@@ -342,7 +372,11 @@ class Session:
                 late = True
                 self.overruns += 1
                 flags |= FLAG_OVERRUN
-                nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
+                self.delays.add(k, now - nxt * period, self.clock.t0 + now)
+                if self.pacing == "delay":  # re-anchor: cycle nxt runs now, every later one as late
+                    self.clock.t0 += now - nxt * period
+                else:
+                    nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
         self.comp[k] = time.perf_counter() - t_start
         if self.views is not None:
             self._stage(k, t, fb, wake_s, flags)
@@ -419,7 +453,8 @@ class Session:
             "rate_hz": self.config.rate_hz,
             "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
-            "fault_cycle": self.fault_cycle, "torque_off_cycle": self.torque_off_cycle,
+            "fault_cycle": self.fault_cycle, "fault_time": self.fault_time, "torque_off_cycle": self.torque_off_cycle,
+            "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
             "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
             "max_error": float(np.max(np.abs(e))) if len(e) else None,
             "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
@@ -443,6 +478,41 @@ class Session:
             summary["log_rows_written"] = counts.get("rows_written")
             summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
         return summary
+
+
+class HostDelays:
+    """Cycles that ended past the next deadline (the host held the process, or the cycle
+    overran): how many, the longest, and the first ``KEEP`` with their loop cycle and
+    ``time.monotonic()`` (the clock of the host-pause probe, rt/hostprobe.py)."""
+
+    KEEP = 50
+
+    def __init__(self):
+        self.count = 0
+        self.longest = 0.0  # s
+        self.longest_at: tuple[int, float] | None = None
+        self.first: list[tuple[int, float, float]] = []  # (cycle, monotonic time at the cycle's end, delay s)
+
+    def add(self, k: int, delay: float, at: float) -> None:
+        self.count += 1
+        if delay > self.longest:
+            self.longest, self.longest_at = delay, (k, at)
+        if len(self.first) < self.KEEP:
+            self.first.append((k, at, delay))
+
+    def summary(self) -> dict:
+        """count, longest_ms, longest_cycle, longest_at (monotonic s) and ``at``: [cycle,
+        monotonic s, ms] of the first delays."""
+        return {"count": self.count, "longest_ms": round(self.longest * 1e3, 3),
+                "longest_cycle": self.longest_at[0] if self.longest_at else None,
+                "longest_at": self.longest_at[1] if self.longest_at else None,
+                "at": [[k, round(t, 6), round(d * 1e3, 3)] for k, t, d in self.first]}
+
+    def text(self) -> str:
+        """One line for a summary: 'none' or 'N (longest X ms at cycle K)'."""
+        if not self.count:
+            return "none"
+        return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
 
 
 class _Probe:

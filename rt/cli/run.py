@@ -197,6 +197,11 @@ def _text(r: dict) -> str:
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
     ]
+    hd = r.get("host_delays") or {}
+    if hd.get("count"):  # cycles that ended past the next deadline (rt/run.py, pacing)
+        how = "schedule re-anchored" if r.get("pacing") == "delay" else "periods skipped"
+        lines.append(f"  host delays: {hd['count']}, longest {hd['longest_ms']:.1f} ms at cycle {hd['longest_cycle']} "
+                     f"({how})")
     if r["rms_error"] is not None:
         lines.append(f"  tracking error: RMS {r['rms_error'] * 1e3:.4f} m{u}, max {r['max_error'] * 1e3:.4f} m{u}")
     if (r.get("tool_error") or {}).get("rms_m") is not None:
