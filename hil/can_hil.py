@@ -11,6 +11,16 @@ never see them). Each run takes a group and a free port of its own, so concurren
 do not hear each other. No arbitration or bus timing is emulated: frames arrive in sending
 order, one datagram each.
 
+Timing (``timing``, ``pkrt hil --timing``): ``stepped`` (the default) is for any host,
+virtual machines included, whose CPUs the host stops for milliseconds now and then: the
+emulator's plant advances exactly one period per SYNC, the loop re-anchors its schedule
+after a late cycle instead of skipping periods (``pacing = "delay"``, rt/run.py), and the
+driver's TPDO window does not count time the host held this process (drivers/window.py): a
+host pause delays the run but neither breaks it nor changes its result. Injected faults are
+timed in cycles (the emulator injects at SYNC ``inject_after * rate``; detection is counted
+in cycles run). ``wallclock`` is for real-time hosts: periods skipped after an overrun, the
+plant advanced by the SYNCs' bus timestamps, strict wall-clock windows.
+
 At 1 kHz (the default): the controller runs at its ``[realtime]`` priority and CPU, the emulator
 process at ``[emulator] priority`` (below it) pinned to another CPU (``emulator_cpu``), both with
 memory locked; the driver polls the TPDO window instead of sleeping in it (see CiA402Drives).
@@ -44,6 +54,7 @@ from .result import HilResult, cycles_run_between, hil_result
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
+TIMINGS = ("stepped", "wallclock")  # HIL timing modes (module docstring); the first is the default
 _channels = itertools.count()
 
 
@@ -61,15 +72,25 @@ class CanEmulatorProcess(EmulatorProcess):
     """``python -m pkrt.hil.cia402_emulator`` on a bus that crosses processes."""
 
     def __init__(self, machine_path: str, rate_hz: float, interface: str, channel: str, bus_options: dict,
-                 fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1):
+                 fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1,
+                 timing: str = "wallclock"):
         cmd = [sys.executable, "-m", "pkrt.hil.cia402_emulator", "--machine", machine_path, "--rate",
                repr(float(rate_hz)), "--interface", interface, "--channel", channel,
-               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu))]
+               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu)),
+               "--timing", timing]
         if fault is not None:
             cmd += ["--fault", fault]
         if theta0 is not None:
             cmd.append("--theta0=" + ",".join(repr(float(x)) for x in theta0))
         super().__init__(cmd, "CiA 402 emulator")
+
+
+PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each timing (rt/run.py)
+
+
+def check_timing(timing: str) -> None:
+    if timing not in TIMINGS:
+        raise UserError(f"HIL timing {timing!r}: expected one of {', '.join(TIMINGS)}")
 
 
 def emulator_cpu(controller_cpu: int) -> int:
@@ -91,7 +112,7 @@ def reference_for(config, reference):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "unix_pair", reference=None) -> HilResult:
+                interface: str = "unix_pair", reference=None, timing: str = "stepped") -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
@@ -102,9 +123,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     no end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
     group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
     one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
-    see ``reference_for``."""
+    see ``reference_for``. ``timing``: ``TIMINGS`` (module docstring)."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
+    check_timing(timing)
     if interface not in INTERFACES:
         raise UserError(f"CAN HIL interface {interface!r}: expected one of {', '.join(INTERFACES)}")
     config = load_machine(machine)
@@ -143,16 +165,17 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     if table.max_missed_cycles is not None:
         overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
+    drives.exclude_held = timing == "stepped"
     if interface == "virtual":
         from .cia402_emulator import CiA402Emulator
 
-        emulator = CiA402Emulator.from_config(config, channel, fault=fault)
+        emulator = CiA402Emulator.from_config(config, channel, fault=fault, timing=timing)
         emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
         emulator.start()
     else:
         emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
                                       emulator_channel or channel, emulator_options or options,
-                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu))
+                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu), timing)
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
     ran: list[int] = []  # the loop cycles run
@@ -164,7 +187,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
             sync_cycle[j] = k
 
     try:
-        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path)
+        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path,
+                              pacing=PACING[timing])
     finally:
         drives.close()
         time.sleep(0.02)  # let the emulator take the last frames
@@ -187,12 +211,14 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     off = None if base is None else base + ev[1]
     injected = loop_cycle(em["injected_cycle"])
     return hil_result(
-        summary, bus="can", interface=interface, injected_fault=fault, injected_cycle=injected,
+        summary, bus="can", interface=interface, timing=timing, injected_fault=fault, injected_cycle=injected,
         detection_cycles=cycles_run_between(ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
         emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
         driver={"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
                 "drive_watchdog": drives.watchdog_text(), "heartbeat_thread": drives.heartbeat_scheduling,
-                "late_frames": drives.late_frames,
+                "late_frames": drives.late_frames, "exclude_held": drives.exclude_held,
+                "held_windows": drives.held_windows, "held_us_max": round(drives.held_max * 1e6, 1),
+                "events": [list(e) for e in drives.events],
                 "syncs": drives.cycle + 1},
         emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
                   "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),

@@ -7,10 +7,12 @@ defines the cyclic frames. The power drive system state machine follows CiA 402 
 0x6040 commands, statusword 0x6041); controlwords act on receipt (SDO or RPDO).
 
 SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last target torque
-(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period
-(for n periods when the SYNC's bus timestamp shows the master skipped n - 1 after an overrun),
+(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period,
 then sends each node's TPDOs (statusword + position actual, velocity actual). Cycle k is the
-k-th SYNC received (0-based).
+k-th SYNC received (0-based). ``timing``: ``stepped`` (``pkrt hil``'s default) advances the
+plant exactly one period per SYNC whatever the wall time between SYNCs, so a host pause delays
+the run without changing it; ``wallclock`` advances it n periods when the SYNC's bus timestamp
+shows the master skipped n - 1 after an overrun (a real-time host).
 
 Heartbeat consumer (CiA 301 7.2.8.3.2, object 0x1016 sub 1: producer node id << 16 | time in
 ms): monitoring of a producer starts with its first heartbeat after the entry is written; no
@@ -75,7 +77,7 @@ from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
-from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
+from .can_hil import FAULT_KINDS, TIMINGS  # one list each, owned by the HIL runner
 
 S = p.State
 EMCY_PLANT = 0x7300  # sensor (CiA 402): sent when the simulated plant left its model's box
@@ -137,9 +139,12 @@ class CiA402Emulator:
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
                  inject_cycle: int | None = None, sync_timeout_cycles: float = 3.5, delay_cycles: float = 0.9,
-                 bus_options: dict | None = None):
+                 bus_options: dict | None = None, timing: str = "wallclock"):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")
+        if timing not in TIMINGS:
+            raise DriveConfigError(f"emulator timing {timing!r}: expected one of {', '.join(TIMINGS)}")
+        self.timing = timing
         self.plant = plant
         self.node_ids = list(node_ids)
         s = len(self.node_ids)
@@ -202,7 +207,7 @@ class CiA402Emulator:
 
     @classmethod
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
-                    plant=None, bus_options: dict | None = None) -> "CiA402Emulator":
+                    plant=None, bus_options: dict | None = None, timing: str = "wallclock") -> "CiA402Emulator":
         """The emulator of a machine configuration: ``[drives]`` (node ids, scaling) and
         ``[emulator]`` (plant, ``inject_after`` s, ``sync_timeout_cycles``, ``delay_cycles``)."""
         from pkrt.drivers.cia402 import CiA402Drives
@@ -213,7 +218,7 @@ class CiA402Emulator:
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(em.inject_after * config.rate_hz)) if fault else None,
-                   em.sync_timeout_cycles, em.delay_cycles, bus_options)
+                   em.sync_timeout_cycles, em.delay_cycles, bus_options, timing)
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):
@@ -420,6 +425,8 @@ class CiA402Emulator:
         # seen. Nothing before the first SYNC: the machine stood still until then.
         if self.cycle < 0:
             self.grid, dt = stamp, 0.0
+        elif self.timing == "stepped":  # one period per SYNC: the loop never skips one
+            self.grid, dt = stamp, self.period
         else:
             late = stamp - (self.grid + self.period)
             if late < 0.0:
@@ -496,12 +503,14 @@ class CiA402Emulator:
         """This process woke ``late`` s after the time it asked for. Over a period, the host
         held it (on this VM both CPUs stop together for 2-5 ms now and then): a drive's own
         clock would not have stopped, so that time does not count as the master's silence for
-        the SYNC watchdog. Counted in ``stalls``."""
+        the SYNC watchdog, nor for the heartbeat consumers (the master's heartbeat thread was
+        held as well). Counted in ``stalls``."""
         if late <= self.period:
             return
         self.stalls += 1
         self.stall_max = max(self.stall_max, late)
         self.last_sync += late
+        self.hb_last = [None if t is None else t + late for t in self.hb_last]
 
     def _watchdog(self, now: float) -> None:
         """A drive in Operation enabled that sees no SYNC for ``sync_timeout`` goes to Fault."""
@@ -618,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--theta0", help="comma-separated start position of the plant (m or rad)")
     ap.add_argument("--priority", type=int, default=0, help="SCHED_FIFO priority (0: do not ask)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
+    ap.add_argument("--timing", choices=TIMINGS, default="wallclock",
+                    help="stepped: one plant period per SYNC; wallclock: periods by the SYNCs' bus timestamps")
     a = ap.parse_args(argv)
     try:
         config = load_machine(a.machine)
@@ -628,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
         options = json.loads(a.bus_options)
         if not isinstance(options, dict):
             raise UserError(f"--bus-options: expected a JSON object, got {a.bus_options!r}")
-        em = CiA402Emulator.from_config(config, a.channel, a.interface, a.fault, bus_options=options)
+        em = CiA402Emulator.from_config(config, a.channel, a.interface, a.fault, bus_options=options,
+                                        timing=a.timing)
         if a.theta0:
             theta0 = np.array([float(x) for x in a.theta0.split(",")])
             if theta0.shape != em.plant.theta.shape or not np.all(np.isfinite(theta0)):

@@ -5,7 +5,9 @@ path with pyserial as if it were a USB-serial adapter. The emulator answers Prot
 Read, Write, Sync Read and Sync Write for its servos, each with an X-series control table
 (current mode only moves the plant).
 
-Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
+Plant clock (``clock``): ``step`` (``pkrt hil``'s default, ``--timing stepped``) advances the
+plant exactly one period (1 / rate) per Goal Current write with torque on, whatever the wall
+time between writes: a host pause delays the run without changing it. ``cycle`` runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
 of a lockstep simulation whatever the jitter of the messages; periods the loop skipped after
 an overrun are added under the old currents before the next write is applied, counted on the
@@ -72,6 +74,7 @@ from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
+CLOCKS = ("step", "cycle", "wall")  # plant clocks (module docstring)
 TABLE_SIZE = 147  # up to Present Temperature (146)
 EEPROM_END = 64  # addresses below: EEPROM area, writable only with torque off
 READ_ONLY = {0, 1, 2, 3, 4, 5, 6, 69, 70, 120, 121, 122, 123, *range(124, 147)}
@@ -171,8 +174,8 @@ class DynamixelEmulator:
     def __init__(self, settings: DynamixelSettings, plant, rate_hz: float, fault: str | None = None,
                  inject_cycle: int = 0, fault_servo: int | None = None, fault_period: int = 1,
                  delay: float = 0.02, clock: str = "cycle", theta0=None):
-        if clock not in ("wall", "cycle"):
-            raise UserError(f"emulator clock must be 'wall' or 'cycle', got {clock!r}")
+        if clock not in CLOCKS:
+            raise UserError(f"emulator clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.st = settings
         self.plant = plant
         self.priority = 0  # SCHED_FIFO priority of the emulator process (0: do not ask)
@@ -442,7 +445,7 @@ class DynamixelEmulator:
                     self._t0 = now
                     self._k_plant = 0
                     self._unconfirmed = 0
-                if self.clock == "cycle" and not hold:
+                if self.clock in ("cycle", "step") and not hold:
                     self._advance(now, self.dt)
                     self._k_plant += 1
                 self.cycles += 1
@@ -594,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
     ap.add_argument("--fault-servo", type=int)
     ap.add_argument("--fault-period", type=int)
-    ap.add_argument("--clock", choices=("wall", "cycle"), help="plant clock (default: [emulator] clock or cycle)")
+    ap.add_argument("--clock", choices=CLOCKS, help="plant clock (default: [emulator] clock or cycle)")
     ap.add_argument("--priority", type=int, help="SCHED_FIFO priority (default: [emulator] priority, 0 = none)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     ap.add_argument("--link", help="also make this path a symlink to the pty")
