@@ -104,6 +104,7 @@ class DynamixelDrives(Drives):
         # stepped HIL (pkrt hil --timing stepped): a transaction's timeout does not count time the
         # host held this process (drivers/window.py); a real-time host keeps the strict wall timeout
         self.exclude_held = False
+        self.window: float | None = None  # s, the cyclic transaction timeout when not settings.timeout
         self.held_transactions = 0  # transactions whose timeout a host hold extended
         self.held_max = 0.0  # s, the longest hold inside one transaction
         self.events: list[tuple[float, str]] = []  # (time.monotonic(), what): first anomalies
@@ -210,7 +211,7 @@ class DynamixelDrives(Drives):
         counted. ``n_bytes``: the expected size of the answers (bytes); ``timeout`` (s) defaults
         to the cyclic one."""
         parser, ser = self.parser, self.ser
-        w = Window(self.settings.timeout if timeout is None else timeout, self.exclude_held).open()
+        w = Window((self.window or self.settings.timeout) if timeout is None else timeout, self.exclude_held).open()
         missing = sum(1 for v in want.values() if v is None)
         crc0 = parser.crc_errors
         while missing:

@@ -11,15 +11,15 @@ never see them). Each run takes a group and a free port of its own, so concurren
 do not hear each other. No arbitration or bus timing is emulated: frames arrive in sending
 order, one datagram each.
 
-Timing (``timing``, ``pkrt hil --timing``): ``stepped`` (the default) is for any host,
-virtual machines included, whose CPUs the host stops for milliseconds now and then: the
-emulator's plant advances exactly one period per SYNC, the loop re-anchors its schedule
-after a late cycle instead of skipping periods (``pacing = "delay"``, rt/run.py), and the
-driver's TPDO window does not count time the host held this process (drivers/window.py): a
-host pause delays the run but neither breaks it nor changes its result. Injected faults are
-timed in cycles (the emulator injects at SYNC ``inject_after * rate``; detection is counted
-in cycles run). ``wallclock`` is for real-time hosts: periods skipped after an overrun, the
-plant advanced by the SYNCs' bus timestamps, strict wall-clock windows.
+Timing (``timing``, ``pkrt hil --timing``, hil/timing.py): ``stepped`` (the default) is for
+any host, virtual machines included, whose CPUs the host stops for milliseconds now and then:
+the emulator's plant advances exactly one period per SYNC, the loop re-anchors its schedule
+after a late cycle instead of skipping periods, and the driver waits for the cycle's TPDOs
+``STEPPED_WINDOW`` s of its own time: a host pause delays the run but neither breaks it nor
+changes its result. There ``torque_off_cycle`` is the loop cycle running when the emulator
+took the torque off (``time.monotonic()``, one clock for both processes). ``wallclock`` is for
+real-time hosts: periods skipped after an overrun, the plant advanced by the SYNCs' bus
+timestamps, the configuration's strict TPDO window.
 
 At 1 kHz (the default): the controller runs at its ``[realtime]`` priority and CPU, the emulator
 process at ``[emulator] priority`` (below it) pinned to another CPU (``emulator_cpu``), both with
@@ -51,10 +51,10 @@ from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
 
 from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
+from .timing import PACING, STEPPED_WINDOW, TIMINGS
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
-TIMINGS = ("stepped", "wallclock")  # HIL timing modes (module docstring); the first is the default
 _channels = itertools.count()
 
 
@@ -85,7 +85,18 @@ class CanEmulatorProcess(EmulatorProcess):
         super().__init__(cmd, "CiA 402 emulator")
 
 
-PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each timing (rt/run.py)
+def cycle_at(ran: list[int], began: list[float], t: float, ended: float) -> int | None:
+    """The loop cycle running at time.monotonic() ``t`` (``ran`` cycles, ``began`` their
+    starts, the loop ``ended``): the last one begun by then; the one after the last when the
+    loop had ended."""
+    import bisect
+
+    if not ran:
+        return None
+    if t > ended:
+        return ran[-1] + 1
+    i = bisect.bisect_right(began, t)
+    return ran[max(i - 1, 0)]
 
 
 def check_timing(timing: str) -> None:
@@ -140,7 +151,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     config = dataclasses.replace(config, rate_hz=float(rate))
     window = (min(table.tpdo_timeout, 0.75 / config.rate_hz) if table.tpdo_timeout is not None else
               config.drives.tpdo_timeout or 0.5 / config.rate_hz)  # s, the driver's TPDO window
-    if fault == "delay" and table.delay_cycles / config.rate_hz <= window:
+    if fault == "delay" and timing == "wallclock" and table.delay_cycles / config.rate_hz <= window:
         raise UserError(f"{config.path}: [emulator] delay_cycles = {table.delay_cycles} periods does not hold the "
                         f"TPDOs back past the driver's window: the delay fault would go unseen")
     options = emulator_channel = emulator_options = None
@@ -165,7 +176,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     if table.max_missed_cycles is not None:
         overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
-    drives.exclude_held = timing == "stepped"
+    if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
+        drives.exclude_held, drives.tpdo_timeout = True, STEPPED_WINDOW
     if interface == "virtual":
         from .cia402_emulator import CiA402Emulator
 
@@ -179,9 +191,11 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
     ran: list[int] = []  # the loop cycles run
+    began: list[float] = []  # their start, time.monotonic()
 
     def on_cycle(k: int, t: float) -> None:
         ran.append(k)
+        began.append(time.monotonic())
         j = drives.cycle + 1  # index of the SYNC this cycle's read will send
         if j < sync_cycle.shape[0]:
             sync_cycle[j] = k
@@ -189,6 +203,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     try:
         summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path,
                               pacing=PACING[timing])
+        ended = time.monotonic()
     finally:
         drives.close()
         time.sleep(0.02)  # let the emulator take the last frames
@@ -209,6 +224,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
     base = loop_cycle(ev[0]) if ev is not None else None
     off = None if base is None else base + ev[1]
+    if timing == "stepped" and ev is not None and em.get("torque_off_at") is not None:
+        off = cycle_at(ran, began, em["torque_off_at"], ended)
     injected = loop_cycle(em["injected_cycle"])
     return hil_result(
         summary, bus="can", interface=interface, timing=timing, injected_fault=fault, injected_cycle=injected,

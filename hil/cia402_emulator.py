@@ -77,7 +77,8 @@ from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
-from .can_hil import FAULT_KINDS, TIMINGS  # one list each, owned by the HIL runner
+from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
+from .timing import STEPPED_DELAY, STEPPED_SYNC_SILENCE, TIMINGS
 
 S = p.State
 EMCY_PLANT = 0x7300  # sensor (CiA 402): sent when the simulated plant left its model's box
@@ -154,7 +155,11 @@ class CiA402Emulator:
         self.fault = fault
         self.inject_cycle = inject_cycle
         self.sync_timeout = sync_timeout_cycles * self.period
+        self.sync_timeout_periods = int(sync_timeout_cycles)  # the torque-off event's periods after the SYNC
         self.delay = delay_cycles * self.period
+        if timing == "stepped":  # wall time means nothing to the run: hil/timing.py
+            self.sync_timeout = max(self.sync_timeout, STEPPED_SYNC_SILENCE)
+            self.delay = STEPPED_DELAY
         self.bus = can.Bus(interface=interface, channel=channel, **(bus_options or {}))
         self.network = canopen.Network(self.bus)
         self.nodes: list[canopen.LocalNode] = []
@@ -518,7 +523,7 @@ class CiA402Emulator:
             return
         for i in range(len(self.node_ids)):
             if self.state[i] is S.OPERATION_ENABLED:  # tripped at last_sync + sync_timeout
-                self._set_state(i, S.FAULT, int(self.sync_timeout / self.period))
+                self._set_state(i, S.FAULT, self.sync_timeout_periods)
                 if not self.bus_dead:  # EMCY 0x8130: life guard / heartbeat (SYNC) error
                     self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
                                            data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))

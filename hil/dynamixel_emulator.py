@@ -73,6 +73,8 @@ from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
+from .timing import STEPPED_DELAY
+
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
 CLOCKS = ("step", "cycle", "wall")  # plant clocks (module docstring)
 TABLE_SIZE = 147  # up to Present Temperature (146)
@@ -185,7 +187,7 @@ class DynamixelEmulator:
         if self.fault_servo not in settings.ids:
             raise UserError(f"fault servo {self.fault_servo} is not one of the IDs {list(settings.ids)}")
         self.fault_period = max(1, int(fault_period))
-        self.delay = float(delay)
+        self.delay = float(delay) if clock != "step" else max(float(delay), STEPPED_DELAY)  # hil/timing.py
         s = len(settings.ids)
         self._tau = np.zeros(s)
         self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]

@@ -1,9 +1,9 @@
 """Serial hardware-in-the-loop: the Orthoglide demo in real time through the Dynamixel driver,
 a pseudo-terminal and the servo emulator running in another process.
 
-Timing (``timing``, see ``can_hil``): ``stepped`` (default) runs the emulator's plant clock
+Timing (``timing``, hil/timing.py): ``stepped`` (default) runs the emulator's plant clock
 ``step`` (one period per Goal Current write), the loop with pacing ``delay`` and the driver's
-transaction timeout without the time the host held this process; ``wallclock`` runs the
+transaction timeout at ``STEPPED_WINDOW`` of its own time; ``wallclock`` runs the
 ``[emulator] clock`` (``cycle``: periods skipped after an overrun are added), pacing ``skip``
 and strict timeouts.
 
@@ -24,7 +24,8 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.config import MachineConfig, load_machine
 from pkrt.rt.errors import UserError
 
-from .can_hil import PACING, check_timing, emulator_cpu, reference_for
+from .can_hil import check_timing, emulator_cpu, reference_for
+from .timing import PACING, STEPPED_WINDOW
 from .dynamixel_emulator import FAULT_KINDS
 from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
@@ -120,7 +121,8 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     drives = None
     try:
         drives = open_drives(config, {"port": emu.port})
-        drives.exclude_held = timing == "stepped"
+        if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
+            drives.exclude_held, drives.window = True, STEPPED_WINDOW
         result = run_session(config, drives, trajectory=trajectory, duration=duration,
                              log_path=log_path, pacing=PACING[timing],
                              on_cycle=lambda k, t: ran.append(k))

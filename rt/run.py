@@ -177,13 +177,14 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     ``skip``: the loop skips to the next period boundary and the overrun counts towards the
     watchdog (``[limits] watchdog_cycles`` in a row: fault) -- right for real drives, whose
     machine keeps moving while the host is held. ``delay``: the loop re-anchors its schedule
-    (the next cycle runs at once, every later deadline moves by the delay) and no period is
-    skipped: the run is delayed, not broken, and its result is the lockstep one -- right for a
-    plant that pauses with the loop (the simulated plant of ``pkrt run``, the stepped HIL
-    emulators). The watchdog still counts late cycles in a row: a host pause makes one late
-    cycle (the next one has a full period again), a controller too slow for the rate makes
-    every cycle late and still trips it. Either way the summary's ``host_delays`` names the
-    delays (count, longest, when).
+    (the next cycle runs at once, every later deadline moves by the delay), no period is
+    skipped and the watchdog is not fed: the run is delayed, not broken, and its result is the
+    lockstep one -- right for a plant that pauses with the loop (the simulated plant of ``pkrt
+    run``, the stepped HIL emulators): for it a late cycle is no plant event, and on a virtual
+    machine the host's pauses come in bursts (several late cycles in a row, docs/hil.md) that
+    would trip a watchdog of N missed cycles. The watchdog stays for real drives (``skip``),
+    whose machine does not pause. Either way the summary's ``host_delays`` names the delays
+    (count, longest, when).
     """
     if pacing is None:
         pacing = default_pacing(drives)
@@ -375,6 +376,7 @@ class Session:
                 self.delays.add(k, now - nxt * period, self.clock.t0 + now)
                 if self.pacing == "delay":  # re-anchor: cycle nxt runs now, every later one as late
                     self.clock.t0 += now - nxt * period
+                    late = False  # a delay of a plant that waits: not a missed cycle (no watchdog)
                 else:
                     nxt = int(math.floor(now / period)) + 1  # skip to the next boundary
         self.comp[k] = time.perf_counter() - t_start

@@ -149,7 +149,8 @@ def run(args) -> int:
         summary = run_session(config, drives, trajectory=traj, duration=args.duration, model=model,
                               lockstep=lockstep, log_path=log, controller=args.controller,
                               telemetry=sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None,
-                              on_cycle=hook, tree=tree)
+                              on_cycle=hook, tree=tree,
+                              pacing="skip" if hook is not None else None)  # --inject slow: the watchdog's test
     finally:
         drives.close()
         if telemetry is not None:
