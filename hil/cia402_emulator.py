@@ -529,15 +529,21 @@ class CiA402Emulator:
                                            data=p.encode_emcy(0x8130, 0x11), is_extended_id=False))
 
     # -- heartbeat consumer and abort connection option ---------------------------------------
+    def _consumer_time(self, c: tuple[int, float]) -> float:
+        """The consumer time (s) of entry ``c``; in stepped timing at least the SYNC silence
+        (hil/timing.py): the host may hold the master's vCPU alone for tens of ms."""
+        return c[1] if self.timing != "stepped" else max(c[1], STEPPED_SYNC_SILENCE)
+
     def _heartbeat_due(self) -> float | None:
         """The earliest time.monotonic() at which an armed consumer times out, or None."""
-        due = [last + c[1] for c, last in zip(self.hb_consumer, self.hb_last) if c is not None and last is not None]
+        due = [last + self._consumer_time(c) for c, last in zip(self.hb_consumer, self.hb_last)
+               if c is not None and last is not None]
         return min(due) if due else None
 
     def _heartbeat_check(self, now: float) -> None:
         """Heartbeat events of the consumers whose producer went silent (CiA 301)."""
         for i, (c, last) in enumerate(zip(self.hb_consumer, self.hb_last)):
-            if c is None or last is None or now - last <= c[1]:
+            if c is None or last is None or now - last <= self._consumer_time(c):
                 continue
             self.hb_last[i] = None  # one event; monitoring resumes with the next heartbeat
             before = self.state[i]

@@ -110,6 +110,11 @@ class HostProbe:
         self._maps: dict[int, mmap.mmap] = {}
         self._dir: tempfile.TemporaryDirectory | None = None
 
+    @property
+    def pids(self) -> list[int]:
+        """The probe processes' ids."""
+        return [p.pid for p in self._procs.values()]
+
     def start(self) -> "HostProbe":
         self._dir = tempfile.TemporaryDirectory(prefix="pkrt-hostprobe-")
         size = _HEADER.size + CAPACITY * _RECORD.size

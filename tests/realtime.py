@@ -35,13 +35,13 @@ class HostPauseRepeat(UserWarning):
 
 def anomalies(r: dict, expected: str | None = None) -> list[tuple[float, str]]:
     """The anomalies of a run's result ``r`` (a HIL result, a run summary or a dict with the
-    same keys), as (time.monotonic(), what): a fault other than the ``expected`` (injected)
-    one, or any fault before the injection; the driver's events (missing or late feedback,
+    same keys), as (time.monotonic(), what): a fault other than the ``expected`` one, or any
+    fault before the injection of an injected one; the driver's events (missing or late feedback,
     timeouts) unless an expected fault was injected (its own symptoms are events too)."""
     out = []
     fault, inj, at = r.get("fault"), r.get("injected_cycle"), r.get("fault_cycle")
-    unexpected = bool(fault) and (expected is None or expected not in fault or inj is None
-                                  or (at is not None and at < inj))
+    before = r.get("injected_fault") is not None and (inj is None or (at is not None and at < inj))
+    unexpected = bool(fault) and (expected is None or expected not in fault or before)
     if unexpected:
         out.append((r.get("fault_time") or r.get("error_time") or 0.0, f"fault at cycle {at}: {fault}"))
     if expected is None or unexpected:
@@ -146,3 +146,61 @@ def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = 5
         pytest.skip(f"machine too loaded for a real-time run: a stall in each of {attempts} runs "
                     f"(last: {str(evidence)[:200]})")
     return r
+
+
+class HostPauses:
+    """A stand-in for the host pausing the CPUs: a helper process that stops this process and
+    its children (the emulators; not ``spare``, e.g. the probe's processes) with SIGSTOP for
+    ``ms`` milliseconds, ``count`` times, every ``every`` s from ``after`` s after this process
+    switched to SCHED_FIFO (the loop's real-time settings: the loop is about to start). Every
+    thread of both ends stops at once, as when the host holds the vCPUs. A context manager."""
+
+    def __init__(self, ms: float = 5.0, count: int = 5, every: float = 0.3, after: float = 0.5,
+                 spare: list[int] = ()):
+        import os
+
+        self.args = [os.getpid(), ms, count, every, after, list(spare)]
+        self.proc = None
+
+    def __enter__(self) -> "HostPauses":
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _PAUSER, repr(self.args)])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+_PAUSER = r"""
+import ast, os, signal, sys, time
+pid, ms, count, every, after, spare = ast.literal_eval(sys.argv[1])
+spare = set(spare) | {os.getpid()}
+def family(p):
+    out = [p]
+    for task in os.listdir(f"/proc/{p}/task"):
+        try:
+            kids = open(f"/proc/{p}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for c in map(int, kids):
+            if c not in spare:
+                out += family(c)
+    return out
+deadline = time.monotonic() + 120.0
+while time.monotonic() < deadline:  # policy (field 41 of /proc/PID/stat) 1: SCHED_FIFO
+    if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[38] == "1":
+        break
+    time.sleep(0.001)
+time.sleep(after)
+for _ in range(count):
+    ps = family(pid)
+    for p in ps:
+        os.kill(p, signal.SIGSTOP)
+    time.sleep(ms / 1e3)
+    for p in ps:
+        os.kill(p, signal.SIGCONT)
+    time.sleep(every)
+"""
