@@ -76,6 +76,7 @@ from pkrt.rt.loop import apply_realtime
 from .timing import STEPPED_DELAY
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
+HELD_MIN = 1e-3  # s: a wake-up this much later than asked is the host holding this process
 CLOCKS = ("step", "cycle", "wall")  # plant clocks (module docstring)
 TABLE_SIZE = 147  # up to Present Temperature (146)
 EEPROM_END = 64  # addresses below: EEPROM area, writable only with torque off
@@ -220,6 +221,8 @@ class DynamixelEmulator:
         self.plant_error: str | None = None  # the plant left its tree's box (the servos stopped)
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.max_gap = 0.0  # s, longest silence on the line while cycling (a stall of either end)
+        self.stalls = 0  # times this process woke over HELD_MIN late (see held)
+        self.stall_max = 0.0  # s, the longest of them
         self._last_rx: float | None = None
         self.injected = False
         self.injected_cycle: int | None = None
@@ -334,6 +337,18 @@ class DynamixelEmulator:
         else:
             self.torque_off_cycle = None  # torque came back on: not off yet
             self.torque_off_at = None
+
+    def held(self, late: float) -> None:
+        """This process woke ``late`` s after the time it asked for. Over ``HELD_MIN`` s the host
+        held it (on a virtual machine the host stops a vCPU for milliseconds, up to hundreds
+        of ms seen): a servo's own clock would not have stopped, so that time does not count as
+        the master's silence for the Bus Watchdog. Counted in ``stalls``."""
+        if late <= HELD_MIN:
+            return
+        self.stalls += 1
+        self.stall_max = max(self.stall_max, late)
+        for sv in self.servos.values():
+            sv.last_instruction += late
 
     def watchdog_due(self) -> float | None:
         """The earliest Bus Watchdog expiry (time.monotonic()), None when none is armed."""
@@ -466,7 +481,8 @@ class DynamixelEmulator:
                     bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
                     watchdog_trips=list(self.watchdog_trips),
                     plant_error=self.plant_error, clock=self.clock, skipped_periods=self.skipped_periods, late_writes=self.late_writes, skips=self.skips,
-                    max_gap_us=round(self.max_gap * 1e6, 1),
+                    max_gap_us=round(self.max_gap * 1e6, 1), stalls=self.stalls,
+                    stall_us_max=round(self.stall_max * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
                     **self.counts)
@@ -490,7 +506,10 @@ class DynamixelEmulator:
             if due is not None:
                 timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
             fds = [control] + ([master] if master is not None else []) + ([listener] if listener else [])
+            asked = None if timeout is None else time.monotonic() + timeout
             r, _, _ = select.select(fds, [], [], timeout)
+            if asked is not None:
+                self.held(time.monotonic() - asked)
             if due is not None and time.monotonic() > due:
                 self.watchdog(time.monotonic())
             if listener is not None and listener in r:

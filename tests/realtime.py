@@ -76,10 +76,12 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
         blind = [(t, what) for t, what, why in said if why is None]
         if blind:
             t, what = blind[0]
-            stats = probe.stats()
+            t0, t1 = min(x[0] for x in found), max(x[0] for x in found)
+            near = [(p.cpu, round(p.at - t, 4), p.ms) for p in probe.pauses(t0 - 2.0, t1 + 0.1, MIN_MS)]
             pytest.fail(f"run {i + 1}: {what} at t={t:.4f} s, and the host-pause probe saw no pause >= {MIN_MS:g} ms "
-                        f"from {BEFORE * 1e3:.0f} ms before to {AFTER * 1e3:.0f} ms after it "
-                        f"({len(blind)} such anomalies; probe: {stats})")
+                        f"from {BEFORE * 1e3:.0f} ms before to {AFTER * 1e3:.0f} ms after it; anomalies (s from "
+                        f"it): {[(round(x - t, 4), w[:80]) for x, w in found[:6]]}; probe's pauses from 2 s before "
+                        f"(cpu, s from it, ms): {near[-12:]}")
         t, what, why = said[0]
         seen.append(f"run {i + 1}: {what[:120]} -- {why}")
         warnings.warn(HostPauseRepeat(f"real-time run repeated: {seen[-1]}"), stacklevel=2)
