@@ -51,7 +51,7 @@ from pkrt.rt.run import load_controller_tree, plan_trajectory, run_session
 
 from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
-from .timing import PACING, STEPPED_WINDOW, TIMINGS
+from .timing import PACING, STEPPED_SETTLE, STEPPED_WINDOW, TIMINGS
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
@@ -83,6 +83,21 @@ class CanEmulatorProcess(EmulatorProcess):
         if theta0 is not None:
             cmd.append("--theta0=" + ",".join(repr(float(x)) for x in theta0))
         super().__init__(cmd, "CiA 402 emulator")
+
+
+def settle(emulator) -> None:
+    """After a fault in stepped timing: wait (``STEPPED_SETTLE`` s at most) until no emulated
+    drive is in Operation enabled: the drives of a severed bus take their torque off by their
+    own watchdog, a second later (hil/timing.py)."""
+    deadline = time.monotonic() + STEPPED_SETTLE
+    while time.monotonic() < deadline:
+        try:
+            states = emulator.report().get("drive_states") or []
+        except Fault:  # the emulator process ended: its final report says
+            return
+        if "OPERATION_ENABLED" not in states:
+            return
+        time.sleep(0.02)
 
 
 def cycle_at(ran: list[int], began: list[float], t: float, ended: float) -> int | None:
@@ -207,6 +222,8 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     finally:
         drives.close()
         time.sleep(0.02)  # let the emulator take the last frames
+        if timing == "stepped" and drives.fault_reason is not None:
+            settle(emulator)
         em = emulator.stop()
     if interface == "virtual":
         em = emulator.report()

@@ -16,9 +16,11 @@ injected at a cycle (SYNC or write count, ``[emulator] inject_after`` x rate), d
 fault holds every answer back ``STEPPED_DELAY`` s from its request (more than the driver's
 ``max_missed_cycles + 1`` windows, so it is detected before any late answer arrives), and a
 drive's own SYNC watchdog and heartbeat consumer fire after ``STEPPED_SYNC_SILENCE`` s of
-silence at least: longer than the longest pause of one vCPU seen here (62 ms), shorter than
-the driver's detection of a cut cable (``max_missed_cycles + 1`` windows), so the drives of a
-severed bus are off by the cycle the driver detects it. ``wallclock`` (real-time hosts): periods skipped after an overrun, the plant
+silence at least: far longer than the longest hold of one vCPU seen here (245 ms), so a host
+pause never trips them. A severed bus is then detected by the driver first, and its drives
+take their torque off by themselves up to a second later -- with no SYNC the stepped plant
+does not move meanwhile, so that torque-off counts as the cycle after the last one run; a
+stepped run that ended on a fault waits ``STEPPED_SETTLE`` s at most for it. ``wallclock`` (real-time hosts): periods skipped after an overrun, the plant
 advanced by wall time, the configuration's strict windows.
 """
 
@@ -28,4 +30,5 @@ TIMINGS = ("stepped", "wallclock")  # the first is the default
 PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each (rt/run.py)
 STEPPED_WINDOW = 0.05  # s of the driver's own time to wait for a cycle's answers
 STEPPED_DELAY = 5 * STEPPED_WINDOW  # s, how long the `delay` fault holds an answer back
-STEPPED_SYNC_SILENCE = 2 * STEPPED_WINDOW  # s without SYNC (or heartbeat) before a drive's watchdog fires
+STEPPED_SYNC_SILENCE = 1.0  # s without SYNC (or heartbeat) before a drive's own watchdog fires
+STEPPED_SETTLE = STEPPED_SYNC_SILENCE + 0.5  # s a stepped run waits after a fault for the drives' torque off
