@@ -73,7 +73,7 @@ from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.errors import UserError
 from pkrt.rt.loop import apply_realtime
 
-from .timing import STEPPED_DELAY
+from .timing import STEPPED_DELAY, STEPPED_SYNC_SILENCE
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
 HELD_MIN = 1e-3  # s: a wake-up this much later than asked is the host holding this process
@@ -103,6 +103,7 @@ class Servo:
         struct.pack_into("<H", t, 144, 120)  # 12.0 V
         t[146] = 35  # degC
         self.last_instruction = 0.0  # time.monotonic() of the last instruction packet it received
+        self.min_watchdog = 0.0  # s, the shortest Bus Watchdog time (stepped timing: hil/timing.py)
 
     @property
     def id(self) -> int:
@@ -126,7 +127,7 @@ class Servo:
         wd = self.table[ADDR_BUS_WATCHDOG]
         if not self.torque or not 1 <= wd <= 127:
             return None
-        return self.last_instruction + wd * BUS_WATCHDOG_UNIT_MS * 1e-3
+        return self.last_instruction + max(wd * BUS_WATCHDOG_UNIT_MS * 1e-3, self.min_watchdog)
 
     def goal_current(self) -> int:
         return struct.unpack_from("<h", self.table, ADDR_GOAL_CURRENT)[0]
@@ -208,6 +209,9 @@ class DynamixelEmulator:
         self.inject_cycle = int(inject_cycle)
         self.plant.reset(self.theta0)
         self.servos = {i: Servo(i, int(lim)) for i, lim in zip(self.st.ids, self.st.current_limit)}
+        if self.clock == "step":  # the host may hold the master's vCPU alone: hil/timing.py
+            for sv in self.servos.values():
+                sv.min_watchdog = STEPPED_SYNC_SILENCE
         self.parser.clear()
         self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
