@@ -59,6 +59,7 @@ import numpy as np
 from . import cia402_protocol as p
 from pkrt.rt.core.schema import AXES, CHANNEL, IDS, INTEGER, NUMBER, STRING, TABLE, Context, EmulatorPlantTable, spec
 from .base import DriveConfigError, DriveError, Drives, round_carried
+from .window import Window
 
 _TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
 
@@ -213,6 +214,12 @@ class CiA402Drives(Drives):
         self._sync_wall = 0.0
         self.cycle = -1  # index of the last SYNC sent (0 = first cycle)
         self.late_frames = 0
+        # stepped HIL (pkrt hil --timing stepped): the TPDO window does not count time the host
+        # held this process (drivers/window.py); a real-time host keeps the strict wall window
+        self.exclude_held = False
+        self.held_windows = 0  # windows extended by a host hold
+        self.held_max = 0.0  # s, the longest hold inside one window
+        self.events: list[tuple[float, str]] = []  # (time.monotonic(), what): first anomalies (late, missed)
         self.states = [p.State.UNKNOWN] * s
         self._route: dict[int, tuple[int, int]] = {}
         for i, n in enumerate(self.node_ids):
@@ -481,6 +488,11 @@ class CiA402Drives(Drives):
         self.collect(time.perf_counter() + self.tpdo_timeout)
         return self.publish(t)
 
+    def _event(self, what: str) -> None:
+        """Record an anomaly with its time.monotonic() (the host-pause probe's clock)."""
+        if len(self.events) < 50:
+            self.events.append((time.monotonic(), what))
+
     # the steps of read(), public for the benchmark (pkrt.rt.bench.bench_can)
     def drain(self) -> None:
         """Handle frames that arrived since the last window (EMCY, error frames, late TPDOs)."""
@@ -509,23 +521,30 @@ class CiA402Drives(Drives):
         (``time.perf_counter()`` s) passes."""
         bus = self._bus
         poll = self.busy_poll
+        w = Window(deadline - time.perf_counter(), self.exclude_held).open()
         try:
+            asked = None
             while self._need:
-                remaining = deadline - time.perf_counter()
+                remaining = w.remaining(asked)
                 if remaining <= 0.0:
                     break
+                asked = None if poll else time.perf_counter() + remaining
                 msg = bus.recv(0.0 if poll else remaining)
                 if msg is None:
-                    if poll:
-                        continue
-                    break
+                    continue
+                if not poll:
+                    w.touch()
+                    asked = None
                 self._on_frame(msg, True)
             # frames already queued: those that reached the bus within the window (their bus
             # timestamp says so) count, though this thread was too late to take them; and with
             # the window complete, a TPDO right behind its twin is the newer sample (after a
             # stall the drives answered two SYNCs at once: the first set, a period old, had
             # filled the window), which replaces the older (counted late: _mark)
-            wall_deadline = self._sync_wall + self.tpdo_timeout
+            if w.held:
+                self.held_windows += 1
+                self.held_max = max(self.held_max, w.held_max)
+            wall_deadline = self._sync_wall + self.tpdo_timeout + w.held
             msg = bus.recv(0.0)
             while msg is not None:
                 self._on_frame(msg, msg.timestamp <= wall_deadline)
@@ -547,6 +566,7 @@ class CiA402Drives(Drives):
         if self._need:
             fb.fresh = False
             self._missed += 1
+            self._event(f"TPDOs missing at SYNC {self.cycle}: {self._missing_text()}")
             if self._missed > self.max_missed_cycles:
                 self._fail(f"TPDO timeout: {self._missing_text()} not received within "
                            f"{self.tpdo_timeout * 1e6:.0f} us of SYNC for {self._missed} cycles in a row")
@@ -619,6 +639,7 @@ class CiA402Drives(Drives):
         twin was an older SYNC's answer), counts in ``late_frames``."""
         if not in_window or self._got[k]:
             self.late_frames += 1
+            self._event(f"TPDO{1 + k % 2} of node {self.node_ids[k // 2]} late (SYNC {self.cycle})")
         else:
             self._got[k] = True
             self._need -= 1

@@ -51,6 +51,7 @@ from . import dynamixel_protocol as dxp
 
 from pkrt.rt.core.schema import AXES, BOOL, IDS, INTEGER, NUMBER, STRING, Context, EmulatorPlantTable, spec
 from .base import DriveConfigError, DriveError, Drives, round_carried
+from .window import Window
 
 # X-series (XM430 / XM540) control table
 ADDR_MODEL_NUMBER = 0
@@ -208,6 +209,13 @@ class DynamixelDrives(Drives):
         self.models: dict[int, int] = {}
         self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0, late_answers=0,
                           status_errors=0, garbage_bytes=0, tx_bytes=0, rx_bytes=0)
+        # stepped HIL (pkrt hil --timing stepped): a transaction's timeout does not count time the
+        # host held this process (drivers/window.py); a real-time host keeps the strict wall timeout
+        self.exclude_held = False
+        self.window: float | None = None  # s, the cyclic transaction timeout when not settings.timeout
+        self.held_transactions = 0  # transactions whose timeout a host hold extended
+        self.held_max = 0.0  # s, the longest hold inside one transaction
+        self.events: list[tuple[float, str]] = []  # (time.monotonic(), what): first anomalies
         self._fail_run = 0  # consecutive cycles with incomplete feedback
         self._late_hist = 0  # bit k: late answers seen k cycles ago
         # precomputed conversions: SI = k * (raw - zero)
@@ -311,12 +319,13 @@ class DynamixelDrives(Drives):
         counted. ``n_bytes``: the expected size of the answers (bytes); ``timeout`` (s) defaults
         to the cyclic one."""
         parser, ser = self.parser, self.ser
-        deadline = time.perf_counter() + (self.settings.timeout if timeout is None else timeout)
+        w = Window((self.window or self.settings.timeout) if timeout is None else timeout, self.exclude_held).open()
         missing = sum(1 for v in want.values() if v is None)
         crc0 = parser.crc_errors
         while missing:
             pkt = parser.next()
             if pkt is None:
+                asked = time.perf_counter() + (ser.timeout or 0.0)
                 try:
                     chunk = ser.read(max(n_bytes - len(parser.buf), 1))
                 except (serial.SerialException, OSError) as e:
@@ -324,7 +333,8 @@ class DynamixelDrives(Drives):
                 if chunk:
                     self.stats["rx_bytes"] += len(chunk)
                     parser.feed(chunk)
-                elif time.perf_counter() > deadline:  # give up only when nothing is there
+                    w.touch()
+                elif w.remaining(asked) <= 0.0:  # give up only when nothing is there
                     break
                 continue
             if pkt.instruction != dxp.STATUS or pkt.id not in want or want[pkt.id] is not None:
@@ -334,9 +344,18 @@ class DynamixelDrives(Drives):
             n_bytes -= STATUS_FEEDBACK_BYTES
         self.stats["crc_errors"] += parser.crc_errors - crc0
         self.stats["garbage_bytes"] = parser.garbage
+        if w.held:
+            self.held_transactions += 1
+            self.held_max = max(self.held_max, w.held_max)
         if missing:
             self.stats["timeouts"] += 1
+            self._event(f"timeout: {missing} of {len(want)} answers missing")
         return want
+
+    def _event(self, what: str) -> None:
+        """Record an anomaly with its time.monotonic() (the host-pause probe's clock)."""
+        if len(self.events) < 50:
+            self.events.append((time.monotonic(), what))
 
     def _check_status(self, pkt: dxp.Packet, what: str) -> bool:
         """Raise on a servo-reported error; False for a retryable one (the servo saw a CRC
@@ -536,6 +555,8 @@ class DynamixelDrives(Drives):
         fb.stamp = t
         # late answers in fail_cycles of the last 2 fail_cycles cycles: the line delivers late;
         # incomplete feedback in fail_cycles cycles in a row: the servos do not answer
+        if late:
+            self._event(f"{late} late answers")
         self._late_hist = ((self._late_hist << 1) | bool(late)) & ((1 << (2 * st.fail_cycles)) - 1)
         self._fail_run = 0 if complete else self._fail_run + 1
         if not fb.fresh:
@@ -653,7 +674,8 @@ class DynamixelDrives(Drives):
         return dict(port=self.settings.port, baudrate=self.settings.baudrate, ids=list(self.settings.ids),
                     models=dict(self.models), low_latency=self.low_latency, current_limit=list(self._limit),
                     bus_watchdog_ms=self.settings.bus_watchdog_ms, watchdog_cleared=list(self.watchdog_cleared),
-                    **self.stats)
+                    exclude_held=self.exclude_held, held_transactions=self.held_transactions,
+                    held_us_max=round(self.held_max * 1e6, 1), events=[list(e) for e in self.events], **self.stats)
 
 
 def _apply_low_latency(ser, port: str) -> str:

@@ -11,6 +11,16 @@ never see them). Each run takes a group and a free port of its own, so concurren
 do not hear each other. No arbitration or bus timing is emulated: frames arrive in sending
 order, one datagram each.
 
+Timing (``timing``, ``pkrt hil --timing``, hil/timing.py): ``stepped`` (the default) is for
+any host, virtual machines included, whose CPUs the host stops for milliseconds now and then:
+the emulator's plant advances exactly one period per SYNC, the loop re-anchors its schedule
+after a late cycle instead of skipping periods, and the driver waits for the cycle's TPDOs
+``STEPPED_WINDOW`` s of its own time: a host pause delays the run but neither breaks it nor
+changes its result. There ``torque_off_cycle`` is the loop cycle running when the emulator
+took the torque off (``time.monotonic()``, one clock for both processes). ``wallclock`` is for
+real-time hosts: periods skipped after an overrun, the plant advanced by the SYNCs' bus
+timestamps, the configuration's strict TPDO window.
+
 At 1 kHz (the default): the controller runs at its ``[realtime]`` priority and CPU, the emulator
 process at ``[emulator] priority`` (below it) pinned to another CPU (``emulator_cpu``), both with
 memory locked; the driver polls the TPDO window instead of sleeping in it (see CiA402Drives).
@@ -41,6 +51,7 @@ from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_sessi
 
 from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
+from .timing import PACING, STEPPED_SETTLE, STEPPED_WINDOW, TIMINGS
 
 FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
@@ -61,15 +72,51 @@ class CanEmulatorProcess(EmulatorProcess):
     """``python -m pkrt.hil.cia402_emulator`` on a bus that crosses processes."""
 
     def __init__(self, machine_path: str, rate_hz: float, interface: str, channel: str, bus_options: dict,
-                 fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1):
+                 fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1,
+                 timing: str = "wallclock"):
         cmd = [sys.executable, "-m", "pkrt.hil.cia402_emulator", "--machine", machine_path, "--rate",
                repr(float(rate_hz)), "--interface", interface, "--channel", channel,
-               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu))]
+               "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu)),
+               "--timing", timing]
         if fault is not None:
             cmd += ["--fault", fault]
         if theta0 is not None:
             cmd.append("--theta0=" + ",".join(repr(float(x)) for x in theta0))
         super().__init__(cmd, "CiA 402 emulator")
+
+
+def settle(emulator) -> None:
+    """After a fault in stepped timing: wait (``STEPPED_SETTLE`` s at most) until no emulated
+    drive is in Operation enabled: the drives of a severed bus take their torque off by their
+    own watchdog, a second later (hil/timing.py)."""
+    deadline = time.monotonic() + STEPPED_SETTLE
+    while time.monotonic() < deadline:
+        try:
+            states = emulator.report().get("drive_states") or []
+        except Fault:  # the emulator process ended: its final report says
+            return
+        if "OPERATION_ENABLED" not in states:
+            return
+        time.sleep(0.02)
+
+
+def cycle_at(ran: list[int], began: list[float], t: float, ended: float) -> int | None:
+    """The loop cycle running at time.monotonic() ``t`` (``ran`` cycles, ``began`` their
+    starts, the loop ``ended``): the last one begun by then; the one after the last when the
+    loop had ended."""
+    import bisect
+
+    if not ran:
+        return None
+    if t > ended:
+        return ran[-1] + 1
+    i = bisect.bisect_right(began, t)
+    return ran[max(i - 1, 0)]
+
+
+def check_timing(timing: str) -> None:
+    if timing not in TIMINGS:
+        raise UserError(f"HIL timing {timing!r}: expected one of {', '.join(TIMINGS)}")
 
 
 def emulator_cpu(controller_cpu: int) -> int:
@@ -91,7 +138,7 @@ def reference_for(config, reference):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "unix_pair", reference=None) -> HilResult:
+                interface: str = "unix_pair", reference=None, timing: str = "stepped") -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
@@ -102,9 +149,10 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     no end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
     group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
     one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
-    see ``reference_for``."""
+    see ``reference_for``. ``timing``: ``TIMINGS`` (module docstring)."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
+    check_timing(timing)
     if interface not in INTERFACES:
         raise UserError(f"CAN HIL interface {interface!r}: expected one of {', '.join(INTERFACES)}")
     config = load_machine(machine)
@@ -118,7 +166,7 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     config = dataclasses.replace(config, rate_hz=float(rate))
     window = (min(table.tpdo_timeout, 0.75 / config.rate_hz) if table.tpdo_timeout is not None else
               config.drives.tpdo_timeout or 0.5 / config.rate_hz)  # s, the driver's TPDO window
-    if fault == "delay" and table.delay_cycles / config.rate_hz <= window:
+    if fault == "delay" and timing == "wallclock" and table.delay_cycles / config.rate_hz <= window:
         raise UserError(f"{config.path}: [emulator] delay_cycles = {table.delay_cycles} periods does not hold the "
                         f"TPDOs back past the driver's window: the delay fault would go unseen")
     options = emulator_channel = emulator_options = None
@@ -143,31 +191,39 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     if table.max_missed_cycles is not None:
         overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
+    if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
+        drives.exclude_held, drives.tpdo_timeout = True, STEPPED_WINDOW
     if interface == "virtual":
         from .cia402_emulator import CiA402Emulator
 
-        emulator = CiA402Emulator.from_config(config, channel, fault=fault)
+        emulator = CiA402Emulator.from_config(config, channel, fault=fault, timing=timing)
         emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
         emulator.start()
     else:
         emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
                                       emulator_channel or channel, emulator_options or options,
-                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu))
+                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu), timing)
 
     sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
     ran: list[int] = []  # the loop cycles run
+    began: list[float] = []  # their start, time.monotonic()
 
     def on_cycle(k: int, t: float) -> None:
         ran.append(k)
+        began.append(time.monotonic())
         j = drives.cycle + 1  # index of the SYNC this cycle's read will send
         if j < sync_cycle.shape[0]:
             sync_cycle[j] = k
 
     try:
-        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path)
+        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path,
+                              pacing=PACING[timing])
+        ended = time.monotonic()
     finally:
         drives.close()
         time.sleep(0.02)  # let the emulator take the last frames
+        if timing == "stepped" and drives.fault_reason is not None:
+            settle(emulator)
         em = emulator.stop()
     if interface == "virtual":
         em = emulator.report()
@@ -185,14 +241,18 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
     base = loop_cycle(ev[0]) if ev is not None else None
     off = None if base is None else base + ev[1]
+    if timing == "stepped" and ev is not None and em.get("torque_off_at") is not None:
+        off = cycle_at(ran, began, em["torque_off_at"], ended)
     injected = loop_cycle(em["injected_cycle"])
     return hil_result(
-        summary, bus="can", interface=interface, injected_fault=fault, injected_cycle=injected,
+        summary, bus="can", interface=interface, timing=timing, injected_fault=fault, injected_cycle=injected,
         detection_cycles=cycles_run_between(ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
         emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
         driver={"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
                 "drive_watchdog": drives.watchdog_text(), "heartbeat_thread": drives.heartbeat_scheduling,
-                "late_frames": drives.late_frames,
+                "late_frames": drives.late_frames, "exclude_held": drives.exclude_held,
+                "held_windows": drives.held_windows, "held_us_max": round(drives.held_max * 1e6, 1),
+                "events": [list(e) for e in drives.events],
                 "syncs": drives.cycle + 1},
         emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
                   "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),

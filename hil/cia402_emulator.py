@@ -7,10 +7,12 @@ defines the cyclic frames. The power drive system state machine follows CiA 402 
 0x6040 commands, statusword 0x6041); controlwords act on receipt (SDO or RPDO).
 
 SYNC-driven cycle: on each SYNC (COB-ID 0x080) the emulator applies the last target torque
-(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period
-(for n periods when the SYNC's bus timestamp shows the master skipped n - 1 after an overrun),
+(0x6071, per mille of 0x6076) of every drive in Operation enabled to the plant for one period,
 then sends each node's TPDOs (statusword + position actual, velocity actual). Cycle k is the
-k-th SYNC received (0-based).
+k-th SYNC received (0-based). ``timing``: ``stepped`` (``pkrt hil``'s default) advances the
+plant exactly one period per SYNC whatever the wall time between SYNCs, so a host pause delays
+the run without changing it; ``wallclock`` advances it n periods when the SYNC's bus timestamp
+shows the master skipped n - 1 after an overrun (a real-time host).
 
 Heartbeat consumer (CiA 301 7.2.8.3.2, object 0x1016 sub 1: producer node id << 16 | time in
 ms): monitoring of a producer starts with its first heartbeat after the entry is written; no
@@ -90,6 +92,7 @@ from pkrt.rt.runtime.loop import apply_realtime
 
 from .can_hil import FAULT_KINDS  # one list, owned by the HIL runner
 from .cia402_homing import Homing, add_homing_objects
+from .timing import STEPPED_DELAY, STEPPED_SYNC_SILENCE, TIMINGS
 
 S = p.State
 EMCY_PLANT = 0x7300  # sensor (CiA 402): sent when the simulated plant left its model's box
@@ -169,9 +172,12 @@ class CiA402Emulator:
     def __init__(self, plant, node_ids: list[int], rated_torque, increments_per_unit, rate_hz: float,
                  channel: str, interface: str = "virtual", fault: str | None = None,
                  inject_cycle: int | None = None, delay_cycles: float = 0.9,
-                 bus_options: dict | None = None):
+                 bus_options: dict | None = None, timing: str = "wallclock"):
         if fault is not None and fault not in FAULT_KINDS:
             raise DriveConfigError(f"unknown CAN fault kind {fault!r} (known: {', '.join(FAULT_KINDS)})")
+        if timing not in TIMINGS:
+            raise DriveConfigError(f"emulator timing {timing!r}: expected one of {', '.join(TIMINGS)}")
+        self.timing = timing
         self.plant = plant
         self.node_ids = list(node_ids)
         s = len(self.node_ids)
@@ -181,6 +187,12 @@ class CiA402Emulator:
         self.fault = fault
         self.inject_cycle = inject_cycle
         self.delay = delay_cycles * self.period
+        # a drive's own SYNC monitoring takes at least this long (s) to trip: in stepped timing wall
+        # time means nothing to the run (hil/timing.py)
+        self.min_sync_silence = 0.0
+        if timing == "stepped":
+            self.min_sync_silence = STEPPED_SYNC_SILENCE
+            self.delay = STEPPED_DELAY
         self.bus = can.Bus(interface=interface, channel=channel, **(bus_options or {}))
         self.network = canopen.Network(self.bus)
         self.nodes: list[canopen.LocalNode] = []
@@ -238,7 +250,7 @@ class CiA402Emulator:
 
     @classmethod
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
-                    plant=None, bus_options: dict | None = None) -> "CiA402Emulator":
+                    plant=None, bus_options: dict | None = None, timing: str = "wallclock") -> "CiA402Emulator":
         """The emulator of a machine configuration: ``[drives]`` (node ids, scaling) and
         ``[emulator]`` (plant, ``inject_after`` s, ``delay_cycles``)."""
         from pkrt.drivers.cia402 import CiA402Drives
@@ -249,7 +261,7 @@ class CiA402Emulator:
         return cls(plant if plant is not None else Plant.from_config(config), ref.node_ids, ref.rated_torque,
                    ref.increments, config.rate_hz, channel, interface, fault,
                    int(round(em.inject_after * config.rate_hz)) if fault else None,
-                   em.delay_cycles, bus_options)
+                   em.delay_cycles, bus_options, timing)
 
     # -- object dictionary callbacks (SDO server) --------------------------------------------------
     def _make_read_cb(self, i: int):
@@ -306,10 +318,11 @@ class CiA402Emulator:
             raise SdoAbortedError(p.ABORT_NOT_MAPPABLE)
 
     def sync_timeout(self, i: int) -> float | None:
-        """Drive i's SYNC monitoring time (s) when armed: (0x2F10 + 0.5) x 0x1006; else None."""
+        """Drive i's SYNC monitoring time (s) when armed: (0x2F10 + 0.5) x 0x1006 (in stepped
+        timing at least ``STEPPED_SYNC_SILENCE``); else None."""
         if not self.sync_armed[i]:
             return None
-        return (self.sync_loss_limit[i] + 0.5) * self.cycle_period_us[i] * 1e-6
+        return max((self.sync_loss_limit[i] + 0.5) * self.cycle_period_us[i] * 1e-6, self.min_sync_silence)
 
     def _counts(self, x: float, i: int) -> int:
         """SI -> increments; a non-finite value reads as the invalid value 0x80000000."""
@@ -486,6 +499,8 @@ class CiA402Emulator:
         # seen. Nothing before the first SYNC: the machine stood still until then.
         if self.cycle < 0:
             self.grid, dt = stamp, 0.0
+        elif self.timing == "stepped":  # one period per SYNC: the loop never skips one
+            self.grid, dt = stamp, self.period
         else:
             late = stamp - (self.grid + self.period)
             if late < 0.0:
@@ -563,12 +578,14 @@ class CiA402Emulator:
         """This process woke ``late`` s after the time it asked for. Over a period, the host
         held it (on this VM both CPUs stop together for 2-5 ms now and then): a drive's own
         clock would not have stopped, so that time does not count as the master's silence for
-        the SYNC watchdog. Counted in ``stalls``."""
+        the SYNC watchdog, nor for the heartbeat consumers (the master's heartbeat thread was
+        held as well). Counted in ``stalls``."""
         if late <= self.period:
             return
         self.stalls += 1
         self.stall_max = max(self.stall_max, late)
         self.last_sync += late
+        self.hb_last = [None if t is None else t + late for t in self.hb_last]
 
     def _sync_due(self) -> float | None:
         """The earliest perf_counter() time at which an armed SYNC monitoring of a drive in
@@ -593,15 +610,21 @@ class CiA402Emulator:
                                            data=p.encode_emcy(p.EMCY_SYNC_LOSS, 0x11), is_extended_id=False))
 
     # -- heartbeat consumer and abort connection option ---------------------------------------
+    def _consumer_time(self, c: tuple[int, float]) -> float:
+        """The consumer time (s) of entry ``c``; in stepped timing at least the SYNC silence
+        (hil/timing.py): the host may hold the master's vCPU alone for tens of ms."""
+        return c[1] if self.timing != "stepped" else max(c[1], STEPPED_SYNC_SILENCE)
+
     def _heartbeat_due(self) -> float | None:
         """The earliest time.monotonic() at which an armed consumer times out, or None."""
-        due = [last + c[1] for c, last in zip(self.hb_consumer, self.hb_last) if c is not None and last is not None]
+        due = [last + self._consumer_time(c) for c, last in zip(self.hb_consumer, self.hb_last)
+               if c is not None and last is not None]
         return min(due) if due else None
 
     def _heartbeat_check(self, now: float) -> None:
         """Heartbeat events of the consumers whose producer went silent (CiA 301)."""
         for i, (c, last) in enumerate(zip(self.hb_consumer, self.hb_last)):
-            if c is None or last is None or now - last <= c[1]:
+            if c is None or last is None or now - last <= self._consumer_time(c):
                 continue
             self.hb_last[i] = None  # one event; monitoring resumes with the next heartbeat
             before = self.state[i]
@@ -698,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--theta0", help="comma-separated start position of the plant (m or rad)")
     ap.add_argument("--priority", type=int, default=0, help="SCHED_FIFO priority (0: do not ask)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
+    ap.add_argument("--timing", choices=TIMINGS, default="wallclock",
+                    help="stepped: one plant period per SYNC; wallclock: periods by the SYNCs' bus timestamps")
     a = ap.parse_args(argv)
     try:
         config = load_machine(a.machine)
@@ -708,7 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         options = json.loads(a.bus_options)
         if not isinstance(options, dict):
             raise UserError(f"--bus-options: expected a JSON object, got {a.bus_options!r}")
-        em = CiA402Emulator.from_config(config, a.channel, a.interface, a.fault, bus_options=options)
+        em = CiA402Emulator.from_config(config, a.channel, a.interface, a.fault, bus_options=options,
+                                        timing=a.timing)
         if a.theta0:
             theta0 = np.array([float(x) for x in a.theta0.split(",")])
             if theta0.shape != em.plant.theta.shape or not np.all(np.isfinite(theta0)):

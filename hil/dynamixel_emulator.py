@@ -10,7 +10,9 @@ Write whose entries all write the same address and length acts as that Sync Writ
 Current one is a loop cycle); the fast reads answer with one status packet (ID 0xFE) holding
 every servo's block.
 
-Plant clock (``clock``): ``cycle`` (default) runs the plant on the loop's period grid: each
+Plant clock (``clock``): ``step`` (``pkrt hil``'s default, ``--timing stepped``) advances the
+plant exactly one period (1 / rate) per Goal Current write with torque on, whatever the wall
+time between writes: a host pause delays the run without changing it. ``cycle`` runs the plant on the loop's period grid: each
 Goal Current write advances it by one period (1 / rate) under the new currents, the sequence
 of a lockstep simulation whatever the jitter of the messages; periods the loop skipped after
 an overrun are added under the old currents before the next write is applied, counted on the
@@ -77,7 +79,11 @@ from pkrt.drivers.sim import plant_left_its_model
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.loop import apply_realtime
 
+from .timing import STEPPED_DELAY, STEPPED_SYNC_SILENCE
+
 FAULT_KINDS = ("drop", "delay", "corrupt", "drive-fault", "sever", "nan")
+HELD_MIN = 1e-3  # s: a wake-up this much later than asked is the host holding this process
+CLOCKS = ("step", "cycle", "wall")  # plant clocks (module docstring)
 TABLE_SIZE = 147  # up to Present Temperature (146)
 EEPROM_END = 64  # addresses below: EEPROM area, writable only with torque off
 READ_ONLY = {0, 1, 2, 3, 4, 5, 6, 69, 70, 120, 121, 122, 123, *range(124, 147)}
@@ -103,6 +109,7 @@ class Servo:
         struct.pack_into("<H", t, 144, 120)  # 12.0 V
         t[146] = 35  # degC
         self.last_instruction = 0.0  # time.monotonic() of the last instruction packet it received
+        self.min_watchdog = 0.0  # s, the shortest Bus Watchdog time (stepped timing: hil/timing.py)
 
     @property
     def id(self) -> int:
@@ -126,7 +133,7 @@ class Servo:
         wd = self.table[ADDR_BUS_WATCHDOG]
         if not self.torque or not 1 <= wd <= 127:
             return None
-        return self.last_instruction + wd * BUS_WATCHDOG_UNIT_MS * 1e-3
+        return self.last_instruction + max(wd * BUS_WATCHDOG_UNIT_MS * 1e-3, self.min_watchdog)
 
     def goal_current(self) -> int:
         return struct.unpack_from("<h", self.table, ADDR_GOAL_CURRENT)[0]
@@ -177,8 +184,8 @@ class DynamixelEmulator:
     def __init__(self, settings: DynamixelSettings, plant, rate_hz: float, fault: str | None = None,
                  inject_cycle: int = 0, fault_servo: int | None = None, fault_period: int = 1,
                  delay: float = 0.02, clock: str = "cycle", theta0=None):
-        if clock not in ("wall", "cycle"):
-            raise UserError(f"emulator clock must be 'wall' or 'cycle', got {clock!r}")
+        if clock not in CLOCKS:
+            raise UserError(f"emulator clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.st = settings
         self.plant = plant
         self.priority = 0  # SCHED_FIFO priority of the emulator process (0: do not ask)
@@ -188,7 +195,7 @@ class DynamixelEmulator:
         if self.fault_servo not in settings.ids:
             raise UserError(f"fault servo {self.fault_servo} is not one of the IDs {list(settings.ids)}")
         self.fault_period = max(1, int(fault_period))
-        self.delay = float(delay)
+        self.delay = float(delay) if clock != "step" else max(float(delay), STEPPED_DELAY)  # hil/timing.py
         s = len(settings.ids)
         self._tau = np.zeros(s)
         self._f_per_lsb = [settings.direction[i] * settings.force_per_lsb(i) for i in range(s)]
@@ -208,6 +215,9 @@ class DynamixelEmulator:
         self.inject_cycle = int(inject_cycle)
         self.plant.reset(self.theta0)
         self.servos = {i: Servo(i, int(lim)) for i, lim in zip(self.st.ids, self.st.current_limit)}
+        if self.clock == "step":  # the host may hold the master's vCPU alone: hil/timing.py
+            for sv in self.servos.values():
+                sv.min_watchdog = STEPPED_SYNC_SILENCE
         self.parser.clear()
         self.pending.clear()
         self._t_plant: float | None = None  # wall clock (s) the plant state belongs to
@@ -221,6 +231,8 @@ class DynamixelEmulator:
         self.plant_error: str | None = None  # the plant left its tree's box (the servos stopped)
         self.cycles = 0  # Sync Writes of Goal Current with torque on seen on the line
         self.max_gap = 0.0  # s, longest silence on the line while cycling (a stall of either end)
+        self.stalls = 0  # times this process woke over HELD_MIN late (see held)
+        self.stall_max = 0.0  # s, the longest of them
         self._last_rx: float | None = None
         self.injected = False
         self.injected_cycle: int | None = None
@@ -336,6 +348,18 @@ class DynamixelEmulator:
         else:
             self.torque_off_cycle = None  # torque came back on: not off yet
             self.torque_off_at = None
+
+    def held(self, late: float) -> None:
+        """This process woke ``late`` s after the time it asked for. Over ``HELD_MIN`` s the host
+        held it (on a virtual machine the host stops a vCPU for milliseconds, up to hundreds
+        of ms seen): a servo's own clock would not have stopped, so that time does not count as
+        the master's silence for the Bus Watchdog. Counted in ``stalls``."""
+        if late <= HELD_MIN:
+            return
+        self.stalls += 1
+        self.stall_max = max(self.stall_max, late)
+        for sv in self.servos.values():
+            sv.last_instruction += late
 
     def watchdog_due(self) -> float | None:
         """The earliest Bus Watchdog expiry (time.monotonic()), None when none is armed."""
@@ -455,7 +479,7 @@ class DynamixelEmulator:
                     self._t0 = now
                     self._k_plant = 0
                     self._unconfirmed = 0
-                if self.clock == "cycle" and not hold:
+                if self.clock in ("cycle", "step") and not hold:
                     self._advance(now, self.dt)
                     self._k_plant += 1
                 self.cycles += 1
@@ -510,7 +534,8 @@ class DynamixelEmulator:
                     bus_watchdog=[sv.table[ADDR_BUS_WATCHDOG] for sv in self.servos.values()],
                     watchdog_trips=list(self.watchdog_trips),
                     plant_error=self.plant_error, clock=self.clock, skipped_periods=self.skipped_periods, late_writes=self.late_writes, skips=self.skips,
-                    max_gap_us=round(self.max_gap * 1e6, 1),
+                    max_gap_us=round(self.max_gap * 1e6, 1), stalls=self.stalls,
+                    stall_us_max=round(self.stall_max * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
                     **self.counts)
@@ -534,7 +559,10 @@ class DynamixelEmulator:
             if due is not None:
                 timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
             fds = [control] + ([master] if master is not None else []) + ([listener] if listener else [])
+            asked = None if timeout is None else time.monotonic() + timeout
             r, _, _ = select.select(fds, [], [], timeout)
+            if asked is not None:
+                self.held(time.monotonic() - asked)
             if due is not None and time.monotonic() > due:
                 self.watchdog(time.monotonic())
             if listener is not None and listener in r:
@@ -643,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
     ap.add_argument("--fault-servo", type=int)
     ap.add_argument("--fault-period", type=int)
-    ap.add_argument("--clock", choices=("wall", "cycle"), help="plant clock (default: [emulator] clock or cycle)")
+    ap.add_argument("--clock", choices=CLOCKS, help="plant clock (default: [emulator] clock or cycle)")
     ap.add_argument("--priority", type=int, help="SCHED_FIFO priority (default: [emulator] priority, 0 = none)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     ap.add_argument("--link", help="also make this path a symlink to the pty")

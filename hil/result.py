@@ -11,7 +11,8 @@ class HilResult(TypedDict):
     periods skipped by overruns) unless the name says "cycles run"."""
 
     bus: str  # "can" or "serial"
-    interface: str  # can: "udp_multicast" or "virtual"; serial: "pty"
+    interface: str  # can: "unix_pair", "udp_pair", "udp_multicast" or "virtual"; serial: "tcp" or "pty"
+    timing: str  # "stepped" or "wallclock" (hil/can_hil.py)
     injected_fault: str | None  # the fault kind injected (None: no fault)
     injected_cycle: int | None  # loop cycle at which the emulator started the fault (None: not reached)
     detection_cycles: int | None  # cycles run from the injection to the fault (skipped periods not counted)
@@ -31,12 +32,12 @@ def cycles_run_between(ran: list[int], start: int | None, end: int | None) -> in
     return ran.index(end) - ran.index(start)
 
 
-def hil_result(summary: dict, *, bus: str, interface: str, injected_fault: str | None,
+def hil_result(summary: dict, *, bus: str, interface: str, timing: str, injected_fault: str | None,
                injected_cycle: int | None, detection_cycles: int | None, torque_off_cycle: int | None,
                emulator_process: bool, emulator_error: str | None, driver: dict, emulator: dict) -> HilResult:
     """The HIL result: the run's summary with the HIL keys."""
     out = dict(summary)
-    out.update(bus=bus, interface=interface, injected_fault=injected_fault, injected_cycle=injected_cycle,
+    out.update(bus=bus, interface=interface, timing=timing, injected_fault=injected_fault, injected_cycle=injected_cycle,
                detection_cycles=detection_cycles, torque_off_cycle=torque_off_cycle,
                host_torque_off_cycle=summary.get("torque_off_cycle"), emulator_process=emulator_process,
                emulator_error=emulator_error, driver=driver, emulator=emulator)

@@ -1,6 +1,12 @@
 """Serial hardware-in-the-loop: the Orthoglide demo in real time through the Dynamixel driver,
 a pseudo-terminal and the servo emulator running in another process.
 
+Timing (``timing``, hil/timing.py): ``stepped`` (default) runs the emulator's plant clock
+``step`` (one period per Goal Current write), the loop with pacing ``delay`` and the driver's
+transaction timeout at ``STEPPED_WINDOW`` of its own time; ``wallclock`` runs the
+``[emulator] clock`` (``cycle``: periods skipped after an overrun are added), pacing ``skip``
+and strict timeouts.
+
 Cycle numbering: the emulator counts Sync Writes of Goal Current (one per completed loop
 cycle); the loop may skip cycles after an overrun, so its cycle indices are recorded here
 (``on_cycle``) and the emulator's counts are mapped onto them. ``injected_cycle`` and
@@ -18,7 +24,8 @@ from pkrt.drivers.dynamixel import load_settings
 from pkrt.rt.runtime.config import MachineConfig, load_machine
 from pkrt.rt.core.errors import UserError
 
-from .can_hil import emulator_cpu, reference_for
+from .can_hil import check_timing, emulator_cpu, reference_for
+from .timing import PACING, STEPPED_WINDOW
 from .dynamixel_emulator import FAULT_KINDS
 from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
@@ -37,11 +44,13 @@ class EmulatorProcess(_Process):
     path, or with ``link = "tcp"`` its pyserial ``socket://127.0.0.1:PORT`` URL."""
 
     def __init__(self, machine_path: str, fault: str | None, inject_cycle: int | None, rate_hz: float,
-                 cpu: int = -1, priority: int | None = None, link: str = "tcp"):
+                 cpu: int = -1, priority: int | None = None, link: str = "tcp", clock: str | None = None):
         if link not in LINKS:
             raise UserError(f"serial HIL link {link!r}: expected one of {', '.join(LINKS)}")
         cmd = [sys.executable, "-m", "pkrt.hil.dynamixel_emulator", "--machine", machine_path,
                "--rate", repr(float(rate_hz)), "--cpu", str(int(cpu))] + (["--tcp"] if link == "tcp" else [])
+        if clock is not None:  # else the configuration's [emulator] clock
+            cmd += ["--clock", clock]
         if priority is not None:  # else the configuration's [emulator] priority
             cmd += ["--priority", str(int(priority))]
         if fault is not None:
@@ -53,11 +62,12 @@ class EmulatorProcess(_Process):
 
     @classmethod
     def of(cls, config: MachineConfig, fault: str | None = None, inject_cycle: int | None = None,
-           link: str = "tcp") -> "EmulatorProcess":
+           link: str = "tcp", timing: str = "stepped") -> "EmulatorProcess":
         """The emulator of a machine configuration at its rate, on a CPU other than the
-        controller's (``[realtime] cpu``)."""
+        controller's (``[realtime] cpu``); plant clock ``step`` for ``timing = "stepped"``,
+        else the configuration's."""
         return cls(os.path.abspath(config.path), fault, inject_cycle, config.rate_hz,
-                   emulator_cpu(config.realtime.cpu), link=link)
+                   emulator_cpu(config.realtime.cpu), link=link, clock="step" if timing == "stepped" else None)
 
     def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float) -> None:
         """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle``."""
@@ -78,7 +88,8 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
-                   emulator: EmulatorProcess | None = None, reference=None, link: str = "tcp") -> HilResult:
+                   emulator: EmulatorProcess | None = None, reference=None, link: str = "tcp",
+                   timing: str = "stepped") -> HilResult:
     """Run the machine's demo through driver + serial link (``link``: ``LINKS``) + emulator
     process; returns the
     ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
@@ -86,12 +97,14 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     servo's torque was off), ``detection_cycles`` (cycles run from the injection to the fault),
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
-    running (otherwise one is started and stopped). ``reference``: see ``can_hil.reference_for``."""
+    running (otherwise one is started and stopped; its plant clock is the one it was started
+    with). ``reference``: see ``can_hil.reference_for``. ``timing``: module docstring."""
     from pkrt.rt.runtime.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
         hint = " (bus-off is a CAN fault)" if fault == "bus-off" else ""
         raise UserError(f"unknown serial fault '{fault}'{hint}; known: {', '.join(FAULT_KINDS)}")
+    check_timing(timing)
     config = serial_config(machine, rate_hz)
     load_settings(config, {"port": "pty"})  # bad drive settings: say so before starting anything
     trajectory = reference_for(config, reference)  # planned before the emulator starts
@@ -100,7 +113,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     if fault is not None:
         inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
-        emu = EmulatorProcess.of(config, fault, inject, link)
+        emu = EmulatorProcess.of(config, fault, inject, link, timing)
     else:
         emu = emulator
         emu.arm(fault, inject, rate)
@@ -108,8 +121,10 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     drives = None
     try:
         drives = open_drives(config, {"port": emu.port})
+        if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
+            drives.exclude_held, drives.window = True, STEPPED_WINDOW
         result = run_session(config, drives, trajectory=trajectory, duration=duration,
-                             log_path=log_path,
+                             log_path=log_path, pacing=PACING[timing],
                              on_cycle=lambda k, t: ran.append(k))
     finally:
         if drives is not None:
@@ -125,7 +140,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
 
     injected = loop_cycle(report.get("injected_cycle"))
     link_used = "tcp" if str(emu.port).startswith("socket://") else "pty"
-    return hil_result(result, bus="serial", interface=link_used, injected_fault=fault, injected_cycle=injected,
+    return hil_result(result, bus="serial", interface=link_used, timing=timing, injected_fault=fault, injected_cycle=injected,
                       detection_cycles=cycles_run_between(ran, injected, result.get("fault_cycle")),
                       torque_off_cycle=loop_cycle(report.get("torque_off_cycle")), emulator_process=True,
                       emulator_error=report.get("error"), driver=drives.info(), emulator=report)

@@ -17,3 +17,14 @@ def config():
 @pytest.fixture(scope="module")
 def tree(config):
     return load_controller_tree(config)
+
+
+@pytest.fixture(scope="session")
+def host_probe():
+    """The independent host-pause probe (pkrt.rt.core.hostprobe), one process per CPU, running
+    from the first real-time test that asks for it to the end of the session
+    (tests/realtime.py judges runs with it)."""
+    from pkrt.rt.core.hostprobe import HostProbe
+
+    with HostProbe() as probe:
+        yield probe

@@ -1,22 +1,100 @@
-"""Real-time tests on a shared machine: tell a run that a stall disturbed from one that failed.
+"""Real-time tests on a host that pauses: a run may be repeated only when the independent
+host-pause probe (``pkrt.rt.core.hostprobe``, the session fixture ``host_probe`` in conftest.py)
+saw the host pause at the moment the run went wrong.
 
-A stall of this process, of the emulator or of the machine (overruns, periods skipped, answers
-or frames arriving late, a timing fault that is not the one injected) is detected from the
-run's own figures, never guessed from wall time; such a run is repeated (``repeat``), and the
-test asserts on the first run without one (or on what a stall cannot change, e.g. cycles run).
+Every run records the wall times of its anomalies on ``time.monotonic()`` (the probe's clock):
+the summary's ``fault_time`` for a fault, the drivers' ``events`` (TPDOs missing or late,
+transaction timeouts, late answers). ``judge`` runs a test's run and lists its anomalies
+(``anomalies``); none: the run is judged by the test. Each one the probe explains (a pause of
+at least ``MIN_MS`` from ``BEFORE`` s before to ``AFTER`` s after it): the run is repeated
+(at most ``ATTEMPTS`` runs), with a warning that says what the probe saw; every run spoilt so:
+the test is skipped with what the probe saw. One anomaly the probe does not explain: the test
+FAILS with it -- a timeout, a late frame or a drive fault that no host pause explains is a
+defect (of pkrt, the emulator or a tolerance), not a loaded machine.
 """
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
 
+ATTEMPTS = 3
+BEFORE, AFTER = 0.03, 0.005  # s around an anomaly in which a host pause explains it
+MIN_MS = 1.0  # ms, the shortest wake-up lateness of the probe that counts as a host pause
+# setup transactions (SDO, Dynamixel reads) that a host pause can time out before the loop starts
+SETUP_TIMEOUTS = ("No SDO response", "no valid answer to", "Write timeout")
+
+
+class HostPauseRepeat(UserWarning):
+    """A real-time run repeated because the host-pause probe explained its anomaly."""
+
+
+def anomalies(r: dict, expected: str | None = None) -> list[tuple[float, str]]:
+    """The anomalies of a run's result ``r`` (a HIL result, a run summary or a dict with the
+    same keys), as (time.monotonic(), what): a fault other than the ``expected`` one, or any
+    fault before the injection of an injected one; the driver's events (missing or late feedback,
+    timeouts) unless an expected fault was injected (its own symptoms are events too)."""
+    out = []
+    fault, inj, at = r.get("fault"), r.get("injected_cycle"), r.get("fault_cycle")
+    before = r.get("injected_fault") is not None and (inj is None or (at is not None and at < inj))
+    unexpected = bool(fault) and (expected is None or expected not in fault or before)
+    if unexpected:
+        out.append((r.get("fault_time") or r.get("error_time") or 0.0, f"fault at cycle {at}: {fault}"))
+    if expected is None or unexpected:
+        out += [(t, what) for t, what in (r.get("driver") or {}).get("events") or []]
+    return out
+
+
+def judge(run: Callable[[], T], probe, expected: str | None = None,
+          find: Callable[[T], list[tuple[float, str]]] | None = None, attempts: int = ATTEMPTS) -> T:
+    """``run()`` until a run without anomalies (``find``, default ``anomalies(r, expected)``)
+    and return it; repeat only runs whose every anomaly ``probe`` explains (at most
+    ``attempts``), skip when all were; fail on an anomaly the probe does not explain. A
+    ``DriveError`` from a setup transaction that timed out is an anomaly at the time it was
+    caught."""
+    import pytest
+
+    from pkrt.drivers.base import DriveError
+
+    find = find or (lambda r: anomalies(r, expected))
+    seen: list[str] = []
+    for i in range(attempts):
+        try:
+            r = run()
+            found = find(r)
+        except DriveError as e:
+            if not any(t in str(e) for t in SETUP_TIMEOUTS):
+                raise
+            r, found = None, [(time.monotonic(), f"setup: {e}")]
+        if not found:
+            return r
+        said = [(t, what, probe.explain(t, BEFORE, AFTER, MIN_MS)) for t, what in found]
+        blind = [(t, what) for t, what, why in said if why is None]
+        if blind:
+            t, what = blind[0]
+            t0, t1 = min(x[0] for x in found), max(x[0] for x in found)
+            near = [(p.cpu, round(p.at - t, 4), p.ms) for p in probe.pauses(t0 - 2.0, t1 + 0.1, MIN_MS)]
+            pytest.fail(f"run {i + 1}: {what} at t={t:.4f} s, and the host-pause probe saw no pause >= {MIN_MS:g} ms "
+                        f"from {BEFORE * 1e3:.0f} ms before to {AFTER * 1e3:.0f} ms after it; anomalies (s from "
+                        f"it): {[(round(x - t, 4), w[:80]) for x, w in found[:6]]}; probe's pauses from 2 s before "
+                        f"(cpu, s from it, ms): {near[-12:]}")
+        t, what, why = said[0]
+        seen.append(f"run {i + 1}: {what[:120]} -- {why}")
+        warnings.warn(HostPauseRepeat(f"real-time run repeated: {seen[-1]}"), stacklevel=2)
+    pytest.skip(f"the host paused during each of {attempts} runs: " + " | ".join(seen))
+
+
+# -- legacy: stall heuristics from the run's own counters, for the unit tests of the drivers and
+# the runtime that are not yet judged by the probe (test_cia402, test_drive_watchdog,
+# test_dynamixel, test_outputs, test_replay, test_stop_signals, test_hil_sigterm). New real-time
+# tests use ``judge``.
 # faults a stall can cause by itself: feedback late or missing, a drive's own watchdog
 TIMING_FAULTS = ("TPDO timeout", "EMCY 0x8130", "stale feedback", "no valid feedback", "answers arriving late",
                  "this process stalled")
-ATTEMPTS = 5
 
 
 def timing_fault(fault: str | None, expected: str | None = None) -> bool:
@@ -42,11 +120,9 @@ def fault_preempted(r: dict, expected: str) -> bool:
     return bool(fault) and (timing_fault(fault, expected) or inj is None or (at is not None and at < inj))
 
 
-# setup transactions a stall can time out (the drives were never enabled: nothing to judge)
-SETUP_TIMEOUTS = ("No SDO response", "no valid answer to", "Write timeout")
 
 
-def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = ATTEMPTS,
+def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = 5,
            skip: bool = True) -> T:
     """``run()`` until a run without a stall (at most ``attempts``). When every run was spoilt by
     a stall the machine is too loaded to judge: the test is skipped with the last run's evidence
@@ -72,3 +148,61 @@ def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = A
         pytest.skip(f"machine too loaded for a real-time run: a stall in each of {attempts} runs "
                     f"(last: {str(evidence)[:200]})")
     return r
+
+
+class HostPauses:
+    """A stand-in for the host pausing the CPUs: a helper process that stops this process and
+    its children (the emulators; not ``spare``, e.g. the probe's processes) with SIGSTOP for
+    ``ms`` milliseconds, ``count`` times, every ``every`` s from ``after`` s after this process
+    switched to SCHED_FIFO (the loop's real-time settings: the loop is about to start). Every
+    thread of both ends stops at once, as when the host holds the vCPUs. A context manager."""
+
+    def __init__(self, ms: float = 5.0, count: int = 5, every: float = 0.3, after: float = 0.5,
+                 spare: list[int] = ()):
+        import os
+
+        self.args = [os.getpid(), ms, count, every, after, list(spare)]
+        self.proc = None
+
+    def __enter__(self) -> "HostPauses":
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _PAUSER, repr(self.args)])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+_PAUSER = r"""
+import ast, os, signal, sys, time
+pid, ms, count, every, after, spare = ast.literal_eval(sys.argv[1])
+spare = set(spare) | {os.getpid()}
+def family(p):
+    out = [p]
+    for task in os.listdir(f"/proc/{p}/task"):
+        try:
+            kids = open(f"/proc/{p}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for c in map(int, kids):
+            if c not in spare:
+                out += family(c)
+    return out
+deadline = time.monotonic() + 120.0
+while time.monotonic() < deadline:  # policy (field 41 of /proc/PID/stat) 1: SCHED_FIFO
+    if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[38] == "1":
+        break
+    time.sleep(0.001)
+time.sleep(after)
+for _ in range(count):
+    ps = family(pid)
+    for p in ps:
+        os.kill(p, signal.SIGSTOP)
+    time.sleep(ms / 1e3)
+    for p in ps:
+        os.kill(p, signal.SIGCONT)
+    time.sleep(every)
+"""

@@ -18,6 +18,8 @@ from pkrt.models.treebuild import BuildSettings, build_tree
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.core.treefile import save_tree
 
+from .realtime import judge
+
 pytestmark = pytest.mark.realtime
 
 
@@ -49,8 +51,11 @@ def test_can_drives_fault_when_the_plant_leaves_its_tree(region_tree, tmp_path):
     assert "simulated plant left its tree's box at position" in r["emulator"]["plant_error"]
 
 
-def test_serial_servos_stop_when_the_plant_leaves_its_tree(region_tree, tmp_path):
-    r = run_serial_hil(_config(tmp_path, "orthoglide-serial", region_tree), duration=1.5, reference=plan_reference)
+def test_serial_servos_stop_when_the_plant_leaves_its_tree(region_tree, tmp_path, host_probe):
+    """At 1 kHz in the default stepped timing (this run failed on "no valid feedback in 3 cycles"
+    in wall-clock timing whenever the host paused the emulator's vCPU)."""
+    r = judge(lambda: run_serial_hil(_config(tmp_path, "orthoglide-serial", region_tree), duration=1.5,
+                                     reference=plan_reference), host_probe, expected="hardware error")
     assert r["fault"] is not None and "hardware error" in r["fault"], r["fault"]
     assert r["emulator"]["torque_on"] == [False] * 3 and r["emulator"]["nonzero_after_off"] == 0
     assert "simulated plant left its tree's box at position" in r["emulator"]["plant_error"]

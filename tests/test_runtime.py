@@ -147,7 +147,7 @@ def test_watchdog_on_missed_cycles_in_real_time(config, tree):
 
     drives = open_drives(config)
     r = run_session(config, drives, trajectory=_demo(config), duration=0.5, tree=tree, on_cycle=slow,
-                    realtime=False)
+                    realtime=False, pacing="skip")
     assert r["fault"] is not None and "watchdog" in r["fault"]
     assert r["overruns"] >= config.limits.watchdog_cycles
     assert r["torque_off_cycle"] == r["fault_cycle"]
@@ -245,10 +245,33 @@ def test_realtime_factor_counts_skipped_periods(config, tree):
 
     drives = open_drives(config)
     r = run_session(config, drives, trajectory=_demo(config), duration=0.5, tree=tree, on_cycle=stall,
-                    realtime=False)
+                    realtime=False, pacing="skip")
     skipped = round(r["duration_s"] * config.rate_hz) + 1 - r["cycles"]
     assert r["fault"] is None and skipped >= 20, r
     assert r["realtime_factor"] == pytest.approx(1.0, abs=0.03), r["realtime_factor"]
+
+
+@pytest.mark.realtime
+def test_a_host_pause_delays_a_simulated_run_without_changing_it(config, tree):
+    """The simulated plant pauses with the loop (default pacing ``delay``): a cycle held 3.5 ms
+    is counted in ``host_delays`` and the schedule re-anchored; no period is skipped, the
+    watchdog does not trip, and the result is the lockstep run's."""
+    import time
+
+    def stall(k, t):
+        if k % 50 == 25:
+            time.sleep(0.0035)
+
+    plan = _demo(config)
+    r = run_session(config, open_drives(config), trajectory=plan, duration=0.5, tree=tree, on_cycle=stall,
+                    realtime=False)
+    ref = run_session(config, open_drives(config), trajectory=plan, duration=0.5, tree=tree, lockstep=True)
+    assert r["pacing"] == "delay" and r["fault"] is None, r["fault"]
+    assert r["cycles"] == ref["cycles"] == round(r["duration_s"] * config.rate_hz) + 1
+    d = r["host_delays"]
+    assert d["count"] >= 10 and d["longest_ms"] >= 2.0, d
+    assert 25 in [x[0] for x in d["at"]] and all(isinstance(x[1], float) for x in d["at"])
+    assert r["rms_error"] == pytest.approx(ref["rms_error"], rel=1e-9)
 
 
 @pytest.mark.parametrize("field,value", [("noise", "x"), ("noise", -1e-6), ("quantization", [1]),

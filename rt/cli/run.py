@@ -96,6 +96,11 @@ def _tracking_lines(r: dict) -> list[str]:
 def _timing_lines(r: dict) -> list[str]:
     """Microseconds: the exact model, the simulated plant, the loop's compute and wake-up."""
     lines = []
+    hd = r.get("host_delays") or {}
+    if hd.get("count"):  # cycles that ended past the next deadline (rt/runtime/run.py, pacing)
+        how = "schedule re-anchored" if r.get("pacing") == "delay" else "periods skipped"
+        lines.append(f"  host delays: {hd['count']}, longest {hd['longest_ms']:.1f} ms at cycle {hd['longest_cycle']} "
+                     f"({how})")
     if r.get("exact_model_us"):
         e, c = r["exact_model_us"], r["controller_us"]
         lines.append(f"  exact model us per call: before the loop p50 {e['p50']:.1f}, p99 {e['p99']:.1f}; "

@@ -425,7 +425,8 @@ class Machine:
                 self._after_step(src)
             self.pos_now[:] = self.drives.feedback.position
         self.ref_now[:] = self.source.pos
-        nxt, late = next_cycle(self.clock, k, period)
+        nxt, lateness = next_cycle(self.clock, k, period)
+        late = lateness > 0.0
         if late:
             flags |= FLAG_OVERRUN
             if self.state in ENABLED:

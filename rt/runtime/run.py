@@ -146,16 +146,22 @@ def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, re
     return reason, flags, t_d, t_c, t_w
 
 
-def next_cycle(clock, k: int, period: float) -> tuple[int, bool]:
-    """The cycle after k and whether k overran: on a real clock past the next deadline, the
-    next boundary (skipped periods are not made up); a lockstep clock never runs late."""
+def next_cycle(clock, k: int, period: float, pacing: str = "skip") -> tuple[int, float]:
+    """The cycle after k and how late k ended (s past the next deadline; 0.0 on time). On a
+    real clock past the next deadline: pacing ``skip`` goes on at the next boundary (skipped
+    periods are not made up), ``delay`` re-anchors the clock so that the next cycle runs now
+    and every later one as late (a run delayed, not broken). A lockstep clock never runs late."""
     nxt = k + 1
     if clock.lockstep:
-        return nxt, False
+        return nxt, 0.0
     now = clock.now()
-    if now > nxt * period:
-        return int(math.floor(now / period)) + 1, True
-    return nxt, False
+    late = now - nxt * period
+    if late <= 0.0:
+        return nxt, 0.0
+    if pacing == "delay":
+        clock.t0 += late
+        return nxt, late
+    return int(math.floor(now / period)) + 1, late
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -197,10 +203,19 @@ class StopSignals:
         self._saved.clear()
 
 
+PACINGS = ("skip", "delay")
+
+
+def default_pacing(drives: Drives) -> str:
+    """``delay`` for the simulated plant (it runs in the loop's process and pauses with it: a
+    host pause is no plant event), ``skip`` for every real drive (the machine does not pause)."""
+    return "delay" if drives.backend == "sim" else "skip"
+
+
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None) -> dict:
+                model=None, pacing: str | None = None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -208,11 +223,29 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     reported in ``fault``; it does not raise. SIGINT, SIGTERM, SIGHUP and SIGQUIT during the
     run stop it at the next cycle boundary the same way (``StopSignals``). ``model``: the
     model in the loop when not the tree (``Controller``), built outside the runtime.
+
+    ``pacing`` (real time only; default ``default_pacing(drives)``): what a cycle that ends
+    past the next deadline (the host held the process, or the cycle overran) does.
+    ``skip``: the loop skips to the next period boundary and the overrun counts towards the
+    watchdog (``[limits] watchdog_cycles`` in a row: fault) -- right for real drives, whose
+    machine keeps moving while the host is held. ``delay``: the loop re-anchors its schedule
+    (the next cycle runs at once, every later deadline moves by the delay), no period is
+    skipped and the watchdog is not fed: the run is delayed, not broken, and its result is the
+    lockstep one -- right for a plant that pauses with the loop (the simulated plant of ``pkrt
+    run``, the stepped HIL emulators): for it a late cycle is no plant event, and on a virtual
+    machine the host's pauses come in bursts (several late cycles in a row, docs/hil.md) that
+    would trip a watchdog of N missed cycles. The watchdog stays for real drives (``skip``),
+    whose machine does not pause. Either way the summary's ``host_delays`` names the delays
+    (count, longest, when).
     """
+    if pacing is None:
+        pacing = default_pacing(drives)
+    if pacing not in PACINGS:
+        raise UserError(f"pacing {pacing!r}: expected one of {', '.join(PACINGS)}")
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime, model=model)
+                          tree=tree, realtime=realtime, model=model, pacing=pacing)
         return session.run()
 
 
@@ -226,8 +259,9 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool, model=None):
+                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip"):
         self.config, self.drives, self.stop_signals = config, drives, stop
+        self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
         self.realtime = realtime
         tree = tree if tree is not None else load_controller_tree(config)
@@ -283,8 +317,10 @@ class Session:
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
+        self.fault_time: float | None = None
         self.overruns = self.saturated = self.cycles = 0
         self.clock = VirtualClock() if lockstep else RealClock()
+        self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = 0.0
 
@@ -293,6 +329,7 @@ class Session:
         """Stop the run at cycle k for ``reason``: torque off first (``drives.fault`` for a
         fault, ``drives.disable`` for a stop signal or an internal error), then the log's event."""
         self.fault_reason, self.fault_cycle = reason, k
+        self.fault_time = time.monotonic()  # on the clock of the host-pause probe (rt/core/hostprobe.py)
         if drive_fault:
             self.drives.fault(reason)
         else:
@@ -356,10 +393,14 @@ class Session:
         self.wake[k] = wake_s
         self.ran[k] = True
         self.cycles += 1
-        nxt, late = next_cycle(self.clock, k, period)
+        nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
+        late = lateness > 0.0
         if late:
             self.overruns += 1
             flags |= FLAG_OVERRUN
+            self.delays.add(k, lateness, time.monotonic())
+            if self.pacing == "delay":  # a delay of a plant that waits: not a missed cycle (no watchdog)
+                late = False
         self.comp[k] = time.perf_counter() - t_start
         if self.views is not None:
             self._stage(k, t, fb, wake_s, flags)
@@ -436,7 +477,8 @@ class Session:
             "rate_hz": self.config.rate_hz,
             "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
-            "fault_cycle": self.fault_cycle, "torque_off_cycle": self.torque_off_cycle,
+            "fault_cycle": self.fault_cycle, "fault_time": self.fault_time, "torque_off_cycle": self.torque_off_cycle,
+            "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
             "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
             "max_error": float(np.max(np.abs(e))) if len(e) else None,
             "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
@@ -460,6 +502,41 @@ class Session:
             summary["log_rows_written"] = counts.get("rows_written")
             summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
         return summary
+
+
+class HostDelays:
+    """Cycles that ended past the next deadline (the host held the process, or the cycle
+    overran): how many, the longest, and the first ``KEEP`` with their loop cycle and
+    ``time.monotonic()`` (the clock of the host-pause probe, rt/core/hostprobe.py)."""
+
+    KEEP = 50
+
+    def __init__(self):
+        self.count = 0
+        self.longest = 0.0  # s
+        self.longest_at: tuple[int, float] | None = None
+        self.first: list[tuple[int, float, float]] = []  # (cycle, monotonic time at the cycle's end, delay s)
+
+    def add(self, k: int, delay: float, at: float) -> None:
+        self.count += 1
+        if delay > self.longest:
+            self.longest, self.longest_at = delay, (k, at)
+        if len(self.first) < self.KEEP:
+            self.first.append((k, at, delay))
+
+    def summary(self) -> dict:
+        """count, longest_ms, longest_cycle, longest_at (monotonic s) and ``at``: [cycle,
+        monotonic s, ms] of the first delays."""
+        return {"count": self.count, "longest_ms": round(self.longest * 1e3, 3),
+                "longest_cycle": self.longest_at[0] if self.longest_at else None,
+                "longest_at": self.longest_at[1] if self.longest_at else None,
+                "at": [[k, round(t, 6), round(d * 1e3, 3)] for k, t, d in self.first]}
+
+    def text(self) -> str:
+        """One line for a summary: 'none' or 'N (longest X ms at cycle K)'."""
+        if not self.count:
+            return "none"
+        return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
 
 
 class _Probe:
