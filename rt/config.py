@@ -51,8 +51,12 @@ class MachineConfig:
     def with_drives(self, overrides: dict | None = None) -> "MachineConfig":
         """This configuration with ``overrides`` (e.g. ``{"port": ...}``, the CLI's
         ``--interface``) replacing fields of ``[drives]``, validated again at this rate."""
-        known = {f.name for f in schema.fields(type(self.drives))}  # other backends' settings do not apply
-        table = {**self.raw.get("drives", {}), **{k: v for k, v in (overrides or {}).items() if k in known}}
+        known = {f.name for f in schema.fields(type(self.drives))}
+        for k in overrides or {}:
+            if k not in known:  # a setting of another backend (e.g. --port for CAN drives)
+                raise UserError(f"{self.path}: '{k}' is not a setting of a '{self.backend}' machine's drives "
+                                f"(its [drives] fields: {', '.join(sorted(known))})")
+        table = {**self.raw.get("drives", {}), **(overrides or {})}
         drives = schema.validate(type(self.drives), table, self.context("drives"))
         return replace(self, drives=drives)
 
@@ -117,7 +121,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     if not isinstance(drives_doc, dict):
         raise ConfigError.at(str(path), "drives", None, "table missing")
     backend = drives_doc.get("backend")
-    if backend not in schema.DRIVES_TABLES:
+    if not isinstance(backend, str) or backend not in schema.DRIVES_TABLES:
         what = "missing" if backend is None else f"unknown backend {backend!r}"
         raise ConfigError.at(str(path), "drives", "backend", f"{what} (known: {', '.join(schema.DRIVES_TABLES)})")
     tables = dict(schema.tables_of(backend))

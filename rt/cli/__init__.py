@@ -141,6 +141,20 @@ def _find_verb(argv: list[str]) -> str | None:
     return None
 
 
+def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An option given an empty value (``--inject=``, ``--log ""``) is a mistake, never "off"."""
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(value, str) and not value:
+            name = action.option_strings[-1] if action.option_strings else action.metavar or action.dest
+            parser.error(f"{name}: expected a value, got an empty string")
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (a message of several lines is joined with '; ')."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UserError(f"{self.prog.split(' ', 1)[-1]}: {message}")
@@ -160,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not argv or argv[0] in ("-h", "--help"):
             print(_usage())
-            return 0 if argv else 2
+            if not argv:
+                raise UserError("no verb given (try 'pkrt --help')")
+            return 0
         verb = _find_verb(argv)
         if verb is None:
             raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
@@ -174,10 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         for w in verb.split():
             rest.remove(w)
         args = parser.parse_args(_join_negative_values(rest))
+        _refuse_empty_values(parser, args)
         args.debug = debug
         return int(run(args) or 0)
     except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
-        print(f"pkrt: error: {e}", file=sys.stderr)
+        print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
@@ -187,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except ERRORS as e:
         if debug:
             traceback.print_exc()
-        print(f"pkrt: error: {e}", file=sys.stderr)
+        print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
     except OSError as e:
         # files that cannot be read or written are the user's to fix
