@@ -286,6 +286,11 @@ class Plant:
             raise DriveConfigError(f"{config.path}: [{table}], field 'plant_tree': the plant must not use the "
                                    f"controller's own tree (give a finer tree)")
         tree = load_tree(path)
+        n_axes = config.limits.position.shape[0]
+        if tree.s != n_axes:  # another machine's tree: its model says nothing about this machine
+            built = (tree.header.get("model") or {}).get("name", "?")
+            raise DriveConfigError(f"{config.path}: [{table}], field 'plant_tree': {path} has {tree.s} axes "
+                                   f"(built from model '{built}'), this machine has {n_axes}")
         tree.header["path"] = path
         tree.header["file_hash"] = _file_hash(path)
         return cls(tree, d.viscous, d.coulomb, d.force_limit, ms, d.substeps)

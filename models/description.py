@@ -19,7 +19,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MODEL, expect
-from pkrt.rt.core.schema import field_message
+from pkrt.rt.core.schema import field_message, finite_real, unknown_key, unknown_what
 
 from .joints import ACTUATABLE, JOINT_TYPES
 
@@ -29,6 +29,17 @@ class ModelError(UserError, ValueError):
 
 
 GROUND = "ground"
+# the fields of each table (a key not listed is refused: a typo in an optional field)
+KEYS = {
+    "": ("model", "bodies", "joints", "actuators", "assembly", "tool"),
+    "model": ("name", "gravity", "singular_threshold"),
+    "bodies": ("name", "mass", "inertia", "com", "position", "rotation"),
+    "joints": ("name", "type", "body1", "body2", "point1", "point2", "axis1", "axis2", "ref1", "ref2",
+               "at", "axis", "ref"),
+    "actuators": ("name", "joint", "range", "offset"),
+    "assembly": ("theta",),
+    "tool": ("body", "point", "rotation", "coordinates"),
+}
 MACHINES_DIR = Path(__file__).resolve().parent / "machines"
 
 
@@ -134,14 +145,22 @@ class _Reader:
     def fail(self, where: str, field: str | None, msg: str):
         raise ModelError(field_message(self.path, where, field, msg))
 
+    def keys(self, tbl: dict, where: str, table: str) -> None:
+        """Refuse a key that is not a field of ``table`` (``KEYS``)."""
+        key = unknown_key(tbl, KEYS[table])
+        if key is not None:
+            if table == "":
+                self.fail(f"[{key}]", None, f"unknown table (known: {', '.join(KEYS[''])})")
+            self.fail(where, key, unknown_what(KEYS[table]))
+
     def number(self, tbl, where, field, default=None, positive=False):
         if field not in tbl:
             if default is None:
                 self.fail(where, field, "missing")
             return float(default)
         v = tbl[field]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-            self.fail(where, field, f"must be a finite number, got {v!r}")
+        if not finite_real(v):
+            self.fail(where, field, f"must be a finite number, got {_short(v)}")
         if positive and v <= 0:
             self.fail(where, field, f"must be positive, got {v!r}")
         return float(v)
@@ -153,7 +172,7 @@ class _Reader:
             return default
         v = tbl[field]
         if not isinstance(v, str) or not v:
-            self.fail(where, field, f"must be a non-empty string, got {v!r}")
+            self.fail(where, field, f"must be a non-empty string, got {_short(v)}")
         return v
 
     def vector(self, tbl, where, field, n=3, default=None, unit=False):
@@ -162,12 +181,12 @@ class _Reader:
                 self.fail(where, field, "missing")
             return None if isinstance(default, str) else np.asarray(default, dtype=float)
         v = tbl[field]
-        if (not isinstance(v, list) or len(v) != n
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)):
-            self.fail(where, field, f"must be a list of {n} numbers, got {v!r}")
+        if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                             for x in v):
+            self.fail(where, field, f"must be a list of {n} numbers, got {_short(v)}")
+        if not all(finite_real(x) for x in v):
+            self.fail(where, field, f"must be finite numbers, got {_short(v)}")
         a = np.asarray(v, dtype=float)
-        if not np.all(np.isfinite(a)):
-            self.fail(where, field, "must be finite")
         if unit:
             big = np.abs(a).max()
             if big < 1e-12:
@@ -192,6 +211,12 @@ class _Reader:
         return v
 
 
+def _short(v, limit: int = 60) -> str:
+    """``repr(v)`` cut to ``limit`` characters (a 400-digit integer stays readable)."""
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def load_description(name_or_path: str) -> Description:
     """Read and validate a machine description (no assembly)."""
     path = resolve_model_path(name_or_path)
@@ -206,6 +231,7 @@ def load_description(name_or_path: str) -> Description:
     model = doc.get("model")
     if not isinstance(model, dict):
         r.fail("[model]", None, "table missing")
+    r.keys(model, "[model]", "model")
     name = r.string(model, "[model]", "name")
     gravity = r.vector(model, "[model]", "gravity")
     sing = r.number(model, "[model]", "singular_threshold", default=1e-3, positive=True)
@@ -213,6 +239,7 @@ def load_description(name_or_path: str) -> Description:
     bodies: list[Body] = []
     for i, b in enumerate(r.table_list(doc, "bodies")):
         bname, where = r.entry(b, i, "bodies", [x.name for x in bodies])
+        r.keys(b, where, "bodies")
         if bname == GROUND:
             r.fail(where, "name", "'ground' is reserved for the fixed frame")
         mass = r.number(b, where, "mass", positive=True)
@@ -227,6 +254,7 @@ def load_description(name_or_path: str) -> Description:
     joints: list[JointSpec] = []
     for i, j in enumerate(r.table_list(doc, "joints")):
         jname, where = r.entry(j, i, "joints", [x.name for x in joints])
+        r.keys(j, where, "joints")
         jtype = r.string(j, where, "type")
         if jtype not in JOINT_TYPES:
             r.fail(where, "type", f"unknown joint type '{jtype}' (known: {', '.join(JOINT_TYPES)})")
@@ -246,6 +274,7 @@ def load_description(name_or_path: str) -> Description:
     actuators: list[ActuatorSpec] = []
     for i, a in enumerate(r.table_list(doc, "actuators")):
         aname, where = r.entry(a, i, "actuators", [x.name for x in actuators])
+        r.keys(a, where, "actuators")
         jn = r.string(a, where, "joint")
         if jn not in jby:
             r.fail(where, "joint", f"no joint named '{jn}'")
@@ -265,9 +294,11 @@ def load_description(name_or_path: str) -> Description:
     asm = doc.get("assembly", {})
     if not isinstance(asm, dict):
         r.fail("[assembly]", None, "must be a table")
+    r.keys(asm, "[assembly]", "assembly")
     mid = [0.5 * (a.range[0] + a.range[1]) for a in actuators]
     theta = r.vector(asm, "[assembly]", "theta", n=len(actuators), default=mid)
     tool = _tool(r, doc, by_name, len(actuators)) if "tool" in doc else None
+    r.keys(doc, "", "")  # last: a misspelt [model] is reported as missing
     return Description(name, str(path), hashlib.sha256(raw).hexdigest(), gravity, tuple(bodies),
                        tuple(joints), tuple(actuators), theta, sing, tool)
 
@@ -279,6 +310,7 @@ def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:
     where = "[tool]"
     if not isinstance(t, dict):
         r.fail(where, None, "must be a table")
+    r.keys(t, where, "tool")
     body = r.string(t, where, "body")
     if body not in by_name:
         r.fail(where, "body", f"no body named '{body}' (bodies: {', '.join(by_name)})")
@@ -307,12 +339,9 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
     if "inertia" not in b:
         r.fail(where, "inertia", "missing")
     v = b["inertia"]
-    try:
-        a = np.asarray(v, dtype=float)
-    except (TypeError, ValueError):
-        a = None
-    if a is None or a.shape not in ((3,), (3, 3)) or not np.all(np.isfinite(a)):
-        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix, got {v!r}")
+    if not (_three_numbers(v) or isinstance(v, list) and len(v) == 3 and all(_three_numbers(x) for x in v)):
+        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix of finite numbers, got {_short(v)}")
+    a = np.asarray(v, dtype=float)
     if a.shape == (3,):
         a = np.diag(a)
     if not np.allclose(a, a.T, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max())):
@@ -326,6 +355,10 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
         r.fail(where, "inertia", f"principal moments {ev.round(12).tolist()} violate the triangle "
                                  f"inequality (no rigid body has them)")
     return a
+
+
+def _three_numbers(v) -> bool:
+    return isinstance(v, list) and len(v) == 3 and all(finite_real(x) for x in v)
 
 
 def _joint_frames(r: _Reader, j, where, name, jtype, names, by_name) -> JointSpec:

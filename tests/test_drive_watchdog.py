@@ -32,6 +32,7 @@ from pkrt.rt.bench.bench_safestop import kill_run, machine_copy
 from tests.test_dynamixel import ThreadEmulator
 
 from .realtime import repeat, timing_fault
+from .waiting import wait_for
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
 
@@ -165,8 +166,8 @@ def test_heartbeat_thread_runs_above_a_fifo_loop_that_never_sleeps():
         for above in (False, True):
             task = bus.send_periodic(msg, 0.01)
             what[above] = heartbeat_above_caller(task) if above else "inherited"
-            time.sleep(0.02)  # the thread starts and sends its first frame
-            drain(sniff)
+            wait_for(lambda: any(cid == 0x77F for _, cid, _ in drain(sniff)), 2.0,
+                     "the heartbeat thread's first frame")
             end = time.monotonic() + 0.3
             while time.monotonic() < end:  # the loop's busy part, never sleeping
                 pass
@@ -234,8 +235,15 @@ def test_lost_heartbeat_stops_the_drives_per_abort_connection_option(can_config,
             run_cycles(drives, 40, 10)
         except DriveError as e:
             err = str(e)
-        time.sleep(0.02)
-        frames = drain(sniff)
+        frames = []
+
+        def stopped():  # every drive's EMCY 0x8130 and its 0x6007 reaction carried out
+            frames.extend(drain(sniff))
+            return (len([f for f in frames if f[2] == H("3081110000000000")]) == 3
+                    and all(seen[i][-len(states) + 1:] == states[1:] for i in range(3)))
+
+        if err is not None:
+            wait_for(stopped, 1.0, f"EMCY 0x8130 of 3 drives and the states {states[1:]}")
         hb_after = [round(t - t_stop, 4) for t, cid, _ in frames if cid == 0x77F]
         assert err is not None and "EMCY 0x8130 (life guard or heartbeat error)" in err, (
             err, hb_after, em.hb_last, time.monotonic(), em.report())
@@ -393,7 +401,9 @@ def test_driver_arms_clears_and_reports_the_bus_watchdog(servo_emulator, serial_
         for k in range(5):
             d.read(k * PERIOD)
             d.write(np.zeros(3))
-        time.sleep(0.2)  # the master falls silent: every servo stops by itself
+        # the master falls silent: every servo stops by itself
+        wait_for(lambda: len(emu.watchdog_trips) == 3 and emu.torque_off_at is not None, 5.0,
+                 "the Bus Watchdog of the 3 servos")
         assert [w["id"] for w in emu.watchdog_trips] == [1, 2, 3]
         assert all(w["silent_s"] >= 0.060 for w in emu.watchdog_trips)
         assert emu.torque_off_at is not None and not any(sv.applies_torque for sv in emu.servos.values())
@@ -408,8 +418,8 @@ def test_driver_arms_clears_and_reports_the_bus_watchdog(servo_emulator, serial_
                                              r"they have stopped themselves"):
             d.read(PERIOD)
         assert not d.torque_on
-        time.sleep(0.05)
-        assert [sv.table[98] for sv in emu.servos.values()] == [0, 0, 0]  # disable writes 0 (clears)
+        wait_for(lambda: [sv.table[98] for sv in emu.servos.values()] == [0, 0, 0], 2.0,
+                 "Bus Watchdog 0 on every servo")  # disable writes 0 (clears)
         assert not any(sv.torque for sv in emu.servos.values())
     finally:
         d.close()

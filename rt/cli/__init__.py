@@ -157,6 +157,20 @@ def _find_verb(argv: list[str]) -> str | None:
     return None
 
 
+def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An option given an empty value (``--inject=``, ``--log ""``) is a mistake, never "off"."""
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(value, str) and not value:
+            name = action.option_strings[-1] if action.option_strings else action.metavar or action.dest
+            parser.error(f"{name}: expected a value, got an empty string")
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (a message of several lines is joined with '; ')."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
@@ -193,7 +207,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
             add_arguments, run = importlib.import_module(module).VERBS[name]
             p.add_argument("--debug", action="store_true", help="show tracebacks")
             add_arguments(p)
-            p.set_defaults(run=run)
+            p.set_defaults(run=run, verb_parser=p)
     return top
 
 
@@ -203,8 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     try:
         if not argv:
-            build_parser().print_help(sys.stderr)
-            return 2
+            build_parser().print_help()
+            raise UserError("no verb given (try 'pkrt --help')")
         verb = _find_verb(argv)
         if verb is None and argv[0] not in ("-h", "--help") and argv[0] not in GROUPS:
             raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
@@ -212,10 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = build_parser(verb).parse_known_args(_join_negative_values(argv))
         if extra:
             raise UserError(f"{args.command}: unrecognized arguments: {' '.join(extra)}")
+        _refuse_empty_values(args.verb_parser, args)
         args.debug = debug
         return int(args.run(args) or 0)
     except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
-        print(f"pkrt: error: {e}", file=sys.stderr)
+        print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
@@ -227,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     except ERRORS as e:
         if debug:
             traceback.print_exc()
-        print(f"pkrt: error: {e}", file=sys.stderr)
+        print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
     except OSError as e:
         # files that cannot be read or written are the user's to fix

@@ -112,6 +112,30 @@ def _real(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+INT64 = 2 ** 63  # integers of a configuration must fit a signed 64-bit integer
+_FLOAT_MAX_INT = int(np.finfo(float).max)
+
+
+def finite_real(v) -> bool:
+    """``v`` is a TOML number (not a bool) that a float holds finitely: no inf or nan, no
+    integer beyond the float range (TOML integers are unbounded)."""
+    if not _real(v):
+        return False
+    if isinstance(v, int):
+        return abs(v) <= _FLOAT_MAX_INT
+    return math.isfinite(v)
+
+
+def unknown_key(table: dict, known) -> str | None:
+    """The first key of ``table`` not in ``known`` (a typo in an optional field), or None."""
+    return next((k for k in table if k not in known), None)
+
+
+def unknown_what(known) -> str:
+    """The message for an unknown key: ``unknown field (known: ...)``."""
+    return f"unknown field (known: {', '.join(sorted(known))})"
+
+
 def _in_bounds(x: float, meta: dict) -> bool:
     lo, hi = meta["lo"], meta["hi"]
     if lo is not None and (x <= lo if meta["lo_open"] else x < lo):
@@ -123,7 +147,7 @@ def _check_value(v, meta: dict, ctx: Context):
     """The typed value, or None when ``v`` is not acceptable."""
     kind, s = meta["kind"], ctx.s
     if kind in (NUMBER, INTEGER):
-        if not _real(v) or (kind == INTEGER and not isinstance(v, int)) or not math.isfinite(v):
+        if not finite_real(v) or (kind == INTEGER and not (isinstance(v, int) and -INT64 <= v < INT64)):
             return None
         return (int(v) if kind == INTEGER else float(v)) if _in_bounds(v, meta) else None
     if kind == BOOL:
@@ -136,7 +160,7 @@ def _check_value(v, meta: dict, ctx: Context):
         return v if (isinstance(v, str) and v) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) else None
     if kind == AXES:
         vals = v if isinstance(v, list) else [v] * s
-        if len(vals) != s or not all(_real(x) and math.isfinite(x) and _in_bounds(x, meta) for x in vals):
+        if len(vals) != s or not all(finite_real(x) and _in_bounds(x, meta) for x in vals):
             return None
         if meta["integer"] and any(x != int(x) for x in vals):
             return None
@@ -148,17 +172,17 @@ def _check_value(v, meta: dict, ctx: Context):
         return tuple(v)
     if kind == PAIRS:
         if not isinstance(v, list) or len(v) != s or not all(
-                isinstance(p, list) and len(p) == 2 and all(_real(x) and math.isfinite(x) for x in p) and p[0] < p[1]
+                isinstance(p, list) and len(p) == 2 and all(finite_real(x) for x in p) and p[0] < p[1]
                 for p in v):
             return None
         return np.array(v, dtype=float)
     if kind == NUMBERS:
-        if not isinstance(v, (list, tuple)) or not v or not all(_real(x) and math.isfinite(x) for x in v):
+        if not isinstance(v, (list, tuple)) or not v or not all(finite_real(x) for x in v):
             return None
         return np.array(v, dtype=float)
     if kind == POINTS:  # the width is checked against the model's actuators where it is used
         if not isinstance(v, list) or len(v) < 2 or not all(
-                isinstance(p, list) and p and len(p) == len(v[0]) and all(_real(x) and math.isfinite(x) for x in p)
+                isinstance(p, list) and p and len(p) == len(v[0]) and all(finite_real(x) for x in p)
                 for p in v):
             return None
         return np.array(v, dtype=float)
@@ -190,9 +214,9 @@ def validate(cls, table: Any, ctx: Context):
     if not isinstance(table, dict):
         raise ctx.error(None, f"expected a table, got {table!r}")
     known = {f.name for f in fields(cls)}
-    for key in table:
-        if key not in known:
-            raise ctx.error(key, f"unknown field (known: {', '.join(sorted(known))})")
+    key = unknown_key(table, known)
+    if key is not None:
+        raise ctx.error(key, unknown_what(known))
     values: dict[str, Any] = {}
     for f in fields(cls):
         meta = f.metadata

@@ -52,8 +52,12 @@ class MachineConfig:
     def with_drives(self, overrides: dict | None = None) -> "MachineConfig":
         """This configuration with ``overrides`` (e.g. ``{"port": ...}``, the CLI's
         ``--interface``) replacing fields of ``[drives]``, validated again at this rate."""
-        known = {f.name for f in schema.fields(type(self.drives))}  # other backends' settings do not apply
-        table = {**self.raw.get("drives", {}), **{k: v for k, v in (overrides or {}).items() if k in known}}
+        known = {f.name for f in schema.fields(type(self.drives))}
+        for k in overrides or {}:
+            if k not in known:  # a setting of another backend (e.g. --port for CAN drives)
+                raise UserError(f"{self.path}: '{k}' is not a setting of a '{self.backend}' machine's drives "
+                                f"(its [drives] fields: {', '.join(sorted(known))})")
+        table = {**self.raw.get("drives", {}), **(overrides or {})}
         drives = schema.validate(type(self.drives), table, self.context("drives"))
         return replace(self, drives=drives)
 
