@@ -159,32 +159,57 @@ def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech
     return plan_reference(config, opts.traj, mech=mech, axes=axes, gcode=opts.gcode)
 
 
-def run_machine(opts: RunOptions) -> dict:
-    """Run the machine as ``opts`` asks; return the run's summary (``run_session``'s, plus
-    ``lockstep_by``, ``exact_model_us``, live view figures, ``tool_channels``, ``tool_error``,
-    ``plot``/``plot_error``). Drives, ports and sockets are released on every way out."""
-    from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.run import load_controller_tree, run_inputs, run_session, tree_axes
+def run_outputs(config: MachineConfig, opts: RunOptions) -> tuple[str | None, str | None]:
+    """The run's log and plot paths, checked before anything runs (never over an input)."""
+    from pkrt.rt.runtime.run import run_inputs
 
-    config = machine_config(opts)
-    overrides = {k: v for k, v in (("interface", opts.interface), ("channel", opts.channel),
-                                   ("port", opts.port), ("mass_scale", opts.mass_scale)) if v is not None}
     log = opts.log
     plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
     if opts.gcode and opts.traj:
         raise UserError("give --traj or --gcode, not both")
     check_outputs({"--log": log, "--plot": plot}, run_inputs(config, opts.traj or opts.gcode))
+    return log, plot
+
+
+def simulated_plant_model(config: MachineConfig):
+    """(the machine's mechanism, the simulated plant's exact model) for ``plant = "exact"``;
+    (None, None) otherwise (a plant tree, or real drives)."""
+    if config.backend != "sim" or config.drives.plant != "exact":
+        return None, None
+    from pkrt.rt.app.reference import ExactInLoop, machine_mechanism
+
+    mech = machine_mechanism(config)
+    return mech, ExactInLoop(plant_mechanism(config, mech))
+
+
+def exact_model_for(config: MachineConfig, traj, axes: list[str], lockstep: bool):
+    """The reference as planned arrays, the exact model for the loop and its cost per call
+    measured before the loop (``[controller] model = "exact"``)."""
+    from pkrt.rt.app.reference import exact_model
+    from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+    if not isinstance(traj, Planned):
+        traj = load_trajectory_csv(traj, config.rate_hz, axes)
+    model, figures = exact_model(config, traj, lockstep)
+    return traj, model, figures
+
+
+def run_machine(opts: RunOptions) -> dict:
+    """Run the machine as ``opts`` asks; return the run's summary (``run_session``'s, plus
+    ``lockstep_by``, ``exact_model_us``, live view figures, ``tool_channels``, ``tool_error``,
+    ``plot``/``plot_error``). Drives, ports and sockets are released on every way out."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.runtime.run import load_controller_tree, run_session, tree_axes
+
+    config = machine_config(opts)
+    overrides = {k: v for k, v in (("interface", opts.interface), ("channel", opts.channel),
+                                   ("port", opts.port), ("mass_scale", opts.mass_scale)) if v is not None}
+    log, plot = run_outputs(config, opts)
     tree = load_controller_tree(config)
     axes, units = tree_axes(tree)
-    sim = config.backend == "sim"
-    by_config = sim and config.drives.lockstep and not opts.lockstep  # a plant that cannot keep real time
-    lockstep = opts.lockstep or by_config
-    plant_model = mech = None
-    if sim and config.drives.plant == "exact":  # the simulated plant on the exact reduction, built here
-        from pkrt.rt.app.reference import ExactInLoop, machine_mechanism
-
-        mech = machine_mechanism(config)
-        plant_model = ExactInLoop(plant_mechanism(config, mech))
+    by_config = config.backend == "sim" and config.drives.lockstep and not opts.lockstep  # a plant too slow
+    lockstep = opts.lockstep or by_config                                                 # for real time
+    mech, plant_model = simulated_plant_model(config)
     drives = open_drives(config, overrides, plant_model=plant_model)
     views = None
     try:
@@ -193,12 +218,7 @@ def run_machine(opts: RunOptions) -> dict:
         traj = run_reference(config, opts, axes, mech)
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
-            from pkrt.rt.app.reference import exact_model
-            from pkrt.rt.runtime.trajectory import load_trajectory_csv
-
-            if not isinstance(traj, Planned):
-                traj = load_trajectory_csv(traj, config.rate_hz, axes)
-            model, exact_figures = exact_model(config, traj, lockstep)
+            traj, model, exact_figures = exact_model_for(config, traj, axes, lockstep)
         summary = run_session(config, drives, trajectory=traj, duration=opts.duration, model=model,
                               lockstep=lockstep, log_path=log, controller=opts.controller,
                               telemetry=views.sink(), on_cycle=hook, tree=tree,

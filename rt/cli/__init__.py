@@ -211,27 +211,32 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return top
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line of a verb (``args.run`` runs it); a usage error is a UserError."""
+    if not argv:
+        build_parser().print_help()
+        raise UserError("no verb given (try 'pkrt --help')")
+    verb = _find_verb(argv)
+    if verb is None and argv[0] not in ("-h", "--help") and argv[0] not in GROUPS:
+        raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
+                        f"(try 'pkrt --help')")
+    args, extra = build_parser(verb).parse_known_args(_join_negative_values(argv))
+    if extra:
+        raise UserError(f"{args.command}: unrecognized arguments: {' '.join(extra)}")
+    _refuse_empty_values(args.verb_parser, args)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     try:
-        if not argv:
-            build_parser().print_help()
-            raise UserError("no verb given (try 'pkrt --help')")
-        verb = _find_verb(argv)
-        if verb is None and argv[0] not in ("-h", "--help") and argv[0] not in GROUPS:
-            raise UserError(f"unknown verb '{' '.join(a for a in argv[:2] if not a.startswith('-'))}' "
-                            f"(try 'pkrt --help')")
-        args, extra = build_parser(verb).parse_known_args(_join_negative_values(argv))
-        if extra:
-            raise UserError(f"{args.command}: unrecognized arguments: {' '.join(extra)}")
-        _refuse_empty_values(args.verb_parser, args)
+        args = parse(argv)
         args.debug = debug
         return int(args.run(args) or 0)
-    except Stopped as e:  # a stop signal before the run's loop (torque was never on, or is off)
-        print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
-        return exit_code(e)
+    except Stopped as e:  # a KeyboardInterrupt: before the handler below
+        return _failed(e, debug)
     except KeyboardInterrupt:
         print("pkrt: interrupted", file=sys.stderr)
         return 130
@@ -239,15 +244,18 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0) if isinstance(e.code, int) else 0
     except BrokenPipeError:
         return 0
-    except ERRORS as e:
-        if debug:
-            traceback.print_exc()
+    except (*ERRORS, OSError) as e:
+        return _failed(e, debug)
+
+
+def _failed(e: BaseException, debug: bool) -> int:
+    """One line on stderr for an error a user can cause, and its exit code (``--debug``: the
+    traceback first). A stop signal before the run's loop is one line too (torque never on,
+    or off). Files that cannot be read or written are the user's to fix (exit 2)."""
+    if debug and not isinstance(e, Stopped):
+        traceback.print_exc()
+    if isinstance(e, ERRORS):
         print(f"pkrt: error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
-    except OSError as e:
-        # files that cannot be read or written are the user's to fix
-        if debug:
-            traceback.print_exc()
-        print(f"pkrt: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
-
+    print(f"pkrt: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+    return 2
