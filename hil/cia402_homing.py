@@ -63,7 +63,7 @@ class Homing:
         self.params: list[dict] = [{} for _ in range(s)]
 
     def _range(self):
-        t = self.em.plant.tree
+        t = getattr(self.em.plant, "tree", None)  # a plant without a tree: no switch range
         if t is not None:
             return np.asarray(t.lo, float), np.asarray(t.hi, float)
         s = len(self.em.node_ids)
