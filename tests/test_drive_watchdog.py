@@ -95,12 +95,6 @@ def run_cycles(drives, n: int, k0: int = 0) -> None:
             time.sleep(rest)
 
 
-def _next_answer(frames: list, i: int, heartbeat_cob: int):
-    """The first frame after ``frames[i]`` that is not the master's heartbeat (it keeps going
-    while the drives are configured, and may fall between a request and its answer)."""
-    return next(f for f in frames[i + 1:] if f[0] != heartbeat_cob)
-
-
 @pytest.mark.parametrize("over, entry, abort, cob", [
     ({}, "32007f00", "0300", 0x77F),  # defaults: master 127, consumer 50 ms, quick stop
     ({"master_node_id": 100, "heartbeat_ms": 20, "consumer_timeout_ms": 40, "abort_connection": "disable-voltage"},
@@ -124,17 +118,21 @@ def test_configuration_frames_byte_exact(can_config, plant, over, entry, abort, 
     # the master's heartbeat (CiA 301: COB-ID 0x700 + node id, 1 byte NMT state 0x05), before
     # the consumer entries are written: each drive arms on the next one
     first_hb = frames.index((cob, H("05")))
+
+    def answer(i):  # the frame after request i, heartbeats aside (they run on their own timers)
+        return next(f for f in frames[i + 1:] if not 0x700 < f[0] <= 0x77F)
+
     for n in (1, 2, 3):
         # SDO upload of 0x1016 sub 0 (command 0x40) answered with 1 entry (0x4F: 1 byte)
         i = frames.index((0x600 + n, H("4016100000000000")))
-        assert _next_answer(frames, i, cob) == (0x580 + n, H("4f16100001000000"))
+        assert answer(i) == (0x580 + n, H("4f16100001000000"))
         # expedited 4-byte downloads (0x23) of 0x1016 sub 1: 0 first, then node id << 16 | ms
         j = frames.index((0x600 + n, H("2316100100000000")))
         k = frames.index((0x600 + n, H("23161001" + entry)))
         # 2-byte download (0x2B) of 0x6007 = abort connection option code (INTEGER16)
         m = frames.index((0x600 + n, H("2b076000" + abort + "0000")))
         assert first_hb < j < k < m
-        assert _next_answer(frames, k, cob) == (0x580 + n, H("6016100100000000"))  # download confirmed
+        assert answer(k) == (0x580 + n, H("6016100100000000"))  # download confirmed
     # the heartbeat keeps going: about 0.3 s / period frames (loose: a loaded machine)
     period = over.get("heartbeat_ms", 10) / 1000.0
     n_hb = sum(1 for _, cid, d in later if cid == cob and d == H("05"))

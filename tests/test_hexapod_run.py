@@ -121,7 +121,7 @@ def test_pkrt_run_machine_hexapod_end_to_end(tmp_path, capsys):
     """`pkrt run --machine hexapod` without --lockstep: lockstep by its configuration (said in the
     summary and the text), the exact plant, the tool error at the platform centre reported."""
     log = tmp_path / "h.pktlog"
-    code = main(["run", "--machine", "hexapod", "--duration", "1.0", "--log", str(log)])
+    code = main(["run", "--machine", "hexapod", "--duration", "0.1", "--log", str(log)])  # the text: short
     out = capsys.readouterr().out
     assert code == 0, out
     assert "lockstep (by the configuration: [drives] lockstep = true)" in out
