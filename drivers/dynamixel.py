@@ -213,6 +213,7 @@ class DynamixelDrives(Drives):
         # host held this process (drivers/window.py); a real-time host keeps the strict wall timeout
         self.exclude_held = False
         self.window: float | None = None  # s, the cyclic transaction timeout when not settings.timeout
+        self.watchdog_floor = 0.0  # s, the servos' shortest Bus Watchdog time (a stepped HIL emulator stretches it)
         self.held_transactions = 0  # transactions whose timeout a host hold extended
         self.held_max = 0.0  # s, the longest hold inside one transaction
         self.events: list[tuple[float, str]] = []  # (time.monotonic(), what): first anomalies
@@ -511,7 +512,7 @@ class DynamixelDrives(Drives):
         fb = self.feedback
         st = self.settings
         silent = time.perf_counter() - self._last_tx
-        if self.torque_on and st.bus_watchdog_ms and silent > 1e-3 * st.bus_watchdog_ms:
+        if self.torque_on and st.bus_watchdog_ms and silent > max(1e-3 * st.bus_watchdog_ms, self.watchdog_floor):
             raise DriveError(f"servos on {st.port}: nothing sent for {silent * 1e3:.0f} ms, longer than their Bus "
                              f"Watchdog ({st.bus_watchdog_ms} ms): they have stopped themselves (this process stalled)")
         self.stats["cycles"] += 1

@@ -25,7 +25,7 @@ from pkrt.rt.runtime.config import MachineConfig, load_machine
 from pkrt.rt.core.errors import UserError
 
 from .can_hil import check_timing, emulator_cpu, reference_for
-from .timing import PACING, STEPPED_WINDOW
+from .timing import PACING, STEPPED_SYNC_SILENCE, STEPPED_WINDOW
 from .dynamixel_emulator import FAULT_KINDS
 from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
@@ -122,7 +122,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     try:
         drives = open_drives(config, {"port": emu.port})
         if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
-            drives.exclude_held, drives.window = True, STEPPED_WINDOW
+            drives.exclude_held, drives.window, drives.watchdog_floor = True, STEPPED_WINDOW, STEPPED_SYNC_SILENCE
         result = run_session(config, drives, trajectory=trajectory, duration=duration,
                              log_path=log_path, pacing=PACING[timing],
                              on_cycle=lambda k, t: ran.append(k))
