@@ -150,6 +150,53 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
     one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
     see ``reference_for``. ``timing``: ``TIMINGS`` (module docstring)."""
+    config, table, window = _hil_config(machine, fault, rate_hz, timing, interface)
+    channel, options, emulator_channel, emulator_options = bus_channels(interface, channel)
+    tree = load_controller_tree(config)
+    plan = plan_trajectory(config, tree, reference_for(config, reference), duration)
+    drives = _drives(config, table, window, timing, {"interface": interface, "channel": channel,
+                                                     "bus_options": options})
+    if interface == "virtual":
+        from .cia402_emulator import CiA402Emulator
+
+        emulator = CiA402Emulator.from_config(config, channel, fault=fault, timing=timing)
+        emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
+        emulator.start()
+    else:
+        emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
+                                      emulator_channel or channel, emulator_options or options,
+                                      fault, plan.pos[0], table.priority, emulator_cpu(config.realtime.cpu), timing)
+    syncs = SyncCycles(drives, plan.n)
+    try:
+        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=syncs.on_cycle,
+                              log_path=log_path, pacing=PACING[timing])
+        ended = time.monotonic()
+    finally:
+        drives.close()
+        time.sleep(0.02)  # let the emulator take the last frames
+        if timing == "stepped" and drives.fault_reason is not None:
+            settle(emulator)
+        em = emulator.stop()
+    if interface == "virtual":
+        em = emulator.report()
+    elif not em:
+        raise Fault(f"CiA 402 emulator process ended without its report (exit code {emulator.proc.returncode})")
+    ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
+    base = syncs.loop_cycle(ev[0]) if ev is not None else None
+    off = None if base is None else base + ev[1]
+    if timing == "stepped" and ev is not None and em.get("torque_off_at") is not None:
+        off = cycle_at(syncs.ran, syncs.began, em["torque_off_at"], ended)
+    injected = syncs.loop_cycle(em["injected_cycle"])
+    return hil_result(
+        summary, bus="can", interface=interface, timing=timing, injected_fault=fault, injected_cycle=injected,
+        detection_cycles=cycles_run_between(syncs.ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
+        emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
+        driver=_driver_figures(drives, channel, options), emulator=_emulator_figures(em))
+
+
+def _hil_config(machine: str, fault: str | None, rate_hz: float | None, timing: str, interface: str):
+    """The machine configuration at the HIL rate, its ``[emulator]`` table and the driver's
+    TPDO window (s); every bad choice is one line."""
     if fault is not None and fault not in FAULT_KINDS:
         raise UserError(f"unknown CAN fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
     check_timing(timing)
@@ -158,17 +205,22 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     config = load_machine(machine)
     if config.backend != "cia402":
         raise UserError(f"{config.path}: [drives] backend is {config.backend!r}, not 'cia402'")
-    table = config.emulator  # validated by the schema (pkrt.rt.core.schema.CanEmulatorTable)
+    table = config.emulator  # validated by the schema (the CiA 402 driver's EMULATOR_TABLE)
     rate = rate_hz if rate_hz is not None else (table.rate_hz or config.rate_hz)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1.0 <= rate <= 100000.0:
         raise UserError(f"HIL rate {rate!r} Hz: expected a number in [1, 100000]")
-    priority = table.priority
     config = dataclasses.replace(config, rate_hz=float(rate))
     window = (min(table.tpdo_timeout, 0.75 / config.rate_hz) if table.tpdo_timeout is not None else
               config.drives.tpdo_timeout or 0.5 / config.rate_hz)  # s, the driver's TPDO window
     if fault == "delay" and timing == "wallclock" and table.delay_cycles / config.rate_hz <= window:
         raise UserError(f"{config.path}: [emulator] delay_cycles = {table.delay_cycles} periods does not hold the "
                         f"TPDOs back past the driver's window: the delay fault would go unseen")
+    return config, table, window
+
+
+def bus_channels(interface: str, channel: str | None) -> tuple[str, dict, str | None, dict | None]:
+    """(the driver's channel, its bus options, the emulator's channel, its bus options) of a
+    run on ``interface`` (the emulator's are None where both ends share one)."""
     options = emulator_channel = emulator_options = None
     if interface == "udp_multicast":
         channel, port = udp_channel() if channel is None else (channel, udp_channel()[1])
@@ -181,82 +233,59 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
         (channel, port), (emulator_channel, emulator_port) = udp_channel(), udp_channel()
         options = {"port": port, "peer": f"{emulator_channel}:{emulator_port}"}
         emulator_options = {"port": emulator_port, "peer": f"{channel}:{port}"}
-    options = options or {}
-    channel = channel or f"pkrt-hil-{os.getpid()}-{next(_channels)}"
-    tree = load_controller_tree(config)
-    plan = plan_trajectory(config, tree, reference_for(config, reference), duration)
-    overrides = {"interface": interface, "channel": channel, "bus_options": options}
+    return channel or f"pkrt-hil-{os.getpid()}-{next(_channels)}", options or {}, emulator_channel, emulator_options
+
+
+def _drives(config, table, window: float, timing: str, overrides: dict) -> CiA402Drives:
+    """The CiA 402 driver with the HIL's window and missed-cycle tolerance; in stepped timing it
+    waits for the cycle's complete answer in its own time."""
     if table.tpdo_timeout is not None:
         overrides["tpdo_timeout"] = window
     if table.max_missed_cycles is not None:
         overrides["max_missed_cycles"] = table.max_missed_cycles
     drives = CiA402Drives.from_config(config, overrides)
-    if timing == "stepped":  # the cycle's complete answer, waited for in the driver's own time
+    if timing == "stepped":
         drives.exclude_held, drives.tpdo_timeout = True, STEPPED_WINDOW
-    if interface == "virtual":
-        from .cia402_emulator import CiA402Emulator
+    return drives
 
-        emulator = CiA402Emulator.from_config(config, channel, fault=fault, timing=timing)
-        emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
-        emulator.start()
-    else:
-        emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
-                                      emulator_channel or channel, emulator_options or options,
-                                      fault, plan.pos[0], priority, emulator_cpu(config.realtime.cpu), timing)
 
-    sync_cycle = np.full(plan.n + 2, -1, dtype=np.int64)  # loop cycle of the k-th SYNC
-    ran: list[int] = []  # the loop cycles run
-    began: list[float] = []  # their start, time.monotonic()
+class SyncCycles:
+    """Which loop cycle sent the k-th SYNC (the loop skips cycles after an overrun, so the two
+    counts can differ), and the loop cycles run with their start (time.monotonic())."""
 
-    def on_cycle(k: int, t: float) -> None:
-        ran.append(k)
-        began.append(time.monotonic())
-        j = drives.cycle + 1  # index of the SYNC this cycle's read will send
-        if j < sync_cycle.shape[0]:
-            sync_cycle[j] = k
+    def __init__(self, drives: CiA402Drives, n: int):
+        self.drives = drives
+        self.sync_cycle = np.full(n + 2, -1, dtype=np.int64)
+        self.ran: list[int] = []
+        self.began: list[float] = []
 
-    try:
-        summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=on_cycle, log_path=log_path,
-                              pacing=PACING[timing])
-        ended = time.monotonic()
-    finally:
-        drives.close()
-        time.sleep(0.02)  # let the emulator take the last frames
-        if timing == "stepped" and drives.fault_reason is not None:
-            settle(emulator)
-        em = emulator.stop()
-    if interface == "virtual":
-        em = emulator.report()
-    elif not em:
-        raise Fault(f"CiA 402 emulator process ended without its report (exit code {emulator.proc.returncode})")
+    def on_cycle(self, k: int, t: float) -> None:
+        self.ran.append(k)
+        self.began.append(time.monotonic())
+        j = self.drives.cycle + 1  # index of the SYNC this cycle's read will send
+        if j < self.sync_cycle.shape[0]:
+            self.sync_cycle[j] = k
 
-    def loop_cycle(sync_index: int | None) -> int | None:
+    def loop_cycle(self, sync_index: int | None) -> int | None:
         if sync_index is None:
             return None
-        last = drives.cycle  # last SYNC sent
-        if 0 <= sync_index <= min(last, sync_cycle.shape[0] - 1):
-            return int(sync_cycle[sync_index])
+        if 0 <= sync_index <= min(self.drives.cycle, self.sync_cycle.shape[0] - 1):
+            return int(self.sync_cycle[sync_index])
         return None
 
-    ev = em["torque_off_event"]  # (SYNC index, periods after it: a drive's own watchdog)
-    base = loop_cycle(ev[0]) if ev is not None else None
-    off = None if base is None else base + ev[1]
-    if timing == "stepped" and ev is not None and em.get("torque_off_at") is not None:
-        off = cycle_at(ran, began, em["torque_off_at"], ended)
-    injected = loop_cycle(em["injected_cycle"])
-    return hil_result(
-        summary, bus="can", interface=interface, timing=timing, injected_fault=fault, injected_cycle=injected,
-        detection_cycles=cycles_run_between(ran, injected, summary.get("fault_cycle")), torque_off_cycle=off,
-        emulator_process=interface != "virtual", emulator_error=em.get("emulator_error"),
-        driver={"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
-                "drive_watchdog": drives.watchdog_text(), "heartbeat_thread": drives.heartbeat_scheduling,
-                "late_frames": drives.late_frames, "exclude_held": drives.exclude_held,
-                "held_windows": drives.held_windows, "held_us_max": round(drives.held_max * 1e6, 1),
-                "events": [list(e) for e in drives.events],
-                "syncs": drives.cycle + 1},
-        emulator={"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
-                  "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),
-                  "cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
-                  "sync_wait_us_max": em.get("sync_wait_us_max"), "stalls": em.get("stalls"),
-                  "stall_us_max": em.get("stall_us_max"), "scheduling": em.get("scheduling"),
-                  "drive_states": em.get("drive_states"), "plant_error": em.get("plant_error")})
+
+def _driver_figures(drives: CiA402Drives, channel: str, options: dict) -> dict:
+    return {"channel": channel, "bus_options": options, "bus_load": drives.bus_load,
+            "drive_watchdog": drives.watchdog_text(), "heartbeat_thread": drives.heartbeat_scheduling,
+            "late_frames": drives.late_frames, "exclude_held": drives.exclude_held,
+            "held_windows": drives.held_windows, "held_us_max": round(drives.held_max * 1e6, 1),
+            "events": [list(e) for e in drives.events], "syncs": drives.cycle + 1}
+
+
+def _emulator_figures(em: dict) -> dict:
+    return {"cycles": em["emulator_cycles"], "frames_rx": em["frames_rx"], "frames_tx": em["frames_tx"],
+            "response_us": em["emulator_response_us"], "heartbeat_events": em.get("heartbeat_events"),
+            "cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
+            "sync_wait_us_max": em.get("sync_wait_us_max"), "stalls": em.get("stalls"),
+            "stall_us_max": em.get("stall_us_max"), "scheduling": em.get("scheduling"),
+            "drive_states": em.get("drive_states"), "plant_error": em.get("plant_error")}

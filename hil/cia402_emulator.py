@@ -493,22 +493,9 @@ class CiA402Emulator:
                     self._read_mapping(i)
 
     def _on_sync(self, now: float, stamp: float) -> None:
-        # the plant advances one period per SYNC, or n when the bus timestamp shows the master
-        # skipped n - 1 periods after an overrun: a SYNC later than the nominal grid by less than
-        # a period is the master's wake-up jitter. The grid is anchored on the earliest SYNC
-        # seen. Nothing before the first SYNC: the machine stood still until then.
-        if self.cycle < 0:
-            self.grid, dt = stamp, 0.0
-        elif self.timing == "stepped":  # one period per SYNC: the loop never skips one
-            self.grid, dt = stamp, self.period
-        else:
-            late = stamp - (self.grid + self.period)
-            if late < 0.0:
-                self.grid += late  # earlier than any SYNC so far: move the grid back
-                late = 0.0
-            n = 1 + int(late / self.period)
-            self.grid += n * self.period
-            dt = n * self.period
+        """One SYNC: the plant advanced (``_sync_step``), the drives' states and torques of this
+        period, then every Operational node's TPDOs (held back by the ``delay`` fault)."""
+        dt = self._sync_step(stamp)
         self.cycle += 1
         self.last_sync = now
         self.sync_wait_max = max(self.sync_wait_max, time.time() - stamp)  # stamp: receipt (or send) time
@@ -525,38 +512,67 @@ class CiA402Emulator:
             elif st is S.QUICK_STOP_ACTIVE:
                 self._set_state(i, S.SWITCH_ON_DISABLED)
         held = self.homing.on_sync(dt)  # drives homing hold or move the plant themselves
-        if dt > 0.0 and self.plant_error is None and not held:  # period by period: a gap after an overrun
-            for _ in range(max(1, int(round(dt / self.period)))):  # integrates like the periods it spans
-                reason = plant_left_its_model(self.plant, self.plant.step(self.tau, self.period))
-                if reason is not None:  # no physics here: every drive faults, the plant stops
-                    self.plant_error = reason
-                    for i in range(len(self.node_ids)):
-                        if self.state[i] is not S.FAULT:
-                            self._set_state(i, S.FAULT_REACTION_ACTIVE)
-                            self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
-                                                   data=p.encode_emcy(EMCY_PLANT, 0x80), is_extended_id=False))
-                    break
+        if dt > 0.0 and self.plant_error is None and not held:
+            self._advance_plant(dt)
         for i in range(len(self.node_ids)):
             if self.nodes[i].nmt.state != "OPERATIONAL":
                 continue
             if self.fault == "drop" and self.injected_cycle is not None and i == 0:
                 continue
-            for msg, fmt, entries in self._tx_layout[i]:
-                if len(entries) == 1:
-                    fmt.pack_into(msg.data, 0, self._tx_value(i, entries[0]))
-                else:
-                    fmt.pack_into(msg.data, 0, *[self._tx_value(i, e) for e in entries])
-                if self.fault == "delay" and self.injected_cycle is not None:
-                    msg = can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data), is_extended_id=False)
-                    self._seq += 1
-                    # due ``delay`` after the SYNC left the master (its bus timestamp, wall
-                    # clock), one period more for every cycle since the injection
-                    lag = self.delay + (k - self.injected_cycle) * self.period
-                    heapq.heappush(self._late, (now + stamp + lag - time.time(), self._seq, msg))
-                else:
-                    self._send(msg)
+            self._send_tpdos(i, k, now, stamp)
         self.response_us.append((time.perf_counter() - now) * 1e6)
         self.cpu_s = time.thread_time() - self._cpu0
+
+    def _sync_step(self, stamp: float) -> float:
+        """The plant time (s) this SYNC advances: nothing before the first SYNC (the machine
+        stood still until then); in stepped timing one period; in wall-clock timing n periods
+        when the bus timestamp shows the master skipped n - 1 after an overrun (a SYNC later
+        than the nominal grid by less than a period is the master's wake-up jitter; the grid is
+        anchored on the earliest SYNC seen)."""
+        if self.cycle < 0:
+            self.grid = stamp
+            return 0.0
+        if self.timing == "stepped":  # one period per SYNC: the loop never skips one
+            self.grid = stamp
+            return self.period
+        late = stamp - (self.grid + self.period)
+        if late < 0.0:
+            self.grid += late  # earlier than any SYNC so far: move the grid back
+            late = 0.0
+        n = 1 + int(late / self.period)
+        self.grid += n * self.period
+        return n * self.period
+
+    def _advance_plant(self, dt: float) -> None:
+        """Integrate the plant period by period over ``dt`` (a gap after an overrun integrates
+        like the periods it spans); a plant that leaves its tree's box faults every drive."""
+        for _ in range(max(1, int(round(dt / self.period)))):
+            reason = plant_left_its_model(self.plant, self.plant.step(self.tau, self.period))
+            if reason is not None:  # no physics here: every drive faults, the plant stops
+                self.plant_error = reason
+                for i in range(len(self.node_ids)):
+                    if self.state[i] is not S.FAULT:
+                        self._set_state(i, S.FAULT_REACTION_ACTIVE)
+                        self._send(can.Message(arbitration_id=p.EMCY_BASE + self.node_ids[i],
+                                               data=p.encode_emcy(EMCY_PLANT, 0x80), is_extended_id=False))
+                return
+
+    def _send_tpdos(self, i: int, k: int, now: float, stamp: float) -> None:
+        """Drive i's TPDOs of SYNC k, packed in place; under the ``delay`` fault queued to leave
+        ``delay`` after the SYNC left the master (its bus timestamp, wall clock), one period more
+        for every cycle since the injection."""
+        for msg, fmt, entries in self._tx_layout[i]:
+            if len(entries) == 1:
+                fmt.pack_into(msg.data, 0, self._tx_value(i, entries[0]))
+            else:
+                fmt.pack_into(msg.data, 0, *[self._tx_value(i, e) for e in entries])
+            if self.fault == "delay" and self.injected_cycle is not None:
+                msg = can.Message(arbitration_id=msg.arbitration_id, data=bytes(msg.data), is_extended_id=False)
+                self._seq += 1
+                lag = self.delay + (k - self.injected_cycle) * self.period
+                heapq.heappush(self._late, (now + stamp + lag - time.time(), self._seq, msg))
+            else:
+                self._send(msg)
 
     def _inject(self, k: int) -> None:
         self.injected_cycle = k

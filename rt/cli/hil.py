@@ -12,10 +12,9 @@ import argparse
 
 from pkrt.hil.result import HilResult
 from pkrt.rt.cli import emit, positive_number
-from pkrt.rt.core.errors import CheckFailed, Fault, OutputError, UserError
+from pkrt.rt.core.errors import CheckFailed, Fault, OutputError
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")
-BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}
 
 
 def add_arguments_hil(p: argparse.ArgumentParser) -> None:
@@ -43,35 +42,27 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
 
 
 def run_hil(args) -> int:
-    if args.fault in BUS_ONLY and BUS_ONLY[args.fault] != args.bus:
-        raise UserError(f"--fault {args.fault} applies to --bus {BUS_ONLY[args.fault]} only")
-    if args.interface and args.bus != "can":
-        raise UserError("--interface applies to --bus can only")
-    if args.link and args.bus != "serial":
-        raise UserError("--link applies to --bus serial only")
-    if args.duration <= 0:
-        raise UserError("--duration must be positive")
-    from pkrt.rt.app.reference import plan_reference
-
     from pkrt.hil.verdict import hil_verdict
+    from pkrt.rt.app.hil import run_hil as run
 
-    kw = dict(fault=args.fault, duration=args.duration, rate_hz=args.rate, reference=plan_reference,
-              timing=args.timing)
-    if args.log:
-        kw["log_path"] = args.log
-    if args.bus == "can":
-        from pkrt.hil.can_hil import run_can_hil as run
-        machine = args.machine or "orthoglide-can"
-        kw["interface"] = args.interface or "unix_pair"
-    else:
-        from pkrt.hil.serial_hil import run_serial_hil as run
-        machine = args.machine or "orthoglide-serial"
-        kw["link"] = args.link or "tcp"
-    r: HilResult = run(machine, **kw)  # the same keys for both buses (hil/result.py)
+    r: HilResult = run(args.bus, machine=args.machine, fault=args.fault, duration=args.duration, rate_hz=args.rate,
+                       log_path=args.log, timing=args.timing, interface=args.interface, link=args.link)
+    v = hil_verdict(r, args.fault)
+    r["verdict"] = {"ok": v.ok, "kind": v.kind, "reason": v.reason}
+    emit(r, args.json, _text(r, args.bus))
+    if not v.ok:
+        raise (Fault if v.kind == "stopped" and not args.fault else CheckFailed)(v.reason)
+    if r.get("log_error"):  # e.g. disk full: the summary above says where the log stops
+        raise OutputError(f"log incomplete: {r['log_error']}")
+    return 0
+
+
+def _text(r: HilResult, bus: str) -> str:
+    """The text of ``pkrt hil``: the run, host delays, the drives' watchdog, the fault."""
     rms, mx = r.get("rms_error"), r.get("max_error")
     u = "m" + (r.get("units") or ["m"])[0]  # mm or mrad
     hd = r.get("host_delays") or {}
-    text = (f"HIL over {args.bus} at {r.get('rate_hz')} Hz ({r.get('timing')} timing): {r.get('cycles')} cycles, "
+    text = (f"HIL over {bus} at {r.get('rate_hz')} Hz ({r.get('timing')} timing): {r.get('cycles')} cycles, "
             f"overruns {r.get('overruns')}"
             + (f", tracking error RMS {rms * 1e3:.4f} {u}, max {mx * 1e3:.4f} {u}" if rms is not None else ""))
     if hd.get("count"):
@@ -86,14 +77,7 @@ def run_hil(args) -> int:
         text += "\n  no faults"
     if r.get("log_error"):
         text += f"\n  log incomplete: {r['log_error']}"
-    v = hil_verdict(r, args.fault)
-    r["verdict"] = {"ok": v.ok, "kind": v.kind, "reason": v.reason}
-    emit(r, args.json, text)
-    if not v.ok:
-        raise (Fault if v.kind == "stopped" and not args.fault else CheckFailed)(v.reason)
-    if r.get("log_error"):  # e.g. disk full: the summary above says where the log stops
-        raise OutputError(f"log incomplete: {r['log_error']}")
-    return 0
+    return text
 
 
 VERBS = {"hil": (add_arguments_hil, run_hil)}
