@@ -12,6 +12,9 @@ first; ``PKRT_BENCH_IDENTIFY`` = comma-separated machines, default orthoglide).
    noise through the same filter), the time it takes.
 4. Coverage of the 95 % intervals over noise seeds: the run's filtered regressor reused with the
    truth's forces plus fresh filtered noise, fitted again per seed.
+5. Tracking of the machine's demo on the truth plant with the original model, the truth and the
+   identified model in the controller (trees of 12 intervals per axis built here for the last
+   two).
 """
 
 from __future__ import annotations
@@ -179,6 +182,52 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
         "consistent": r["consistent"],
     }
     out["coverage"] = _coverage(res, truth_base, d.force_noise, seeds)
+    if config.demo.points is not None or config.demo.task != "none":
+        out["tracking"] = _tracking(cfg_path, folder, res.report["friction"])
+    return out
+
+
+def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> dict:
+    """The machine's demo, lockstep, on the truth plant under computed torque with three
+    controller models: the original (its shipped tree), the truth and the identified one (trees
+    of ``boxes`` intervals per axis built here, the same for both), each with its friction
+    feedforward (original: the configuration's; truth: the plant's; identified: identified)."""
+    import contextlib
+    import io
+    import json
+
+    from pkrt.rt.cli import main
+
+    def quiet(argv):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main(argv + ["--json"])
+        return code, (json.loads(buf.getvalue()) if buf.getvalue().strip() else {})
+
+    base = tomllib.loads(cfg_path.read_text())
+    plant = base["drives"]
+    runs = {"original": (None, None, None)}
+    runs["truth"] = (folder / "truth.toml", plant["viscous"], plant["coulomb"])
+    runs["identified"] = (folder / "identified.toml", friction["viscous"], friction["coulomb"])
+    out = {"tree_boxes": boxes}
+    from pkrt.models.identify import dump_toml
+
+    for name, (model, visc, coul) in runs.items():
+        doc = tomllib.loads(cfg_path.read_text())
+        if model is not None:
+            tree = folder / f"{name}.pkt"
+            t0 = time.perf_counter()
+            code, _ = quiet(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
+            out[f"{name}_build_s"] = time.perf_counter() - t0
+            doc["machine"]["model"], doc["machine"]["tree"] = str(model), str(tree)
+            doc["controller"]["viscous"], doc["controller"]["coulomb"] = visc, coul
+        path = folder / f"track-{name}.toml"
+        path.write_text(dump_toml(doc))
+        code, r = quiet(["run", "--machine", str(path), "--no-log", "--no-rt"])
+        out[name] = {"rms_error_m": r.get("rms_error"), "max_error_m": r.get("max_error"), "fault": r.get("fault"),
+                     "exit": code}
+    t, i = out["truth"]["rms_error_m"], out["identified"]["rms_error_m"]
+    out["identified_over_truth"] = i / t if t and i else None
     return out
 
 
