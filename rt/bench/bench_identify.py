@@ -30,6 +30,20 @@ import numpy as np
 MACHINE_CONFIG = {"orthoglide": "orthoglide-sim.toml", "delta": "delta-sim.toml", "hexapod": "hexapod-sim.toml"}
 
 
+def _cli(argv: list[str]) -> tuple[int, dict]:
+    """A pkrt verb with --json in this process: (exit code, its JSON object or {})."""
+    import contextlib
+    import io
+    import json
+
+    from pkrt.rt.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(argv + ["--json"])
+    return code, (json.loads(buf.getvalue()) if buf.getvalue().strip() else {})
+
+
 def _yp_check(mech, n: int = 1000) -> dict:
     from pkrt.models.baseparams import random_states
     from pkrt.models.reduction import ExactModel
@@ -126,10 +140,8 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     from pkrt.models.description import MACHINES_DIR
     from pkrt.models.mechanism import load_mechanism
     from pkrt.models.regressor import model_parameters
-    from pkrt.rt.cli import main
     from pkrt.rt.cli.identify import identify_logs
     from pkrt.rt.config import load_machine
-    from pkrt.rt.replay import savgol_cutoff_hz  # noqa: F401 (filter figures come with the report)
 
     out: dict = {}
     mech = load_mechanism(name)
@@ -140,23 +152,13 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)
     csv = folder / "excite.csv"
     t0 = time.perf_counter()
-    import contextlib
-    import io
-    import json
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(["identify", "plan", str(cfg_path), "-o", str(csv), "--json"])
-    plan = json.loads(buf.getvalue()) if code == 0 else {"error": code}
+    code, plan = _cli(["identify", "plan", str(cfg_path), "-o", str(csv)])
     out["excitation"] = {k: plan.get(k) for k in ("condition_number", "condition_scaling", "ok", "checked_at_hz",
                                                   "peaks", "limits", "duration_s")}
     out["excitation"]["seconds"] = time.perf_counter() - t0
     log = folder / "excite.pktlog"
     t0 = time.perf_counter()
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt", "--json"])
-    run = json.loads(buf.getvalue())
+    code, run = _cli(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt"])
     out["run"] = {"cycles": run["cycles"], "rms_error_m": run["rms_error"], "fault": run["fault"],
                   "seconds": time.perf_counter() - t0}
     config = load_machine(str(cfg_path))
@@ -192,18 +194,6 @@ def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> 
     controller models: the original (its shipped tree), the truth and the identified one (trees
     of ``boxes`` intervals per axis built here, the same for both), each with its friction
     feedforward (original: the configuration's; truth: the plant's; identified: identified)."""
-    import contextlib
-    import io
-    import json
-
-    from pkrt.rt.cli import main
-
-    def quiet(argv):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            code = main(argv + ["--json"])
-        return code, (json.loads(buf.getvalue()) if buf.getvalue().strip() else {})
-
     base = tomllib.loads(cfg_path.read_text())
     plant = base["drives"]
     runs = {"original": (None, None, None)}
@@ -217,13 +207,13 @@ def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> 
         if model is not None:
             tree = folder / f"{name}.pkt"
             t0 = time.perf_counter()
-            code, _ = quiet(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
+            code, _ = _cli(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
             out[f"{name}_build_s"] = time.perf_counter() - t0
             doc["machine"]["model"], doc["machine"]["tree"] = str(model), str(tree)
             doc["controller"]["viscous"], doc["controller"]["coulomb"] = visc, coul
         path = folder / f"track-{name}.toml"
         path.write_text(dump_toml(doc))
-        code, r = quiet(["run", "--machine", str(path), "--no-log", "--no-rt"])
+        code, r = _cli(["run", "--machine", str(path), "--no-log", "--no-rt"])
         out[name] = {"rms_error_m": r.get("rms_error"), "max_error_m": r.get("max_error"), "fault": r.get("fault"),
                      "exit": code}
     t, i = out["truth"]["rms_error_m"], out["identified"]["rms_error_m"]
