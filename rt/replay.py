@@ -37,7 +37,7 @@ from .logfile import Log, LogFileError, read_log
 from .logstats import columns, loop_cycles
 from .outputs import check_outputs
 
-SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise",
+SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise", "force_noise",
                   "quantization", "delay_cycles", "seed")
 
 
