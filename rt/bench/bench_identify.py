@@ -28,10 +28,6 @@ from pathlib import Path
 import numpy as np
 
 MACHINE_CONFIG = {"orthoglide": "orthoglide-sim.toml", "delta": "delta-sim.toml", "hexapod": "hexapod-sim.toml"}
-# the Delta's default excitation (f0 0.2 Hz) trips its 0.05 rad following-error limit within
-# 0.33 s on the truth plant under the original model: half the frequency, a quarter of the
-# accelerations
-PLAN_OPTIONS = {"delta": ["--f0", "0.1", "--periods", "3"]}
 
 
 def _cli(argv: list[str]) -> tuple[int, dict]:
@@ -156,7 +152,7 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)
     csv = folder / "excite.csv"
     t0 = time.perf_counter()
-    code, plan = _cli(["identify", "plan", str(cfg_path), "-o", str(csv), *PLAN_OPTIONS.get(name, [])])
+    code, plan = _cli(["identify", "plan", str(cfg_path), "-o", str(csv)])
     out["excitation"] = {k: plan.get(k) for k in ("condition_number", "condition_scaling", "ok", "checked_at_hz",
                                                   "peaks", "limits", "duration_s")}
     out["excitation"]["seconds"] = time.perf_counter() - t0
