@@ -29,9 +29,10 @@ class ModelError(UserError, ValueError):
 
 
 GROUND = "ground"
-# the fields of each table (a key not listed is refused: a typo in an optional field)
+# the fields of each table (a key not listed is refused: a typo in an optional field);
+# [identification] is provenance that `pkrt identify` writes (free-form, never read here)
 KEYS = {
-    "": ("model", "bodies", "joints", "actuators", "assembly", "tool"),
+    "": ("model", "bodies", "joints", "actuators", "assembly", "tool", "identification"),
     "model": ("name", "gravity", "singular_threshold"),
     "bodies": ("name", "mass", "inertia", "com", "position", "rotation"),
     "joints": ("name", "type", "body1", "body2", "point1", "point2", "axis1", "axis2", "ref1", "ref2",

@@ -2,7 +2,8 @@
 physically consistent standard parameters that reproduce them.
 
 - ``fit``: weighted least squares on the base regressor, rows (sample, axis) stacked; weights
-  1 / sigma_i per axis from the residual variance of an ordinary least-squares pass; rows of
+  1 / sigma_i per axis from the residual variance of an ordinary least-squares pass (the
+  covariance inflated by the residuals' correlation between neighbouring samples); rows of
   an axis whose velocity is near zero or changes sign within the filter window are left out
   (the sign of Coulomb friction is undefined there, and the filter smears its step). Standard deviations from the weighted covariance, relative standard
   deviation = standard deviation / |value|.
@@ -51,6 +52,7 @@ class Fit:
     sigma: np.ndarray  # (s,) residual standard deviation per axis (N or N m)
     rows: int
     cond: float  # condition number of the weighted, column-scaled data matrix
+    correlation: float = 1.0  # variance factor for residuals correlated between samples
 
     @property
     def rsd(self) -> np.ndarray:
@@ -101,10 +103,37 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
     s2 = float(rw @ rw) / dof
     svw = np.linalg.svd(Aw / sw, compute_uv=False)
     Ainv = np.linalg.pinv(Aw / sw)
-    cov = s2 * (Ainv @ Ainv.T) / np.outer(sw, sw)
+    corr = correlation_factor(rw, keep)
+    cov = corr * s2 * (Ainv @ Ainv.T) / np.outer(sw, sw)
     # per-axis sigma after weighting (the weights rescale each axis to unit variance)
     sig = np.array([math.sqrt(np.mean(rw[axis == i] ** 2)) if np.any(axis == i) else 0.0 for i in range(s)]) * sigma
-    return Fit(x, np.sqrt(np.diag(cov)), cov, sig, len(b), float(svw[0] / svw[-1]))
+    return Fit(x, np.sqrt(np.diag(cov)), cov, sig, len(b), float(svw[0] / svw[-1]), corr)
+
+
+def correlation_factor(rw: np.ndarray, keep: np.ndarray, max_lag: int = 8) -> float:
+    """Variance inflation of a mean over residuals correlated in time (filtered noise is, when
+    samples are closer than the filter window): 1 + 2 sum_l rho_l over the lags l while the
+    residuals' autocorrelation rho_l (per axis, pooled, samples in time order) stays positive;
+    at least 1. ``rw``: the weighted residuals of the kept rows in (sample, axis) order."""
+    n, s = keep.shape
+    full = np.full((n, s), np.nan)
+    full[keep] = rw
+    num = np.zeros(max_lag + 1)
+    den = np.zeros(max_lag + 1)
+    for lag in range(max_lag + 1):
+        a, b = full[:n - lag], full[lag:]
+        ok = np.isfinite(a) & np.isfinite(b)
+        num[lag] = np.sum(a[ok] * b[ok])
+        den[lag] = np.count_nonzero(ok)
+    if den[0] == 0 or num[0] <= 0:
+        return 1.0
+    rho = (num / np.maximum(den, 1)) / (num[0] / den[0])
+    f = 1.0
+    for lag in range(1, max_lag + 1):
+        if rho[lag] <= 0 or den[lag] < 10:
+            break
+        f += 2 * rho[lag]
+    return float(f)
 
 
 def _svd(M: np.ndarray):

@@ -119,3 +119,16 @@ def test_base_of_stack_on_a_known_rank():
     assert bp.rank == 3 and list(bp.zero) == [4]
     pi = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     assert np.allclose(Y @ pi, Y[:, bp.base] @ bp.project(pi))
+
+
+def test_correlation_factor_of_filtered_noise():
+    """White residuals: no inflation; a moving average of 4 white samples: the variance of a
+    mean is 4 times the white estimate (1 + 2 (3/4 + 2/4 + 1/4))."""
+    from pkrt.models.identify import correlation_factor
+
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(20000, 2))
+    keep = np.ones(e.shape, dtype=bool)
+    assert correlation_factor(e[keep], keep) < 1.05
+    ma = np.stack([np.convolve(e[:, i], np.ones(4) / 4, mode="same") for i in range(2)], axis=1)
+    assert correlation_factor(ma[keep], keep) == pytest.approx(4.0, rel=0.05)

@@ -12,6 +12,9 @@ first; ``PKRT_BENCH_IDENTIFY`` = comma-separated machines, default orthoglide).
    noise through the same filter), the time it takes.
 4. Coverage of the 95 % intervals over noise seeds: the run's filtered regressor reused with the
    truth's forces plus fresh filtered noise, fitted again per seed.
+5. Tracking of the machine's demo on the truth plant with the original model, the truth and the
+   identified model in the controller (trees of 12 intervals per axis built here for the last
+   two).
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ from pathlib import Path
 import numpy as np
 
 MACHINE_CONFIG = {"orthoglide": "orthoglide-sim.toml", "delta": "delta-sim.toml", "hexapod": "hexapod-sim.toml"}
+
+
+def _cli(argv: list[str]) -> tuple[int, dict]:
+    """``pkrt ARGV --json`` as a user runs it (a process of its own: the benchmarks never import
+    the CLI): (exit code, its JSON object or {})."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", *argv, "--json"], capture_output=True, text=True)
+    return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else {})
 
 
 def _yp_check(mech, n: int = 1000) -> dict:
@@ -118,16 +132,6 @@ def _coverage(res, truth_base: np.ndarray, force_noise: float, seeds: int) -> di
     return {"seeds": seeds, "parameters": int(well.sum()), "coverage": hits / max(total, 1)}
 
 
-def _pkrt(argv: list[str]) -> tuple[int, str]:
-    """``pkrt ARGV`` as a user runs it (a process of its own: the benchmarks never import the
-    CLI); its exit code and standard output."""
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", *argv], capture_output=True, text=True)
-    return r.returncode, r.stdout
-
-
 def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     from pkrt.models.baseparams import base_parameters
     from pkrt.models.description import MACHINES_DIR
@@ -135,7 +139,6 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     from pkrt.models.regressor import model_parameters
     from pkrt.rt.app.identify import identify_logs
     from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.replay import savgol_cutoff_hz  # noqa: F401 (filter figures come with the report)
 
     out: dict = {}
     mech = load_mechanism(name)
@@ -146,17 +149,13 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)
     csv = folder / "excite.csv"
     t0 = time.perf_counter()
-    import json
-
-    code, text = _pkrt(["identify", "plan", str(cfg_path), "-o", str(csv), "--json"])
-    plan = json.loads(text) if code == 0 else {"error": code}
+    code, plan = _cli(["identify", "plan", str(cfg_path), "-o", str(csv)])
     out["excitation"] = {k: plan.get(k) for k in ("condition_number", "condition_scaling", "ok", "checked_at_hz",
                                                   "peaks", "limits", "duration_s")}
     out["excitation"]["seconds"] = time.perf_counter() - t0
     log = folder / "excite.pktlog"
     t0 = time.perf_counter()
-    code, text = _pkrt(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt", "--json"])
-    run = json.loads(text)
+    code, run = _cli(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt"])
     out["run"] = {"cycles": run["cycles"], "rms_error_m": run["rms_error"], "fault": run["fault"],
                   "seconds": time.perf_counter() - t0}
     config = load_machine(str(cfg_path))
@@ -182,6 +181,40 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
         "consistent": r["consistent"],
     }
     out["coverage"] = _coverage(res, truth_base, d.force_noise, seeds)
+    if config.demo.points is not None or config.demo.task != "none":
+        out["tracking"] = _tracking(cfg_path, folder, res.report["friction"])
+    return out
+
+
+def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> dict:
+    """The machine's demo, lockstep, on the truth plant under computed torque with three
+    controller models: the original (its shipped tree), the truth and the identified one (trees
+    of ``boxes`` intervals per axis built here, the same for both), each with its friction
+    feedforward (original: the configuration's; truth: the plant's; identified: identified)."""
+    base = tomllib.loads(cfg_path.read_text())
+    plant = base["drives"]
+    runs = {"original": (None, None, None)}
+    runs["truth"] = (folder / "truth.toml", plant["viscous"], plant["coulomb"])
+    runs["identified"] = (folder / "identified.toml", friction["viscous"], friction["coulomb"])
+    out = {"tree_boxes": boxes}
+    from pkrt.models.identify import dump_toml
+
+    for name, (model, visc, coul) in runs.items():
+        doc = tomllib.loads(cfg_path.read_text())
+        if model is not None:
+            tree = folder / f"{name}.pkt"
+            t0 = time.perf_counter()
+            code, _ = _cli(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
+            out[f"{name}_build_s"] = time.perf_counter() - t0
+            doc["machine"]["model"], doc["machine"]["tree"] = str(model), str(tree)
+            doc["controller"]["viscous"], doc["controller"]["coulomb"] = visc, coul
+        path = folder / f"track-{name}.toml"
+        path.write_text(dump_toml(doc))
+        code, r = _cli(["run", "--machine", str(path), "--no-log", "--no-rt"])
+        out[name] = {"rms_error_m": r.get("rms_error"), "max_error_m": r.get("max_error"), "fault": r.get("fault"),
+                     "exit": code}
+    t, i = out["truth"]["rms_error_m"], out["identified"]["rms_error_m"]
+    out["identified_over_truth"] = i / t if t and i else None
     return out
 
 

@@ -2,8 +2,11 @@
 and decimated (``pkrt identify``).
 
 Per contiguous stretch of a log (split where rows or periods were skipped), the positions go
-through the Savitzky-Golay filter of ``pkrt replay --offline`` (``pkrt.rt.runtime.replay.derivatives``:
-zero phase, a local cubic over ``window`` samples) that gives theta, theta_dot, theta_ddot;
+through the Savitzky-Golay smoothing filter of ``pkrt replay --offline``
+(``pkrt.rt.runtime.replay.derivatives``: zero phase, a local cubic over ``window`` samples), and
+theta_dot, theta_ddot are central differences of the filtered positions, so that they carry
+exactly the filter's response (the Savitzky-Golay derivative filters have another response:
+their accelerations against filtered forces bias the masses by percents at a 51 ms window);
 the commanded forces, first averaged over consecutive commands (zero-order hold: the motion
 around sample k reflects the command half a period earlier), go through the very same filter.
 Both are then decimated by the same factor (the filter's -3 dB frequency below a quarter of the
@@ -125,7 +128,12 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
         for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(t)]):
             if b - a < 3 * window:
                 continue
-            p, v, acc = derivatives(pos[a:b], rate, window, polyorder)
+            # the same filter on positions and forces, derivatives of the filtered positions by
+            # central differences: the accelerations then carry the forces' filter response
+            # (the Savitzky-Golay derivative filters have another one, which biases the masses)
+            p = derivatives(pos[a:b], rate, window, polyorder)[0]
+            v = np.gradient(p, 1.0 / rate, axis=0)
+            acc = np.gradient(v, 1.0 / rate, axis=0)
             held = tau[a:b].copy()
             held[1:] = 0.5 * (tau[a + 1:b] + tau[a:b - 1])
             tf = derivatives(held, rate, window, polyorder)[0]
