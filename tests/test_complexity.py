@@ -23,7 +23,6 @@ SPLITTING = "being split in a parallel branch (issue 21)"
 ALLOWED = {
     "rt/cli/__init__.py:main": SPLITTING,
     "rt/cli/hil.py:run_hil": SPLITTING,
-    "rt/core/schema.py:_check_value": SPLITTING,
     "rt/core/treefile.py:_check_header": SPLITTING,
     "rt/runtime/logfile.py:_check_header": SPLITTING,
     "rt/runtime/logfile.py:read_log": SPLITTING,
