@@ -24,8 +24,6 @@ ALLOWED = {
     "rt/cli/__init__.py:main": SPLITTING,
     "rt/cli/hil.py:run_hil": SPLITTING,
     "rt/core/treefile.py:_check_header": SPLITTING,
-    "rt/runtime/logfile.py:_check_header": SPLITTING,
-    "rt/runtime/logfile.py:read_log": SPLITTING,
     "drivers/dynamixel.py:DynamixelDrives._read": SPLITTING,
     "hil/can_hil.py:run_can_hil": SPLITTING,
     "hil/cia402_emulator.py:CiA402Emulator._on_sync": SPLITTING,
