@@ -23,7 +23,6 @@ SPLITTING = "being split in a parallel branch (issue 21)"
 ALLOWED = {
     "rt/cli/__init__.py:main": SPLITTING,
     "rt/cli/hil.py:run_hil": SPLITTING,
-    "drivers/dynamixel.py:DynamixelDrives._read": SPLITTING,
     "hil/can_hil.py:run_can_hil": SPLITTING,
     "hil/cia402_emulator.py:CiA402Emulator._on_sync": SPLITTING,
     "hil/dynamixel_emulator.py:Servo.write": SPLITTING,
