@@ -25,9 +25,6 @@ ALLOWED = {
     "rt/cli/hil.py:run_hil": SPLITTING,
     "hil/can_hil.py:run_can_hil": SPLITTING,
     "hil/cia402_emulator.py:CiA402Emulator._on_sync": SPLITTING,
-    "hil/dynamixel_emulator.py:Servo.write": SPLITTING,
-    "hil/dynamixel_emulator.py:DynamixelEmulator._instruction": SPLITTING,
-    "hil/dynamixel_emulator.py:DynamixelEmulator.serve": SPLITTING,
 }
 
 
