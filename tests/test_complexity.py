@@ -22,6 +22,7 @@ SPLITTING = "being split in a parallel branch (issue 21)"
 # "path:qualified name" -> why this one stays above LIMIT (one line)
 ALLOWED = {
     "rt/cli/__init__.py:main": SPLITTING,
+    "rt/app/machinerun.py:run_machine": SPLITTING,
     "rt/cli/hil.py:run_hil": SPLITTING,
     "hil/can_hil.py:run_can_hil": SPLITTING,
     "hil/cia402_emulator.py:CiA402Emulator._on_sync": SPLITTING,
