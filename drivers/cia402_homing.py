@@ -67,7 +67,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
     nodes = drives._nodes
     offs = np.broadcast_to(np.asarray(offset_counts, dtype=np.int64), (len(nodes),))
     sync = can.Message(arbitration_id=p.SYNC_COB_ID, data=b"", is_extended_id=False)
-    up, dl = drives._upload, drives._download
+    dl = drives._download
     stop_sync = threading.Event()
 
     def syncs():  # SYNC on the loop period all along (the drives move, and watch for it, on SYNC)
