@@ -67,7 +67,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
     nodes = drives._nodes
     offs = np.broadcast_to(np.asarray(offset_counts, dtype=np.int64), (len(nodes),))
     sync = can.Message(arbitration_id=p.SYNC_COB_ID, data=b"", is_extended_id=False)
-    up, dl = drives._upload, drives._download
+    dl = drives._download
     stop_sync = threading.Event()
 
     def syncs():  # SYNC on the loop period all along (the drives move, and watch for it, on SYNC)
@@ -84,65 +84,15 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
     try:
         drives._nmt(p.NMT_START)
         for node, off in zip(nodes, offs):
-            dl(node, p.MODES_OF_OPERATION, 0, "<b", MODE_HOMING)
-            if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != MODE_HOMING:
-                raise HomingError(f"node {node.id}: the drive does not accept homing mode (0x6060 = 6)")
-            dl(node, HOMING_METHOD, 0, "<b", method)
-            dl(node, HOME_OFFSET, 0, "<i", int(off))
-            dl(node, HOMING_SPEEDS, 1, "<I", int(round(speeds_counts[0])))
-            dl(node, HOMING_SPEEDS, 2, "<I", int(round(speeds_counts[1])))
-            dl(node, HOMING_ACCEL, 0, "<I", int(round(accel_counts)))
+            _set_up_homing(drives, node, method, int(off), speeds_counts, accel_counts)
         ticker.start()  # before any drive is enabled: a drive that saw SYNC before watches for it from then on
         for node in nodes:  # to Operation enabled (in homing mode), then the start edge
-            last = -1
-            end = time.monotonic() + drives.enable_timeout
-            while True:
-                state = p.decode_statusword(up(node, p.STATUSWORD, 0, "<H"))
-                if state is p.State.OPERATION_ENABLED:
-                    break
-                if time.monotonic() > end:
-                    raise HomingError(f"node {node.id}: not in Operation enabled for homing (state {state.name})")
-                cw = p.next_controlword(state, max(last, 0))
-                if cw is not None:
-                    dl(node, p.CONTROLWORD, 0, "<H", cw)
-                    last = cw
-            dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)
+            _enable_for_homing(drives, node)
         for node in nodes:
             dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION | CW_HOMING_START)
         t0 = time.monotonic()
-        done = [None] * len(nodes)
-        halted = False
-        while not all(done):
-            time.sleep(drives.period)
-            if halt is not None and halt.is_set() and not halted:
-                for node in nodes:
-                    dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION | CW_HOMING_START | CW_HALT)
-                halted = True
-            for i, node in enumerate(nodes):
-                if done[i]:
-                    continue
-                sw = up(node, p.STATUSWORD, 0, "<H")
-                state = p.decode_statusword(sw)
-                if state is not p.State.OPERATION_ENABLED:
-                    raise HomingError(f"node {node.id}: drive left Operation enabled while homing "
-                                      f"(state {state.name}, statusword 0x{sw:04X})")
-                r = homing_result(sw, halted)
-                if r == "error":
-                    raise HomingError(f"node {node.id}: homing error (statusword bit 13, 0x{sw:04X})")
-                if r == "interrupted":
-                    raise HomingError(f"node {node.id}: homing halted before home was found")
-                if r == "done":
-                    done[i] = {"node": node.id, "position": up(node, p.POSITION_ACTUAL, 0, "<i")}
-            if time.monotonic() - t0 > timeout:
-                raise HomingError(f"homing timeout: not homed after {timeout:g} s "
-                                  f"(nodes {[n.id for n, d in zip(nodes, done) if not d]})")
-        hold = np.zeros(len(nodes)) if hold_permille is None else np.asarray(hold_permille, float)
-        for i, node in enumerate(nodes):  # back to cyclic synchronous torque without leaving Operation
-            dl(node, p.TARGET_TORQUE, 0, "<h", int(np.clip(round(hold[i]), -p.INT16_MAX, p.INT16_MAX)))
-            dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)  # bit 4 low
-            dl(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
-            if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != p.MODE_CST:
-                raise HomingError(f"node {node.id}: not back in cyclic synchronous torque mode after homing")
+        done = _wait_homed(drives, t0, timeout, halt)
+        _back_to_cyclic_torque(drives, hold_permille)
         drives.enable()  # already in Operation enabled: the cyclic path takes over (SYNC still going meanwhile)
         return {"method": method, "drives": done, "seconds": time.monotonic() - t0}
     except DriveError as e:
@@ -156,6 +106,87 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
         stop_sync.set()
         if ticker.is_alive():
             ticker.join(1.0)
+
+
+def _set_up_homing(drives, node, method: int, offset: int, speeds_counts: tuple[float, float],
+                   accel_counts: float) -> None:
+    """Homing mode, method, home offset (increments), speeds and acceleration by SDO."""
+    up, dl = drives._upload, drives._download
+    dl(node, p.MODES_OF_OPERATION, 0, "<b", MODE_HOMING)
+    if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != MODE_HOMING:
+        raise HomingError(f"node {node.id}: the drive does not accept homing mode (0x6060 = 6)")
+    dl(node, HOMING_METHOD, 0, "<b", method)
+    dl(node, HOME_OFFSET, 0, "<i", offset)
+    dl(node, HOMING_SPEEDS, 1, "<I", int(round(speeds_counts[0])))
+    dl(node, HOMING_SPEEDS, 2, "<I", int(round(speeds_counts[1])))
+    dl(node, HOMING_ACCEL, 0, "<I", int(round(accel_counts)))
+
+
+def _enable_for_homing(drives, node) -> None:
+    """Walk one drive to Operation enabled (within ``drives.enable_timeout``)."""
+    up, dl = drives._upload, drives._download
+    last = -1
+    end = time.monotonic() + drives.enable_timeout
+    while True:
+        state = p.decode_statusword(up(node, p.STATUSWORD, 0, "<H"))
+        if state is p.State.OPERATION_ENABLED:
+            break
+        if time.monotonic() > end:
+            raise HomingError(f"node {node.id}: not in Operation enabled for homing (state {state.name})")
+        cw = p.next_controlword(state, max(last, 0))
+        if cw is not None:
+            dl(node, p.CONTROLWORD, 0, "<H", cw)
+            last = cw
+    dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)
+
+
+def _wait_homed(drives, t0: float, timeout: float, halt: threading.Event | None) -> list[dict]:
+    """Poll every drive each period until all are homed (halting them once ``halt`` is set);
+    per drive its node and position actual value (increments) right after homing."""
+    nodes, up, dl = drives._nodes, drives._upload, drives._download
+    done = [None] * len(nodes)
+    halted = False
+    while not all(done):
+        time.sleep(drives.period)
+        if halt is not None and halt.is_set() and not halted:
+            for node in nodes:
+                dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION | CW_HOMING_START | CW_HALT)
+            halted = True
+        for i, node in enumerate(nodes):
+            if not done[i] and _homed(node, up(node, p.STATUSWORD, 0, "<H"), halted):
+                done[i] = {"node": node.id, "position": up(node, p.POSITION_ACTUAL, 0, "<i")}
+        if time.monotonic() - t0 > timeout:
+            raise HomingError(f"homing timeout: not homed after {timeout:g} s "
+                              f"(nodes {[n.id for n, d in zip(nodes, done) if not d]})")
+    return done
+
+
+def _homed(node, sw: int, halted: bool) -> bool:
+    """True when statusword ``sw`` says the drive is homed; HomingError when it left Operation
+    enabled, reports a homing error or was halted before home was found."""
+    state = p.decode_statusword(sw)
+    if state is not p.State.OPERATION_ENABLED:
+        raise HomingError(f"node {node.id}: drive left Operation enabled while homing "
+                          f"(state {state.name}, statusword 0x{sw:04X})")
+    r = homing_result(sw, halted)
+    if r == "error":
+        raise HomingError(f"node {node.id}: homing error (statusword bit 13, 0x{sw:04X})")
+    if r == "interrupted":
+        raise HomingError(f"node {node.id}: homing halted before home was found")
+    return r == "done"
+
+
+def _back_to_cyclic_torque(drives, hold_permille) -> None:
+    """Each drive to cyclic synchronous torque without leaving Operation enabled, holding
+    ``hold_permille`` (per mille of rated torque; None: 0)."""
+    nodes, up, dl = drives._nodes, drives._upload, drives._download
+    hold = np.zeros(len(nodes)) if hold_permille is None else np.asarray(hold_permille, float)
+    for i, node in enumerate(nodes):
+        dl(node, p.TARGET_TORQUE, 0, "<h", int(np.clip(round(hold[i]), -p.INT16_MAX, p.INT16_MAX)))
+        dl(node, p.CONTROLWORD, 0, "<H", p.CW_ENABLE_OPERATION)  # bit 4 low
+        dl(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
+        if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != p.MODE_CST:
+            raise HomingError(f"node {node.id}: not back in cyclic synchronous torque mode after homing")
 
 
 def leave_cyclic(drives) -> None:

@@ -510,16 +510,38 @@ class DynamixelDrives(Drives):
 
     def _read(self, t: float):
         fb = self.feedback
+        self._check_bus_watchdog()
+        self.stats["cycles"] += 1
+        want = self._want
+        late = self._collect(want)
+        dt = t - fb.stamp
+        for dxl_id, pkt in want.items():
+            self._apply(dxl_id, pkt, dt)
+        complete = all(self._got)
+        # the answers kept are this cycle's request's (Realtime Tick checked): fresh when all
+        # came. Answers to older requests (drained, or seen in the window) count in the late
+        # history below; they used to spoil a complete cycle too, so one transaction delayed
+        # 2 ms made 3 cycles without fresh feedback at 1 kHz (the timeout and the leftovers)
+        fb.fresh = complete
+        fb.stamp = t
+        self._judge(late, complete)
+        return fb
+
+    def _check_bus_watchdog(self) -> None:
+        """DriveError when the servos' Bus Watchdog has run out since the last send (torque on)."""
         st = self.settings
         silent = time.perf_counter() - self._last_tx
         if self.torque_on and st.bus_watchdog_ms and silent > max(1e-3 * st.bus_watchdog_ms, self.watchdog_floor):
             raise DriveError(f"servos on {st.port}: nothing sent for {silent * 1e3:.0f} ms, longer than their Bus "
                              f"Watchdog ({st.bus_watchdog_ms} ms): they have stopped themselves (this process stalled)")
-        self.stats["cycles"] += 1
+
+    def _collect(self, want: dict) -> int:
+        """This cycle's Sync Read, then the missing axes asked again (up to ``retries`` rounds):
+        ``want`` id -> status packet or None. Returns the late answers seen this cycle."""
+        st = self.settings
         # answers still arriving for an earlier cycle's request: the line delivers late
         late = self._drain()
         self.stats["late_answers"] += late
-        want = self._want
         for dxl_id in st.ids:
             want[dxl_id] = None
         late += self._request(self._sync_read, want, st.ids)
@@ -532,35 +554,34 @@ class DynamixelDrives(Drives):
             self.stats["late_answers"] += self._drain()
             late += self._request(self._reads[missing[0]] if len(missing) == 1 else
                                   dxp.sync_read(missing, FEEDBACK_ADDR, FEEDBACK_LEN), want, missing)
-        got = self._got
-        dt = t - fb.stamp
-        for dxl_id, pkt in want.items():
-            i = self._index[dxl_id]
-            got[i] = pkt is not None
-            if pkt is None:  # no news: the axis is carried on at its last velocity
-                fb.position[i] += fb.velocity[i] * dt
-            else:
-                _, _, _, _, cur, vel, pos = struct.unpack_from(FEEDBACK_FMT, pkt.params)
-                if not (self._raw_lo[i] <= pos <= self._raw_hi[i]) or abs(vel) > self._vel_max_raw[i]:
-                    raise DriveError(f"servo {dxl_id}: implausible feedback (present position {pos} pulses, "
-                                     f"present velocity {vel} LSB)")
-                fb.position[i] = self._k_pos[i] * (pos - st.zero[i])
-                fb.velocity[i] = self._k_vel[i] * vel
-                self.current[i] = cur * st.current_unit[i]
-        complete = all(got)
-        # the answers kept are this cycle's request's (Realtime Tick checked): fresh when all
-        # came. Answers to older requests (drained, or seen in the window) count in the late
-        # history below; they used to spoil a complete cycle too, so one transaction delayed
-        # 2 ms made 3 cycles without fresh feedback at 1 kHz (the timeout and the leftovers)
-        fb.fresh = complete
-        fb.stamp = t
-        # late answers in fail_cycles of the last 2 fail_cycles cycles: the line delivers late;
-        # incomplete feedback in fail_cycles cycles in a row: the servos do not answer
+        return late
+
+    def _apply(self, dxl_id: int, pkt, dt: float) -> None:
+        """One servo's answer (None: none) into the feedback in SI; dt (s) since the last read."""
+        fb, st = self.feedback, self.settings
+        i = self._index[dxl_id]
+        self._got[i] = pkt is not None
+        if pkt is None:  # no news: the axis is carried on at its last velocity
+            fb.position[i] += fb.velocity[i] * dt
+            return
+        _, _, _, _, cur, vel, pos = struct.unpack_from(FEEDBACK_FMT, pkt.params)
+        if not (self._raw_lo[i] <= pos <= self._raw_hi[i]) or abs(vel) > self._vel_max_raw[i]:
+            raise DriveError(f"servo {dxl_id}: implausible feedback (present position {pos} pulses, "
+                             f"present velocity {vel} LSB)")
+        fb.position[i] = self._k_pos[i] * (pos - st.zero[i])
+        fb.velocity[i] = self._k_vel[i] * vel
+        self.current[i] = cur * st.current_unit[i]
+
+    def _judge(self, late: int, complete: bool) -> None:
+        """Update the late and failed histories; DriveError when the line delivers late or the
+        servos do not answer (late answers in fail_cycles of the last 2 fail_cycles cycles;
+        incomplete feedback in fail_cycles cycles in a row)."""
+        st, got = self.settings, self._got
         if late:
             self._event(f"{late} late answers")
         self._late_hist = ((self._late_hist << 1) | bool(late)) & ((1 << (2 * st.fail_cycles)) - 1)
         self._fail_run = 0 if complete else self._fail_run + 1
-        if not fb.fresh:
+        if not self.feedback.fresh:
             self.stats["failed_cycles"] += 1
         if self._fail_run >= st.fail_cycles or self._late_hist.bit_count() >= st.fail_cycles:
             lost = [st.ids[i] for i in range(self.n_axes) if not got[i]] or list(st.ids)
@@ -570,7 +591,6 @@ class DynamixelDrives(Drives):
                 f"servo{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} on {st.port}: {why} "
                 f"(timeouts {self.stats['timeouts']}, CRC errors {self.stats['crc_errors']}, "
                 f"late answers {self.stats['late_answers']}, retries {self.stats['retries']})")
-        return fb
 
     def _request(self, pkt: bytes, want: dict, ids) -> int:
         """Send one feedback request for ``ids`` and collect the answers into ``want``; drop

@@ -468,29 +468,42 @@ class CiA402Emulator:
                 self.sync_armed[i] = bool(t and n)  # SYNC monitoring starts with a SYNC
             self._on_sync(now, msg.timestamp)
         elif p.HEARTBEAT_BASE < cid <= p.HEARTBEAT_BASE + 0x7F and len(msg.data) == 1:
-            producer = cid - p.HEARTBEAT_BASE
-            t = time.monotonic()
-            for i, c in enumerate(self.hb_consumer):
-                if c is not None and c[0] == producer:
-                    self.hb_last[i] = t
+            self._on_heartbeat(cid - p.HEARTBEAT_BASE)
         elif cid in self._rx_layout:
-            i, fmt, entries = self._rx_layout[cid]
-            if self.nodes[i].nmt.state != "OPERATIONAL" or len(msg.data) != fmt.size:
-                return
-            for e, v in zip(entries, fmt.unpack(msg.data)):
-                if e == p.MAP_CONTROLWORD:
-                    self._controlword(i, v)
-                else:
-                    self.target[i] = v
+            self._on_rpdo(cid, msg.data)
         else:
-            was = [n.nmt.state for n in self.nodes]
-            try:
-                self.network.notify(cid, msg.data, msg.timestamp)
-            except (struct.error, IndexError, ValueError):
-                return  # a malformed frame: a real node ignores it
-            for i, node in enumerate(self.nodes):
-                if node.nmt.state == "OPERATIONAL" and was[i] != "OPERATIONAL":
-                    self._read_mapping(i)
+            self._on_other(msg)
+
+    def _on_heartbeat(self, producer: int) -> None:
+        """A heartbeat of node ``producer``: the drives consuming it saw it now."""
+        t = time.monotonic()
+        for i, c in enumerate(self.hb_consumer):
+            if c is not None and c[0] == producer:
+                self.hb_last[i] = t
+
+    def _on_rpdo(self, cid: int, data: bytes) -> None:
+        """A receive PDO of its mapping: controlword and targets (ignored unless Operational
+        and of the mapped length)."""
+        i, fmt, entries = self._rx_layout[cid]
+        if self.nodes[i].nmt.state != "OPERATIONAL" or len(data) != fmt.size:
+            return
+        for e, v in zip(entries, fmt.unpack(data)):
+            if e == p.MAP_CONTROLWORD:
+                self._controlword(i, v)
+            else:
+                self.target[i] = v
+
+    def _on_other(self, msg: can.Message) -> None:
+        """NMT, SDO and the rest to the canopen nodes; a node entering Operational reads its
+        PDO mapping."""
+        was = [n.nmt.state for n in self.nodes]
+        try:
+            self.network.notify(msg.arbitration_id, msg.data, msg.timestamp)
+        except (struct.error, IndexError, ValueError):
+            return  # a malformed frame: a real node ignores it
+        for i, node in enumerate(self.nodes):
+            if node.nmt.state == "OPERATIONAL" and was[i] != "OPERATIONAL":
+                self._read_mapping(i)
 
     def _on_sync(self, now: float, stamp: float) -> None:
         """One SYNC: the plant advanced (``_sync_step``), the drives' states and torques of this

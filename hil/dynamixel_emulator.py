@@ -150,26 +150,40 @@ class Servo:
             return 7
         if addr < EEPROM_END and self.torque:
             return 7  # EEPROM area locked while torque is on
-        t = self.table
-        if addr <= ADDR_TORQUE_ENABLE < addr + n:
+        err = self._control_error(addr, data) or self._goal_error(addr, data)
+        if err:
+            return err
+        self.table[addr: addr + n] = data
+        return 0
+
+    def _control_error(self, addr: int, data: bytes) -> int:
+        """The error number of a write to Torque Enable, Operating Mode or Bus Watchdog with a
+        value refused (4: out of range; 1: torque on after a hardware error), 0 when none."""
+        end = addr + len(data)
+        if addr <= ADDR_TORQUE_ENABLE < end:
             v = data[ADDR_TORQUE_ENABLE - addr]
             if v > 1:
                 return 4
-            if v == 1 and t[ADDR_HARDWARE_ERROR]:
+            if v == 1 and self.table[ADDR_HARDWARE_ERROR]:
                 return 1  # shut down: torque cannot be enabled before a reboot
-        if addr <= ADDR_OPERATING_MODE < addr + n and data[ADDR_OPERATING_MODE - addr] not in (0, 1, 3, 4, 5, 16):
+        if addr <= ADDR_OPERATING_MODE < end and data[ADDR_OPERATING_MODE - addr] not in (0, 1, 3, 4, 5, 16):
             return 4
-        if addr <= ADDR_BUS_WATCHDOG < addr + n:
+        if addr <= ADDR_BUS_WATCHDOG < end:
             wd = data[ADDR_BUS_WATCHDOG - addr]
             if wd > 127 or (self.watchdog_error and wd):
                 return 4  # 0..127 only; in the error state only 0 (clear)
+        return 0
+
+    def _goal_error(self, addr: int, data: bytes) -> int:
+        """The error number of a write to the goal values refused (4: after a Bus Watchdog
+        error; 6: Goal Current beyond Current Limit), 0 when none."""
+        n = len(data)
         if self.watchdog_error and any(addr <= a < addr + n for a in GOAL_VALUES):
             return 4  # Goal values read-only after a Bus Watchdog error
         if addr <= ADDR_GOAL_CURRENT and addr + n >= ADDR_GOAL_CURRENT + 2:
             g = struct.unpack_from("<h", data, ADDR_GOAL_CURRENT - addr)[0]
-            if abs(g) > struct.unpack_from("<H", t, ADDR_CURRENT_LIMIT)[0]:
+            if abs(g) > struct.unpack_from("<H", self.table, ADDR_CURRENT_LIMIT)[0]:
                 return 6  # data limit error
-        t[addr: addr + n] = data
         return 0
 
     def shutdown(self, bits: int) -> None:
@@ -426,106 +440,165 @@ class DynamixelEmulator:
         return out
 
     def _instruction(self, pkt: dxp.Packet, now: float, out: list) -> None:
-        p = pkt.params
         targets = list(self.servos) if pkt.id == dxp.BROADCAST_ID else ([pkt.id] if pkt.id in self.servos else [])
-        inst = pkt.instruction
-        if inst == dxp.PING:
-            for i in targets:
-                self._out(i, 0, self.servos[i].read(0, 2)[1] + bytes((self.servos[i].table[6],)), now, out)
-        elif inst in (dxp.READ, dxp.WRITE) and pkt.id != dxp.BROADCAST_ID:
-            self._catch_up(now)
-            self._tick(now)
-            for i in targets:
-                if len(p) < 4 if inst == dxp.READ else len(p) < 3:
-                    self._out(i, 5, b"", now, out)  # data length error
-                elif inst == dxp.READ:
-                    addr, n = struct.unpack_from("<HH", p)
-                    err, data = self.servos[i].read(addr, n)
-                    self._out(i, err, data, now, out)
-                else:
-                    addr = struct.unpack_from("<H", p)[0]
-                    err = self.servos[i].write(addr, p[2:])
-                    if not err and addr <= ADDR_HOMING_OFFSET < addr + len(p) - 2:
-                        self._update_present()  # a new Homing Offset shows in Present Position at once
-                    self._check_torque_off()
-                    self._out(i, err, b"", now, out)
-        elif inst == dxp.SYNC_READ and len(p) >= 4:
-            self._catch_up(now)
-            self._tick(now)
-            addr, n = struct.unpack_from("<HH", p)
-            for i in p[4:]:
-                if i in self.servos:
-                    err, data = self.servos[i].read(addr, n)
-                    self._out(i, err, data, now, out)
-        elif inst == dxp.SYNC_WRITE and len(p) >= 4:
-            addr, n = struct.unpack_from("<HH", p)
-            if n < 1 or (len(p) - 4) % (n + 1):
-                return
-            goal = addr == ADDR_GOAL_CURRENT and n == 2
-            if self.clock == "wall":
-                self._advance(now)  # the old currents act up to now
-            hold = False
-            if goal and not self.brake and self.clock == "cycle":
-                skipped = self._periods_at_write(now)
-                hold = skipped < 0
-                self._advance(now, max(skipped, 0) * self.dt)  # periods the loop skipped
-                self._k_plant += max(skipped, 0)
-            for k in range(4, len(p), n + 1):
-                if p[k] in self.servos:
-                    self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
-            if goal and any(sv.torque for sv in self.servos.values()):
-                if self.brake:
-                    self.brake = False
-                    self._t0 = now
-                    self._k_plant = 0
-                    self._unconfirmed = 0
-                if self.clock in ("cycle", "step") and not hold:
-                    self._advance(now, self.dt)
-                    self._k_plant += 1
-                self.cycles += 1
-                self._activate()
-            elif goal and self.torque_off_cycle is not None and any(
-                    sv.goal_current() for sv in self.servos.values()):
-                self.nonzero_after_off += 1
-            self._check_torque_off()
-        elif inst == dxp.BULK_READ and (items := dxp.parse_bulk_read(p)) is not None:
-            self._catch_up(now)
-            self._tick(now)
-            for i, addr, n in items:
-                if i in self.servos:
-                    err, data = self.servos[i].read(addr, n)
-                    self._out(i, err, data, now, out)
-        elif inst == dxp.BULK_WRITE and (items := dxp.parse_bulk_write(p)) is not None:
-            if len({(a, len(d)) for _, a, d in items}) == 1:  # one address and length: a Sync Write
-                a, n = items[0][1], len(items[0][2])
-                params = struct.pack("<HH", a, n) + b"".join(bytes((i,)) + d for i, _, d in items)
-                self._instruction(dxp.Packet(pkt.id, dxp.SYNC_WRITE, -1, params), now, out)
-            else:
-                if self.clock == "wall":
-                    self._advance(now)  # the old values act up to now
-                for i, a, d in items:
-                    if i in self.servos:
-                        self.servos[i].write(a, d)
-                self._check_torque_off()
-        elif inst in (dxp.FAST_SYNC_READ, dxp.FAST_BULK_READ) and pkt.id == dxp.BROADCAST_ID:
-            if inst == dxp.FAST_BULK_READ:
-                items = dxp.parse_bulk_read(p)
-            elif len(p) >= 5:
-                addr, n = struct.unpack_from("<HH", p)
-                items = [(i, addr, n) for i in p[4:]]
-            else:
-                items = None
-            items = [it for it in items or () if it[0] in self.servos]
-            if items:
-                self._catch_up(now)
-                self._tick(now)
-                blocks = []
-                for i, addr, n in items:
-                    err, data = self.servos[i].read(addr, n)
-                    blocks.append((i, self._alert(i, err), data))  # an error: no data in its block
-                self._send(dxp.fast_status(blocks), [i for i, _, _ in items], now, out)
-        elif targets and pkt.id != dxp.BROADCAST_ID:
+        handler = self._INSTRUCTIONS.get(pkt.instruction)
+        if handler is not None and handler(self, pkt, targets, now, out):
+            return
+        if targets and pkt.id != dxp.BROADCAST_ID:
             self._out(targets[0], 2, b"", now, out)  # instruction error
+
+    # Each handler: (packet, target IDs, now, answers) -> False when the packet is not one it
+    # takes (a broadcast where none is allowed, parameters too short): an instruction error.
+    def _on_ping(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        for i in targets:
+            self._out(i, 0, self.servos[i].read(0, 2)[1] + bytes((self.servos[i].table[6],)), now, out)
+        return True
+
+    def _reading(self, now: float) -> None:
+        """Before answering with the table: the plant brought up to now."""
+        self._catch_up(now)
+        self._tick(now)
+
+    def _answer_read(self, i: int, addr: int, n: int, now: float, out: list) -> None:
+        err, data = self.servos[i].read(addr, n)
+        self._out(i, err, data, now, out)
+
+    def _on_read(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        if pkt.id == dxp.BROADCAST_ID:
+            return False
+        self._reading(now)
+        for i in targets:
+            if len(pkt.params) < 4:
+                self._out(i, 5, b"", now, out)  # data length error
+            else:
+                self._answer_read(i, *struct.unpack_from("<HH", pkt.params), now, out)
+        return True
+
+    def _on_write(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        if pkt.id == dxp.BROADCAST_ID:
+            return False
+        self._reading(now)
+        p = pkt.params
+        for i in targets:
+            if len(p) < 3:
+                self._out(i, 5, b"", now, out)  # data length error
+                continue
+            addr = struct.unpack_from("<H", p)[0]
+            err = self.servos[i].write(addr, p[2:])
+            if not err and addr <= ADDR_HOMING_OFFSET < addr + len(p) - 2:
+                self._update_present()  # a new Homing Offset shows in Present Position at once
+            self._check_torque_off()
+            self._out(i, err, b"", now, out)
+        return True
+
+    def _on_sync_read(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        p = pkt.params
+        if len(p) < 4:
+            return False
+        self._reading(now)
+        addr, n = struct.unpack_from("<HH", p)
+        for i in p[4:]:
+            if i in self.servos:
+                self._answer_read(i, addr, n, now, out)
+        return True
+
+    def _on_sync_write(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        p = pkt.params
+        if len(p) < 4:
+            return False
+        addr, n = struct.unpack_from("<HH", p)
+        if n < 1 or (len(p) - 4) % (n + 1):
+            return True
+        goal = addr == ADDR_GOAL_CURRENT and n == 2
+        if self.clock == "wall":
+            self._advance(now)  # the old currents act up to now
+        hold = False
+        if goal and not self.brake and self.clock == "cycle":
+            skipped = self._periods_at_write(now)
+            hold = skipped < 0
+            self._advance(now, max(skipped, 0) * self.dt)  # periods the loop skipped
+            self._k_plant += max(skipped, 0)
+        for k in range(4, len(p), n + 1):
+            if p[k] in self.servos:
+                self.servos[p[k]].write(addr, p[k + 1: k + 1 + n])
+        if goal:
+            self._goal_written(now, hold)
+        self._check_torque_off()
+        return True
+
+    def _goal_written(self, now: float, hold: bool) -> None:
+        """After a Sync Write of Goal Current: a plant period (unless ``hold``) when torque is
+        on; with torque off, a nonzero goal after the torque-off cycle is counted."""
+        if any(sv.torque for sv in self.servos.values()):
+            if self.brake:
+                self.brake = False
+                self._t0 = now
+                self._k_plant = 0
+                self._unconfirmed = 0
+            if self.clock in ("cycle", "step") and not hold:
+                self._advance(now, self.dt)
+                self._k_plant += 1
+            self.cycles += 1
+            self._activate()
+        elif self.torque_off_cycle is not None and any(sv.goal_current() for sv in self.servos.values()):
+            self.nonzero_after_off += 1
+
+    def _on_bulk_read(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        items = dxp.parse_bulk_read(pkt.params)
+        if items is None:
+            return False
+        self._reading(now)
+        for i, addr, n in items:
+            if i in self.servos:
+                self._answer_read(i, addr, n, now, out)
+        return True
+
+    def _on_bulk_write(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        items = dxp.parse_bulk_write(pkt.params)
+        if items is None:
+            return False
+        if len({(a, len(d)) for _, a, d in items}) == 1:  # one address and length: a Sync Write
+            a, n = items[0][1], len(items[0][2])
+            params = struct.pack("<HH", a, n) + b"".join(bytes((i,)) + d for i, _, d in items)
+            self._instruction(dxp.Packet(pkt.id, dxp.SYNC_WRITE, -1, params), now, out)
+            return True
+        if self.clock == "wall":
+            self._advance(now)  # the old values act up to now
+        for i, a, d in items:
+            if i in self.servos:
+                self.servos[i].write(a, d)
+        self._check_torque_off()
+        return True
+
+    def _on_fast_read(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
+        """Fast Sync Read and Fast Bulk Read (broadcast only): one status packet of blocks."""
+        if pkt.id != dxp.BROADCAST_ID:
+            return False
+        p = pkt.params
+        if pkt.instruction == dxp.FAST_BULK_READ:
+            items = dxp.parse_bulk_read(p)
+        elif len(p) >= 5:
+            addr, n = struct.unpack_from("<HH", p)
+            items = [(i, addr, n) for i in p[4:]]
+        else:
+            items = None
+        items = [it for it in items or () if it[0] in self.servos]
+        if items:
+            self._reading(now)
+            blocks = []
+            for i, addr, n in items:
+                err, data = self.servos[i].read(addr, n)
+                blocks.append((i, self._alert(i, err), data))  # an error: no data in its block
+            self._send(dxp.fast_status(blocks), [i for i, _, _ in items], now, out)
+        return True
+
+    # instruction -> handler (a plain function of the class body: called with self)
+    _INSTRUCTIONS = {
+        dxp.PING: _on_ping, dxp.READ: _on_read, dxp.WRITE: _on_write,
+        dxp.SYNC_READ: _on_sync_read, dxp.SYNC_WRITE: _on_sync_write,
+        dxp.BULK_READ: _on_bulk_read, dxp.BULK_WRITE: _on_bulk_write,
+        dxp.FAST_SYNC_READ: _on_fast_read, dxp.FAST_BULK_READ: _on_fast_read,
+    }
 
     def report(self) -> dict:
         return dict(fault=self.fault, cycles=self.cycles, injected_cycle=self.injected_cycle,
@@ -552,12 +625,7 @@ class DynamixelEmulator:
         pending = self.pending
         lines = b""
         while True:
-            timeout = None
-            if pending:
-                timeout = max(0.0, min(d for d, _ in pending) - time.monotonic())
-            due = self.watchdog_due()
-            if due is not None:
-                timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
+            timeout, due = self._wait_time()
             fds = [control] + ([master] if master is not None else []) + ([listener] if listener else [])
             asked = None if timeout is None else time.monotonic() + timeout
             r, _, _ = select.select(fds, [], [], timeout)
@@ -566,42 +634,75 @@ class DynamixelEmulator:
             if due is not None and time.monotonic() > due:
                 self.watchdog(time.monotonic())
             if listener is not None and listener in r:
-                conn, _ = listener.accept()
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if master is not None:
-                    os.close(master)
-                master = conn.detach()
+                master = self._accept(listener, master)
                 continue
             if master is not None and master in r:
-                try:
-                    data = os.read(master, 4096)
-                except OSError:
-                    data = b""
-                if not data and listener is not None:  # the driver closed the link
-                    os.close(master)
-                    master = None
-                if data:
-                    t = time.monotonic()
-                    if self.cycles and self._last_rx is not None:
-                        self.max_gap = max(self.max_gap, t - self._last_rx)
-                    self._last_rx = t
-                    pending.extend(self.handle(data))
+                master = self._take_line(master, listener is not None)
             if control in r:
-                data = os.read(control, 4096)
-                if not data:
+                lines = self._take_control(control, lines, reply)
+                if lines is None:
                     return
-                lines += data
-                while b"\n" in lines:
-                    line, lines = lines.split(b"\n", 1)
-                    if line.strip() and reply is not None:
-                        reply(self.command(line))
             if pending:
-                now = time.monotonic()
-                due = [x for x in pending if x[0] <= now]
-                if due:
-                    pending[:] = [x for x in pending if x[0] > now]
-                    if master is not None:
-                        os.write(master, b"".join(b for _, b in due))
+                self._flush(master)
+
+    def _wait_time(self) -> tuple[float | None, float | None]:
+        """(select timeout in s until the next answer or Bus Watchdog expiry, None: none due;
+        the watchdog's expiry time, None when it cannot expire)."""
+        timeout = None
+        if self.pending:
+            timeout = max(0.0, min(d for d, _ in self.pending) - time.monotonic())
+        due = self.watchdog_due()
+        if due is not None:
+            timeout = max(0.0, due - time.monotonic() if timeout is None else min(timeout, due - time.monotonic()))
+        return timeout, due
+
+    @staticmethod
+    def _accept(listener, master: int | None) -> int:
+        """The fd of the connection ``listener`` accepts (the previous one closed)."""
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if master is not None:
+            os.close(master)
+        return conn.detach()
+
+    def _take_line(self, master: int, closes: bool) -> int | None:
+        """Read what the driver sent and queue the answers; the fd, or None when the driver
+        closed the link (``closes``: a TCP connection, the next one awaited)."""
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            data = b""
+        if not data and closes:  # the driver closed the link
+            os.close(master)
+            return None
+        if data:
+            t = time.monotonic()
+            if self.cycles and self._last_rx is not None:
+                self.max_gap = max(self.max_gap, t - self._last_rx)
+            self._last_rx = t
+            self.pending.extend(self.handle(data))
+        return master
+
+    def _take_control(self, control: int, lines: bytes, reply) -> bytes | None:
+        """Answer the complete control lines read; the incomplete rest, None at end of file."""
+        data = os.read(control, 4096)
+        if not data:
+            return None
+        lines += data
+        while b"\n" in lines:
+            line, lines = lines.split(b"\n", 1)
+            if line.strip() and reply is not None:
+                reply(self.command(line))
+        return lines
+
+    def _flush(self, master: int | None) -> None:
+        """Write the answers now due to the line (dropped while no driver is connected)."""
+        now = time.monotonic()
+        due = [x for x in self.pending if x[0] <= now]
+        if due:
+            self.pending[:] = [x for x in self.pending if x[0] > now]
+            if master is not None:
+                os.write(master, b"".join(b for _, b in due))
 
     def command(self, line: bytes) -> dict:
         """One control command (see ``serve``); errors come back as ``{"error": ...}``."""

@@ -136,40 +136,54 @@ def ctl(args) -> int:
             st = c.status()
             emit(st, args.json, _status_text(st))
             return 0
-        if a == "override":
-            if args.value is None:
-                raise UserError("override needs PERCENT (0 to 120)")
-            try:
-                pct = float(args.value)
-            except ValueError:
-                raise UserError(f"override: expected a percentage, got '{args.value}'") from None
-            if not 0 <= pct <= 120:
-                raise UserError(f"override: expected a percentage in [0, 120], got {args.value}")
-            r = c.override(pct / 100.0)
-        elif a == "run":
-            if args.value is None:
-                raise UserError("run needs FILE (a trajectory CSV) or 'demo'")
-            r = c.run(args.value, **({"speed": args.speed} if args.speed else {}))
-        elif a == "move":
-            if args.target is None:
-                raise UserError("move needs --target")
-            r = c.move(args.target, space=args.space, **({"speed": args.speed} if args.speed else {}))
-        elif a == "jog":
-            r = _jog(c, args)
-        elif a == "stream":
-            r = _stream(c, args)
-        elif a == "home":
-            extra = {k: v for k, v in (("method", args.method), ("timeout", args.timeout),
-                                       ("offset", None if args.offset is None else args.offset.tolist()),
-                                       ("speeds", None if args.speeds is None else args.speeds.tolist()))
-                     if v is not None}
-            r = c.call("home", **extra)
-        else:
-            r = c.call(a)
+        act = _ACTIONS.get(a)
+        r = act(c, args) if act is not None else c.call(a)
         if args.wait and a in ("move", "run", "jog", "stop", "home"):
             r = {"ok": True, "status": c.wait_state("standstill", timeout=3600)}
     emit(r, args.json, f"{a}: ok (machine {r.get('state', r.get('status', {}).get('state'))})")
     return 0
+
+
+def _speed(args) -> dict:
+    """``speed=`` for move and run when --speed is given."""
+    return {"speed": args.speed} if args.speed else {}
+
+
+def _override(c, args) -> dict:
+    if args.value is None:
+        raise UserError("override needs PERCENT (0 to 120)")
+    try:
+        pct = float(args.value)
+    except ValueError:
+        raise UserError(f"override: expected a percentage, got '{args.value}'") from None
+    if not 0 <= pct <= 120:
+        raise UserError(f"override: expected a percentage in [0, 120], got {args.value}")
+    return c.override(pct / 100.0)
+
+
+def _run(c, args) -> dict:
+    if args.value is None:
+        raise UserError("run needs FILE (a trajectory CSV) or 'demo'")
+    return c.run(args.value, **_speed(args))
+
+
+def _move(c, args) -> dict:
+    if args.target is None:
+        raise UserError("move needs --target")
+    return c.move(args.target, space=args.space, **_speed(args))
+
+
+def _home(c, args) -> dict:
+    extra = {k: v for k, v in (("method", args.method), ("timeout", args.timeout),
+                               ("offset", None if args.offset is None else args.offset.tolist()),
+                               ("speeds", None if args.speeds is None else args.speeds.tolist()))
+             if v is not None}
+    return c.call("home", **extra)
+
+
+# action -> (client, arguments) -> reply; the other actions are plain calls
+_ACTIONS = {"override": _override, "run": _run, "move": _move, "home": _home,
+            "jog": lambda c, args: _jog(c, args), "stream": lambda c, args: _stream(c, args)}
 
 
 def _jog(c, args) -> dict:

@@ -145,52 +145,96 @@ def _in_bounds(x: float, meta: dict) -> bool:
 
 def _check_value(v, meta: dict, ctx: Context):
     """The typed value, or None when ``v`` is not acceptable."""
-    kind, s = meta["kind"], ctx.s
-    if kind in (NUMBER, INTEGER):
-        if not finite_real(v) or (kind == INTEGER and not (isinstance(v, int) and -INT64 <= v < INT64)):
-            return None
-        return (int(v) if kind == INTEGER else float(v)) if _in_bounds(v, meta) else None
-    if kind == BOOL:
-        return v if isinstance(v, bool) else None
-    if kind == STRING:
-        if not isinstance(v, str) or not v or (meta["choices"] and v not in meta["choices"]):
-            return None
-        return v
-    if kind == CHANNEL:
-        return v if (isinstance(v, str) and v) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) else None
-    if kind == AXES:
-        vals = v if isinstance(v, list) else [v] * s
-        if len(vals) != s or not all(finite_real(x) and _in_bounds(x, meta) for x in vals):
-            return None
-        if meta["integer"] and any(x != int(x) for x in vals):
-            return None
-        return np.array(vals, dtype=float)
-    if kind == IDS:
-        if (not isinstance(v, list) or len(v) != s or len(set(v)) != s
-                or not all(isinstance(x, int) and not isinstance(x, bool) and _in_bounds(x, meta) for x in v)):
-            return None
-        return tuple(v)
-    if kind == PAIRS:
-        if not isinstance(v, list) or len(v) != s or not all(
-                isinstance(p, list) and len(p) == 2 and all(finite_real(x) for x in p) and p[0] < p[1]
-                for p in v):
-            return None
-        return np.array(v, dtype=float)
-    if kind == NUMBERS:
-        if not isinstance(v, (list, tuple)) or not v or not all(finite_real(x) for x in v):
-            return None
-        return np.array(v, dtype=float)
-    if kind == POINTS:  # the width is checked against the model's actuators where it is used
-        if not isinstance(v, list) or len(v) < 2 or not all(
-                isinstance(p, list) and p and len(p) == len(v[0]) and all(finite_real(x) for x in p)
-                for p in v):
-            return None
-        return np.array(v, dtype=float)
-    if kind == TABLE:
-        if not isinstance(v, dict) or not all(isinstance(x, (str, int, float, bool)) for x in v.values()):
-            return None
-        return dict(v)
-    raise AssertionError(kind)
+    check = _CHECKERS.get(meta["kind"])
+    if check is None:
+        raise AssertionError(meta["kind"])
+    return check(v, meta, ctx.s)
+
+
+# Each checker: (value, field metadata, number of axes s) -> the typed value, or None.
+
+def _int_id(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_number(v, meta: dict, s: int):
+    if not finite_real(v) or not _in_bounds(v, meta):
+        return None
+    return float(v)
+
+
+def _check_integer(v, meta: dict, s: int):
+    if not finite_real(v) or not (isinstance(v, int) and -INT64 <= v < INT64) or not _in_bounds(v, meta):
+        return None
+    return int(v)
+
+
+def _check_bool(v, meta: dict, s: int):
+    return v if isinstance(v, bool) else None
+
+
+def _check_string(v, meta: dict, s: int):
+    if not isinstance(v, str) or not v or (meta["choices"] and v not in meta["choices"]):
+        return None
+    return v
+
+
+def _check_channel(v, meta: dict, s: int):
+    return v if (isinstance(v, str) and v) or (_int_id(v) and v >= 0) else None
+
+
+def _check_axes(v, meta: dict, s: int):
+    vals = v if isinstance(v, list) else [v] * s
+    if len(vals) != s or not all(finite_real(x) and _in_bounds(x, meta) for x in vals):
+        return None
+    if meta["integer"] and any(x != int(x) for x in vals):
+        return None
+    return np.array(vals, dtype=float)
+
+
+def _check_ids(v, meta: dict, s: int):
+    if (not isinstance(v, list) or len(v) != s or len(set(v)) != s
+            or not all(_int_id(x) and _in_bounds(x, meta) for x in v)):
+        return None
+    return tuple(v)
+
+
+def _is_pair(p) -> bool:
+    return isinstance(p, list) and len(p) == 2 and all(finite_real(x) for x in p) and p[0] < p[1]
+
+
+def _check_pairs(v, meta: dict, s: int):
+    if not isinstance(v, list) or len(v) != s or not all(_is_pair(p) for p in v):
+        return None
+    return np.array(v, dtype=float)
+
+
+def _check_numbers(v, meta: dict, s: int):
+    if not isinstance(v, (list, tuple)) or not v or not all(finite_real(x) for x in v):
+        return None
+    return np.array(v, dtype=float)
+
+
+def _check_points(v, meta: dict, s: int):
+    """The width is checked against the model's actuators where it is used."""
+    if not isinstance(v, list) or len(v) < 2 or not all(
+            isinstance(p, list) and p and len(p) == len(v[0]) and all(finite_real(x) for x in p)
+            for p in v):
+        return None
+    return np.array(v, dtype=float)
+
+
+def _check_table(v, meta: dict, s: int):
+    if not isinstance(v, dict) or not all(isinstance(x, (str, int, float, bool)) for x in v.values()):
+        return None
+    return dict(v)
+
+
+_CHECKERS = {
+    NUMBER: _check_number, INTEGER: _check_integer, BOOL: _check_bool, STRING: _check_string,
+    CHANNEL: _check_channel, AXES: _check_axes, IDS: _check_ids, PAIRS: _check_pairs,
+    NUMBERS: _check_numbers, POINTS: _check_points, TABLE: _check_table,
+}
 
 
 def default_of(f: dataclasses.Field) -> Any:

@@ -289,7 +289,19 @@ def _check_header(h: dict, s: int, lo: np.ndarray, hi: np.ndarray, where: str) -
     if (not isinstance(model, dict) or not isinstance(model.get("name"), str)
             or not isinstance(model.get("content_hash"), str)):
         _fail(where, "header field 'model' must hold a name and a content_hash")
-    act = h.get("actuators")
+    _check_actuators(h.get("actuators"), s, lo, hi, where)
+    _str_list(h, "outputs", n_outputs(s), where)
+    scale = h.get("output_scale")
+    if (not isinstance(scale, list) or len(scale) != n_outputs(s)
+            or not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in scale)):
+        _fail(where, f"header field 'output_scale' must be {n_outputs(s)} positive numbers")
+    for key in ("build", "verification"):
+        if not isinstance(h.get(key), dict):
+            _fail(where, f"header field '{key}' must be a map")
+
+
+def _check_actuators(act, s: int, lo: np.ndarray, hi: np.ndarray, where: str) -> None:
+    """The header's ``actuators``: s names, s units and s ranges equal to the root box."""
     if not isinstance(act, dict):
         _fail(where, "header field 'actuators' is missing")
     _str_list(act, "names", s, where)
@@ -301,14 +313,6 @@ def _check_header(h: dict, s: int, lo: np.ndarray, hi: np.ndarray, where: str) -
         _fail(where, f"header field 'actuators.ranges' must be {s} pairs of numbers")
     if not (np.array_equal(np.array(ranges)[:, 0], lo) and np.array_equal(np.array(ranges)[:, 1], hi)):
         _fail(where, "actuator ranges in the header differ from the tree's root box")
-    _str_list(h, "outputs", n_outputs(s), where)
-    scale = h.get("output_scale")
-    if (not isinstance(scale, list) or len(scale) != n_outputs(s)
-            or not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in scale)):
-        _fail(where, f"header field 'output_scale' must be {n_outputs(s)} positive numbers")
-    for key in ("build", "verification"):
-        if not isinstance(h.get(key), dict):
-            _fail(where, f"header field '{key}' must be a map")
 
 
 def tree_from_bytes(data: bytes, where: str = "tree") -> Tree:

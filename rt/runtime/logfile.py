@@ -457,26 +457,34 @@ def _check_header(rec, path: str) -> tuple[str, dict]:
     """The header record's run id and decoded body, checked."""
     if not isinstance(rec, dict) or rec.get("type") != "header" or rec.get("format") != FORMAT:
         raise LogFileError(f"{path}: not a pkrt log (no '{FORMAT}' header)")
-    ver = rec.get("version")
+    _check_version(rec.get("version"), path)
+    run_id = rec.get("run_id")
+    if not isinstance(run_id, str) or rec.get("seq") != 0 or not _crc_ok(rec, run_id):
+        raise LogFileError(f"{path}: damaged pkrt log header (checksum mismatch)")
+    body = _unpack_body(rec)
+    ch = body.get("channels") if body else None
+    if not _channels_ok(ch) or not isinstance(body.get("run"), dict) or body.get("byte_order", "<f8") != "<f8":
+        raise LogFileError(f"{path}: damaged pkrt log header")
+    if len({c[0] for c in ch}) != len(ch) or sum(c[1] for c in ch) > _MAX_WIDTH:
+        raise LogFileError(f"{path}: damaged pkrt log header (duplicate channel names or an impossible width)")
+    return run_id, body
+
+
+def _check_version(ver, path: str) -> None:
+    """Refuse a header version other than ``VERSION`` (an older one with its own message)."""
     if isinstance(ver, int) and not isinstance(ver, bool) and 1 <= ver < VERSION:
         raise LogFileError(f"{path}: pkrt log version {ver} was written by an older pkrt and its records "
                            f"carry no checksums; this pkrt reads version {VERSION} only (record the run again)")
     if ver != VERSION:
         raise LogFileError(f"{path}: pkrt log version {ver!r} is not supported "
                            f"(this pkrt reads version {VERSION})")
-    run_id = rec.get("run_id")
-    if not isinstance(run_id, str) or rec.get("seq") != 0 or not _crc_ok(rec, run_id):
-        raise LogFileError(f"{path}: damaged pkrt log header (checksum mismatch)")
-    body = _unpack_body(rec)
-    ch = body.get("channels") if body else None
-    ok = isinstance(ch, list) and all(
+
+
+def _channels_ok(ch) -> bool:
+    """``ch`` is a list of [name, width >= 1, unit] channels."""
+    return isinstance(ch, list) and all(
         isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], int)
         and c[1] >= 1 and isinstance(c[2], str) for c in ch)
-    if not ok or not isinstance(body.get("run"), dict) or body.get("byte_order", "<f8") != "<f8":
-        raise LogFileError(f"{path}: damaged pkrt log header")
-    if len({c[0] for c in ch}) != len(ch) or sum(c[1] for c in ch) > _MAX_WIDTH:
-        raise LogFileError(f"{path}: damaged pkrt log header (duplicate channel names or an impossible width)")
-    return run_id, body
 
 
 def _what(rec: dict) -> str:
@@ -579,13 +587,7 @@ def read_log(path) -> Log:
     """Read a log (see the module docstring for what is tolerated and reported)."""
     path = str(path)
     expect(path, LOG, LogFileError)  # another kind of file: say what it is
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise LogFileError(f"{path}: no such log file") from None
-    except IsADirectoryError:
-        raise LogFileError(f"{path}: is a directory, not a log file") from None
-    with f:
+    with _open_log(path) as f:
         size = os.fstat(f.fileno()).st_size
         unp = msgpack.Unpacker(f, raw=False, max_buffer_size=_MAX_RECORD, strict_map_key=False)
         try:
@@ -596,30 +598,63 @@ def read_log(path) -> Log:
         channels = [(c[0], c[1], c[2]) for c in body["channels"]]
         width = sum(w for _, w, _ in channels)
         r = _Reader(path, run_id, width, size)
-        while True:
-            pos = unp.tell()
-            try:
-                rec = unp.unpack()
-            except msgpack.OutOfData:
-                if pos < size:
-                    r.truncated = True
-                    r.drop_rest(pos, "an incomplete record (file cut off)")
-                break
-            except Exception:  # noqa: BLE001 - undecodable record: stop here
-                r.truncated = True
-                r.drop_rest(pos, "undecodable data")
-                break
-            if not isinstance(rec, dict):
-                r.truncated = True
-                r.drop_rest(pos, "undecodable data")
-                break
-            if not r.take(rec, pos):
-                break
+        _read_records(unp, r)
     if r.bad_blocks:
         r.problems.insert(0, f"{r.bad_blocks} block(s) with a bad checksum skipped (their cycles are missing)")
     if r.end is None and not any("cut off" in p for p in r.problems):
         r.problems.append("no end record (run cut off): read to the last complete record")
-    blocks = r.blocks
+    cycles, out = _columns(r.blocks, channels, width)
+    header = dict(body["run"])
+    for k, v in (("format", FORMAT), ("version", VERSION), ("run_id", run_id), ("created", body.get("created")),
+                 ("software", body.get("software")), ("block_cycles", body.get("block_cycles"))):
+        header.setdefault(k, v)
+    events = sorted(r.events, key=lambda e: (e["cycle"] if isinstance(e["cycle"], int) else -1))
+    end = r.end_body
+    summary = end.get("summary") if end is not None else None
+    dropped = _dropped_blocks(end)
+    if dropped:
+        r.problems.append(f"{dropped} block(s) dropped while writing (the writer fell behind)")
+    return Log(path, header, out, {n: u for n, _, u in channels}, {n: w for n, w, _ in channels},
+               cycles.astype(np.int64), events, summary if isinstance(summary, dict) else None,
+               r.truncated or end is None, r.bad_blocks, dropped, end, r.problems,
+               r.skipped + r.bad_records, r.dropped_bytes)
+
+
+def _open_log(path: str):
+    """The log file opened for binary reading; a missing file or a folder: ``LogFileError``."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise LogFileError(f"{path}: no such log file") from None
+    except IsADirectoryError:
+        raise LogFileError(f"{path}: is a directory, not a log file") from None
+
+
+def _read_records(unp, r: _Reader) -> None:
+    """Feed the records after the header to ``r`` until the end of the file, a record it
+    refuses, or data that does not decode (the rest dropped and reported)."""
+    while True:
+        pos = unp.tell()
+        try:
+            rec = unp.unpack()
+        except msgpack.OutOfData:
+            if pos < r.size:
+                r.truncated = True
+                r.drop_rest(pos, "an incomplete record (file cut off)")
+            return
+        except Exception:  # noqa: BLE001 - undecodable record: stop here
+            rec = None
+        if not isinstance(rec, dict):
+            r.truncated = True
+            r.drop_rest(pos, "undecodable data")
+            return
+        if not r.take(rec, pos):
+            return
+
+
+def _columns(blocks: list[tuple[int, np.ndarray]], channels: list, width: int
+             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The cycle numbers of the rows read and each channel's column(s) (1-D for width 1)."""
     if blocks:
         data = np.concatenate([b for _, b in blocks]).astype(np.float64)
         cycles = np.concatenate([np.arange(f0, f0 + len(b)) for f0, b in blocks])
@@ -632,18 +667,10 @@ def read_log(path) -> Log:
         a = data[:, c:c + w]
         out[name] = np.ascontiguousarray(a[:, 0] if w == 1 else a)
         c += w
-    header = dict(body["run"])
-    for k, v in (("format", FORMAT), ("version", VERSION), ("run_id", run_id), ("created", body.get("created")),
-                 ("software", body.get("software")), ("block_cycles", body.get("block_cycles"))):
-        header.setdefault(k, v)
-    events = sorted(r.events, key=lambda e: (e["cycle"] if isinstance(e["cycle"], int) else -1))
-    end = r.end_body
-    summary = end.get("summary") if end is not None else None
+    return cycles, out
+
+
+def _dropped_blocks(end: dict | None) -> int:
+    """The blocks the writer dropped, as its end record counts them (0 without one)."""
     dropped = end.get("dropped_blocks", 0) if end is not None else 0
-    dropped = dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0
-    if dropped:
-        r.problems.append(f"{dropped} block(s) dropped while writing (the writer fell behind)")
-    return Log(path, header, out, {n: u for n, _, u in channels}, {n: w for n, w, _ in channels},
-               cycles.astype(np.int64), events, summary if isinstance(summary, dict) else None,
-               r.truncated or end is None, r.bad_blocks, dropped, end, r.problems,
-               r.skipped + r.bad_records, r.dropped_bytes)
+    return dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0

@@ -197,67 +197,79 @@ class Machine:
         why = refusal(str(name), self.state)
         if why is not None:
             return {"ok": False, "error": why}
+        handler = self._COMMANDS.get(name) if isinstance(name, str) else None
+        if handler is None:
+            return {"ok": False, "error": f"unknown command '{name}'"}
+        return handler(self, cmd)
+
+    # Each handler: (the command's JSON object) -> the reply; state checks done by ``refusal``.
+    def _alive(self, cmd: dict) -> dict:
+        if self.owner is not None and cmd.get("owner") == self.owner:
+            self.last_alive = time.monotonic()
+        return {"ok": True}
+
+    def _disable(self, cmd: dict) -> dict:
+        self.drives.disable()
+        self.source = Hold(self.source.pos.copy())
+        self.set_state(State.DISABLED, "disable")
+        return {"ok": True}
+
+    def _reset(self, cmd: dict) -> dict:
+        self.fault_reason = None
+        self.drives.disable()
+        self.set_state(State.DISABLED, "reset")
+        return {"ok": True}
+
+    def _override(self, cmd: dict) -> dict:
+        f = float(cmd["value"])
+        if not (np.isfinite(f) and 0.0 <= f <= 1.2):
+            return {"ok": False, "error": f"override must be in [0, 1.2] (0 to 120 %), got {cmd['value']}"}
+        self.override = f
+        if isinstance(self.source, Program):
+            self.source.set_override(f)
+        return {"ok": True, "override": f}
+
+    def _release(self, cmd: dict) -> dict:
         src = self.source
-        if name == "status":
-            return {"ok": True, "status": self.status()}
-        if name == "alive":
-            if self.owner is not None and cmd.get("owner") == self.owner:
-                self.last_alive = time.monotonic()
-            return {"ok": True}
-        if name == "enable":
-            return self._enable()
-        if name == "disable":
-            self.drives.disable()
-            self.source = Hold(self.source.pos.copy())
-            self.set_state(State.DISABLED, "disable")
-            return {"ok": True}
-        if name == "estop":
-            self.fault("emergency stop", estop=True)
-            return {"ok": True}
-        if name == "reset":
-            self.fault_reason = None
-            self.drives.disable()
-            self.set_state(State.DISABLED, "reset")
-            return {"ok": True}
-        if name == "override":
-            f = float(cmd["value"])
-            if not (np.isfinite(f) and 0.0 <= f <= 1.2):
-                return {"ok": False, "error": f"override must be in [0, 1.2] (0 to 120 %), got {cmd['value']}"}
-            self.override = f
-            if isinstance(src, Program):
-                src.set_override(f)
-            return {"ok": True, "override": f}
-        if name == "home":
-            return self._home(cmd)
-        if name == "release":
-            if self.state is State.MOVING and src.kind == "jog" and (cmd.get("owner") in (None, self.owner)):
-                src.stop()
-                self.set_state(State.STOPPING, cmd.get("why", "jog released"))
-            return {"ok": True}
-        if name == "jog":
-            return self._jog(cmd)
-        if name in ("move", "run"):
-            return self._program(cmd, name)
-        if name == "stream":
-            return self._stream(cmd)
-        if name == "hold":
-            if not isinstance(src, Program) or src.kind == "jog":
-                return {"ok": False, "error": f"hold refused: the {src.kind} is not a move or program (stop it instead)"}
-            src.hold()
-            return {"ok": True}
-        if name == "resume":
-            src.resume()
-            self.set_state(State.MOVING, "resume")
-            return {"ok": True}
-        if name == "stop":
-            if self.state is State.HOMING:
-                self._home_abort("stopped")
-                return {"ok": True, "note": "homing halted: the machine goes to error stop (not homed)"}
+        if self.state is State.MOVING and src.kind == "jog" and (cmd.get("owner") in (None, self.owner)):
             src.stop()
-            self.owner = None
-            self.set_state(State.STOPPING, "stop")
-            return {"ok": True}
-        return {"ok": False, "error": f"unknown command '{name}'"}
+            self.set_state(State.STOPPING, cmd.get("why", "jog released"))
+        return {"ok": True}
+
+    def _hold(self, cmd: dict) -> dict:
+        src = self.source
+        if not isinstance(src, Program) or src.kind == "jog":
+            return {"ok": False, "error": f"hold refused: the {src.kind} is not a move or program (stop it instead)"}
+        src.hold()
+        return {"ok": True}
+
+    def _resume(self, cmd: dict) -> dict:
+        self.source.resume()
+        self.set_state(State.MOVING, "resume")
+        return {"ok": True}
+
+    def _stop(self, cmd: dict) -> dict:
+        if self.state is State.HOMING:
+            self._home_abort("stopped")
+            return {"ok": True, "note": "homing halted: the machine goes to error stop (not homed)"}
+        self.source.stop()
+        self.owner = None
+        self.set_state(State.STOPPING, "stop")
+        return {"ok": True}
+
+    def _estop(self, cmd: dict) -> dict:
+        self.fault("emergency stop", estop=True)
+        return {"ok": True}
+
+    # command name -> handler (called with the machine and the command)
+    _COMMANDS = {
+        "status": lambda m, cmd: {"ok": True, "status": m.status()},
+        "alive": _alive, "enable": lambda m, cmd: m._enable(), "disable": _disable, "estop": _estop,
+        "reset": _reset, "override": _override, "home": lambda m, cmd: m._home(cmd), "release": _release,
+        "jog": lambda m, cmd: m._jog(cmd), "move": lambda m, cmd: m._program(cmd, "move"),
+        "run": lambda m, cmd: m._program(cmd, "run"), "stream": lambda m, cmd: m._stream(cmd),
+        "hold": _hold, "resume": _resume, "stop": _stop,
+    }
 
     def _enable(self) -> dict:
         d = self.drives
