@@ -55,7 +55,10 @@ class Homing:
         s = len(em.node_ids)
         self.zero = np.zeros(s)  # SI: plant position where the encoder reads 0
         lo, hi = self._range()
-        self.switch_at = np.asarray(switch_at, float) if switch_at is not None else lo + 0.8 * (hi - lo)
+        if switch_at is not None:
+            self.switch_at = np.asarray(switch_at, float)
+        else:  # 80 % into the travel; a plant without a tree has the switch at 0
+            self.switch_at = np.where(np.isfinite(lo) & np.isfinite(hi), lo + 0.8 * np.nan_to_num(hi - lo), 0.0)
         self.active = [False] * s
         self.phase = [""] * s  # "", "search", "leave", "now"
         self.bits = [0] * s

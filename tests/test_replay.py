@@ -386,7 +386,7 @@ def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_pa
             time.sleep(0.0035)  # now and then, then every cycle: the watchdog stops the run
 
     r = run_session(config, drives, trajectory=str(fourbar["traj"]), log_path=str(log), on_cycle=stall,
-                    realtime=False)
+                    realtime=False, pacing="skip")  # periods skipped, the watchdog on (not the sim's default)
     assert r["fault"] is not None and "watchdog" in r["fault"] and r["overruns"] >= 8
     capsys.readouterr()
     assert main(["replay", str(log), "--lockstep", "--json"]) == 0, capsys.readouterr().err
