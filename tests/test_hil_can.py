@@ -8,7 +8,6 @@ host-pause probe explains what went wrong (tests/realtime.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
 
-from .realtime import HostPauses, judge
+from .realtime import HostPauses, judge, judge_wallclock
 
 pytestmark = pytest.mark.realtime
 
@@ -105,8 +104,9 @@ def test_hil_fault_on_the_delta_and_the_hexapod(machine, fault, host_probe):
 def test_wallclock_timing_is_kept_behind_an_option(host_probe):
     """``timing="wallclock"``: periods skipped after overruns, the configuration's strict TPDO
     window, the plant by the SYNCs' bus timestamps (real-time hosts)."""
-    r = judge(lambda: run_can_hil("orthoglide-can", fault="bus-off", duration=1.0, reference=plan_reference,
-                                  timing="wallclock"), host_probe, expected=EXPECT["bus-off"])
+    r = judge_wallclock(lambda: run_can_hil("orthoglide-can", fault="bus-off", duration=1.0,
+                                            reference=plan_reference, timing="wallclock"),
+                        host_probe, expected=EXPECT["bus-off"])
     assert r["timing"] == "wallclock" and r["pacing"] == "skip" and hil_verdict(r, "bus-off").ok, r["fault"]
     assert not r["driver"]["exclude_held"]
     with pytest.raises(UserError, match="HIL timing 'lockstep': expected one of stepped, wallclock"):

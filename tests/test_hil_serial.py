@@ -21,7 +21,7 @@ from pkrt.rt.runtime.logfile import read_log
 
 from pkrt.hil.verdict import hil_verdict
 
-from .realtime import HostPauses, anomalies, judge
+from .realtime import HostPauses, anomalies, judge, judge_wallclock
 
 pytestmark = pytest.mark.realtime
 
@@ -117,7 +117,7 @@ def test_pkrt_run_on_the_emulator_port(emulator, capsys, tmp_path, host_probe):
         return rc, json.loads(cap.out)
 
     # pkrt run on real drives: wall-clock pacing and the configuration's strict timeout
-    rc, out = judge(run, host_probe, find=lambda r: anomalies(r[1]))
+    rc, out = judge_wallclock(run, host_probe, find=lambda r: anomalies(r[1]))
     assert rc == 0 and out["fault"] is None and out["cycles"] >= 45, out["fault"]
     assert emulator.report()["cycles"] >= 45
 

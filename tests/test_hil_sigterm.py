@@ -15,7 +15,7 @@ from pkrt.hil.serial_hil import EmulatorProcess, serial_config
 from pkrt.rt.runtime.logfile import read_log
 from tests.processes import child, stop, wait_until
 
-from .realtime import judge
+from .realtime import judge_wallclock
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
 
@@ -63,7 +63,7 @@ def test_signal_takes_the_servos_torque_off_within_3_cycles(emulator, tmp_path, 
                         f"torque off {(rep['torque_off_at'] - r['sent']) * 1e3:.1f} ms after the signal"))
         return out
 
-    r = judge(run, host_probe, find=find)
+    r = judge_wallclock(run, host_probe, find=find)
     rep, summary, err = r["rep"], r["summary"], r["err"]
     off_ms = None if rep["torque_off_at"] is None else (rep["torque_off_at"] - r["sent"]) * 1e3
     print(f"\n{name}: torque off {off_ms} ms after the signal was sent, emulator cycle {rep['torque_off_cycle']}")

@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass
 
 PERIOD = 1e-3  # s, the probe's grid
-SPIN_US = 150.0  # us spun before each deadline (sleeping that close would wake late by itself)
+SPIN_US = 0.0  # us spun before each deadline: none (a FIFO sleep wakes some 50-100 us late here, under
+# RECORD_US; spinning 150 us a period took 15 % of both CPUs at the top priority, which delayed the
+# very runs the probe watches: a 1 kHz serial run with 0.6 ms timeouts failed beside it)
 RECORD_US = 200.0  # us: wake-ups later than this are recorded
 PRIORITY = 90  # SCHED_FIFO, above the loop (80), its heartbeat thread (81) and the emulators (70)
 CAPACITY = 65536  # records per CPU in the ring
