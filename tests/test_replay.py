@@ -282,7 +282,7 @@ def test_replay_of_a_log_with_skipped_periods_stays_aligned(fourbar, tmp_path, c
         if log.exists():
             log.unlink()
         return run_session(config, open_drives(config), trajectory=str(fourbar["traj"]), log_path=str(log),
-                           on_cycle=stall, realtime=False)
+                           on_cycle=stall, realtime=False, pacing="skip")  # periods skipped (the sim delays by default)
 
     # a loaded machine adds late cycles of its own (more overruns than the stalls made here, up to
     # the watchdog): such a run is repeated (tests/realtime.py)
