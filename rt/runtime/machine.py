@@ -24,7 +24,7 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.core.plan import Planned
-from pkrt.rt.runtime.run import channel_list, control_step, next_cycle, tree_axes
+from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
@@ -82,8 +82,11 @@ class Machine:
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
-                 realtime: bool = False, controller: str | None = None):
+                 realtime: bool = False, controller: str | None = None, pacing: str | None = None):
         self.config, self.drives, self.tree = config, drives, tree
+        self.pacing = pacing or default_pacing(drives)
+        if self.pacing not in PACINGS:
+            raise ValueError(f"pacing {self.pacing!r}: expected one of {', '.join(PACINGS)}")
         self.lockstep, self.telemetry, self.realtime = lockstep, telemetry, realtime
         self.settings = settings or ServeSettings()
         self.axes, self.units = tree_axes(tree)
@@ -105,6 +108,8 @@ class Machine:
         self.k = 0
         self.t = 0.0
         self.overruns = self.cycles = 0
+        self.long_cycles = 0  # cycles whose own work (wake-up excluded) took longer than the period
+        self.delays = HostDelays()  # late cycles (the host held the process, or a long cycle)
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
         self.homing = None
@@ -176,7 +181,8 @@ class Machine:
         return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
-                "fault": self.fault_reason, "overruns": self.overruns, "lockstep": self.lockstep,
+                "fault": self.fault_reason, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                "pacing": "lockstep" if self.lockstep else self.pacing, "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
 
     # -- command handling (loop thread) -----------------------------------------------------------
@@ -437,21 +443,31 @@ class Machine:
                 self._after_step(src)
             self.pos_now[:] = self.drives.feedback.position
         self.ref_now[:] = self.source.pos
-        nxt, lateness = next_cycle(self.clock, k, period)
-        late = lateness > 0.0
-        if late:
+        nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
+        self._lateness(k, lateness)
+        if lateness > 0.0:
             flags |= FLAG_OVERRUN
-            if self.state in ENABLED:
-                self.overruns += 1
-                wd = self.sup.overrun(True)
-                if wd is not None:
-                    self.fault(wd)
-        elif self.state in ENABLED:
-            self.sup.overrun(False)
-        self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        work = self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        if work > period:
+            self.long_cycles += 1
         self.cycles += 1
         self._stage(t, wake, flags)
         return nxt
+
+    def _lateness(self, k: int, lateness: float) -> None:
+        """A cycle that ended past the next deadline: with pacing ``skip`` (real drives) a
+        missed cycle for the watchdog; with ``delay`` (a plant that pauses with the loop: the
+        simulated plant, the stepped HIL emulators) a delay, counted, not a fault."""
+        late = lateness > 0.0
+        if late:
+            self.delays.add(k, lateness, time.monotonic())
+        if self.state not in ENABLED:
+            return
+        if late:
+            self.overruns += 1
+        wd = self.sup.overrun(late and self.pacing == "skip")
+        if wd is not None:
+            self.fault(wd)
 
     def _after_step(self, src: Source) -> None:
         st = self.state
@@ -556,7 +572,9 @@ class Machine:
                     break
             if self.rt_report:
                 restore_realtime(self.rt_report)
-            summary = {"cycles": self.cycles, "overruns": self.overruns, "state": self.state.value,
+            summary = {"cycles": self.cycles, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                       "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
+                       "state": self.state.value,
                        "fault": self.fault_reason, "wall_s": time.perf_counter() - wall0,
                        "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
             if self.writer:
