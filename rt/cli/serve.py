@@ -19,6 +19,9 @@ ACTIONS = ("status", "enable", "disable", "home", "jog", "release", "move", "run
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide", help="machine configuration file or built-in name")
     p.add_argument("--socket", help="control socket path (default: $XDG_RUNTIME_DIR/pkrt.sock or /tmp/pkrt-UID.sock)")
+    p.add_argument("--bus", choices=("can", "serial"),
+                   help="serve on the machine's drive emulator (a process of its own, stepped timing) over this "
+                        "bus, as pkrt hil does: a CiA 402 machine on can, a Dynamixel one on serial")
     p.add_argument("--lockstep", action="store_true",
                    help="virtual clock: cycles run back to back while moving (simulation only)")
     p.add_argument("--tcp", type=int, metavar="PORT", help="also listen on 127.0.0.1:PORT (needs --token-file)")
@@ -61,7 +64,7 @@ def serve(args) -> int:
         telemetry = (host, int(port))
     srv = Served(args.machine, socket_path=args.socket, lockstep=args.lockstep,
                  log_path=None if args.no_log else args.log, realtime=not args.no_rt and not args.lockstep,
-                 tcp_port=args.tcp, token=token)
+                 tcp_port=args.tcp, token=token, hil=args.bus)
     if telemetry is not None:
         srv.machine.telemetry = Telemetry(telemetry[0], telemetry[1], args.telemetry_rate, axes=srv.machine.axes)
 
@@ -70,7 +73,8 @@ def serve(args) -> int:
 
     saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     where = srv.socket_path + (f" and 127.0.0.1:{srv.server.tcp_port}" if srv.server.tcp else "")
-    print(f"pkrt serve: {srv.config.name} on {where} ({'lockstep' if args.lockstep else 'real time'} at "
+    mode = "lockstep" if args.lockstep else (f"real time, {args.bus} HIL emulator, stepped" if args.bus else "real time")
+    print(f"pkrt serve: {srv.config.name} on {where} ({mode} at "
           f"{srv.config.rate_hz:g} Hz); pkrt ctl status --socket {srv.socket_path}", file=sys.stderr, flush=True)
     try:
         summary = srv.machine.run()
@@ -79,6 +83,7 @@ def serve(args) -> int:
             signal.signal(s, old)
         srv.server.close()
         srv.drives.close()
+        srv.stop_emulator()
         if srv.machine.telemetry is not None:
             srv.machine.telemetry.close()
     summary["machine"] = srv.config.name
