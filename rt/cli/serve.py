@@ -109,7 +109,8 @@ def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
                    help="continuous jog: how long to hold it (s, keep-alives sent meanwhile; default 1)")
     p.add_argument("--target", type=vector, help="move: the target (actuator values, or task coordinates)")
     p.add_argument("--method", type=int, help="home (CiA 402): homing method, 35 or 37 (here) or 18 (limit switch)")
-    p.add_argument("--offset", type=vector, help="home (CiA 402): home offset per axis (actuator units)")
+    p.add_argument("--offset", type=vector, help="home: home offset per axis (actuator units; CiA 402: 0x607C; "
+                                                  "Dynamixel: where the machine stands reads this, default 0)")
     p.add_argument("--speeds", type=vector, help="home (CiA 402): switch and zero search speeds (units/s)")
     p.add_argument("--timeout", type=positive_number, help="home (CiA 402): give up after this many seconds")
     p.add_argument("--wait", action="store_true", help="move, run, jog, stop: wait until the machine is at standstill")

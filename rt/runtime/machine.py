@@ -301,10 +301,12 @@ class Machine:
 
     def _home(self, cmd: dict) -> dict:
         d = self.drives
-        if getattr(d, "absolute", d.backend in ("sim", "dynamixel")):
+        if getattr(d, "absolute", d.backend == "sim"):
             self.homed = True
             self.event("homed", "absolute encoders: position known")
             return {"ok": True, "homed": True, "method": "absolute"}
+        if d.backend == "dynamixel":
+            return self._home_dynamixel(cmd)
         if d.backend != "cia402":
             return {"ok": False, "error": f"home refused: homing {d.backend} drives is not supported"}
         from pkrt.drivers import cia402_homing as ch
@@ -332,6 +334,32 @@ class Machine:
         threading.Thread(target=work, name="pkrt-homing", daemon=True).start()
         self.set_state(State.HOMING, f"home (CiA 402 method {method})")
         return {"ok": True, "method": method}
+
+    def _home_dynamixel(self, cmd: dict) -> dict:
+        """Dynamixel servos (absolute encoders): the Homing Offset (address 20) set so that
+        where the machine stands reads ``offset`` (actuator units, default 0), with torque off
+        for the few transactions it takes (the EEPROM area's rule); then enabled again, holding
+        there in the homed frame. Done within this cycle (the loop's only blocking command)."""
+        from pkrt.drivers.dynamixel_homing import home_here
+
+        d = self.drives
+        home = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
+        lim = self.config.limits.position
+        if np.any(home < lim[:, 0]) or np.any(home > lim[:, 1]):
+            return {"ok": False, "error": f"home: offset {home.tolist()} outside the actuator ranges {lim.tolist()}"}
+        try:
+            result = home_here(d, home)
+            d.enable()
+            fb = d.read(self.t)
+        except Exception as e:  # noqa: BLE001 - a servo that refuses or does not answer: error stop
+            self.fault(f"homing: {e}")
+            return {"ok": False, "error": f"homing failed: {e}"}
+        self.homed = True
+        self.home_result = result
+        self.sup.stale = self.sup.late = 0
+        self.source = Hold(fb.position.copy())
+        self.event("homed", json.dumps(result, default=str))
+        return {"ok": True, "homed": True, **result}
 
     def _home_abort(self, why: str) -> None:
         """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
