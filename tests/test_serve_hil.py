@@ -1,6 +1,7 @@
-"""A served Delta on its CiA 402 drive emulator in a process of its own (``Served(hil="can")``,
-``pkrt serve --bus can``: the real driver, python-can over a Unix socket pair, stepped
-timing), commanded through the real control socket: feed hold from full speed on the Adept
+"""A served Delta on its drive emulator in a process of its own (``Served(hil=bus)``, ``pkrt
+serve --bus can|serial``: the real driver; CiA 402 over python-can on a Unix socket pair, or
+Dynamixel over a serial link (pyserial's socket://); stepped timing), commanded through the
+real control socket: feed hold from full speed on the Adept
 cycle keeps the reference on the path (<= 1 um), the commanded torques within the machine's
 limits, and after resume the run ends within 1 um of an uninterrupted one."""
 
@@ -23,14 +24,18 @@ HELD = 200    # cycles in feed hold before resume
 _n = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def adept_can(tmp_path_factory):
-    config, plan, kin, dense = adept_of("delta-can")
+MACHINES = {"can": "delta-can", "serial": "delta-serial"}
+
+
+@pytest.fixture(scope="module", params=list(MACHINES))
+def adept_hil(request, tmp_path_factory):
+    bus = request.param
+    config, plan, kin, dense = adept_of(MACHINES[bus])
     csv = tmp_path_factory.mktemp("hil") / "adept.csv"
     t = np.arange(plan.n) / plan.rate_hz
     header = "t," + ",".join(config_axes(config))
     np.savetxt(csv, np.c_[t, plan.pos], delimiter=",", header=header, comments="", fmt="%.17g")
-    return config, plan, kin, dense, str(csv)
+    return bus, config, plan, kin, dense, str(csv)
 
 
 def config_axes(config) -> list[str]:
@@ -48,13 +53,13 @@ def wait_cycles(c, n: int) -> dict:
     return st
 
 
-def serve_adept(tmp_path, csv: str, peak_speed: float | None) -> tuple:
+def serve_adept(tmp_path, bus: str, csv: str, peak_speed: float | None) -> tuple:
     """Enable, home and run the Adept program through the socket; with ``peak_speed`` hold
     once the reference's speed reaches 90 % of it, resume after ``HELD`` cycles. Returns the
     log, the run's summary and the hold's loop cycle."""
     name = f"hil{next(_n)}"
     log = str(tmp_path / f"{name}.pktlog")
-    srv = Served("delta-can", socket_path=str(tmp_path / f"{name}.sock"), log_path=log, hil="can")
+    srv = Served(MACHINES[bus], socket_path=str(tmp_path / f"{name}.sock"), log_path=log, hil=bus)
     srv.start()
     try:
         with MachineClient(srv.socket_path, timeout=600) as c:
@@ -89,11 +94,11 @@ def event_cycle(data, kind: str, starts: str) -> int:
 
 
 @pytest.mark.realtime
-def test_feed_hold_on_the_can_emulator_through_the_socket(tmp_path, adept_can):
-    config, plan, kin, dense, csv = adept_can
+def test_feed_hold_on_the_emulators_through_the_socket(tmp_path, adept_hil):
+    bus, config, plan, kin, dense, csv = adept_hil
     peak = float(np.linalg.norm(plan.vel, axis=1).max())
-    plain, _ = serve_adept(tmp_path, csv, None)
-    held, summary = serve_adept(tmp_path, csv, peak)
+    plain, _ = serve_adept(tmp_path, bus, csv, None)
+    held, summary = serve_adept(tmp_path, bus, csv, peak)
     assert summary["pacing"] == "delay"
     k0 = event_cycle(held, "command", '{"cmd": "hold"')
     k_hold = event_cycle(held, "state", "moving -> holding")
