@@ -100,6 +100,9 @@ def test_feed_hold_on_the_emulators_through_the_socket(tmp_path, adept_hil):
     plain, _ = serve_adept(tmp_path, bus, csv, None)
     held, summary = serve_adept(tmp_path, bus, csv, peak)
     assert summary["pacing"] == "delay"
+    states = [e["message"] for e in held.events if e["kind"] == "state"]
+    if bus == "can":  # CiA 402 homing mode (method 35) through the socket: the homing state, then homed
+        assert any(m.startswith("standstill -> homing") for m in states) and "homing -> standstill: homed" in states
     k0 = event_cycle(held, "command", '{"cmd": "hold"')
     k_hold = event_cycle(held, "state", "moving -> holding")
     k_resume = event_cycle(held, "state", "holding -> moving: resume")

@@ -48,3 +48,56 @@ def test_home_sets_the_homing_offset_through_the_socket(tmp_path):
     finally:
         srv.close()
     assert srv.summary["fault"] is None, srv.summary
+
+
+@pytest.mark.realtime
+def test_pkrt_serve_bus_serial_and_ctl_home(tmp_path, capsys):
+    """``pkrt serve --bus serial`` in a process of its own (it starts the servo emulator),
+    ``pkrt ctl enable`` and ``pkrt ctl home --offset``, then SIGTERM: a clean end."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pkrt.rt.cli import main
+
+    sock = str(tmp_path / "cli.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.cli", "serve", "--machine", "delta-serial", "--bus",
+                             "serial", "--socket", sock, "--no-log", "--no-rt", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(sock).exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "pkrt serve did not create its socket"
+            time.sleep(0.05)
+        assert main(["ctl", "enable", "--socket", sock]) == 0
+        assert main(["ctl", "home", "--offset", "0.01,0.01,0.01", "--socket", sock, "--json"]) == 0
+        r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert r["homed"] and np.all(np.abs(np.array(r["positions"]) - np.array(r["home_counts"])) <= 1)
+        assert main(["ctl", "status", "--socket", sock, "--json"]) == 0
+        st = json.loads(capsys.readouterr().out)
+        assert st["homed"] and st["state"] == "standstill"
+        assert np.abs(np.array(st["position"]) - 0.01).max() < 1e-3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["fault"] is None and summary["pacing"] == "delay", summary
+    assert "serial HIL emulator, stepped" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--machine", "delta-serial", "--bus", "can"], "not 'cia402'"),
+    (["--machine", "delta-can", "--bus", "serial"], "serial HIL needs 'dynamixel'"),
+    (["--machine", "delta-can", "--bus", "can", "--lockstep"], "not with --lockstep"),
+])
+def test_pkrt_serve_bus_refuses_a_mismatch_with_one_line(tmp_path, capsys, args, message):
+    from pkrt.rt.cli import main
+
+    assert main(["serve", *args, "--socket", str(tmp_path / "x.sock"), "--no-log"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err

@@ -108,7 +108,8 @@ class Machine:
         self.k = 0
         self.t = 0.0
         self.overruns = self.cycles = 0
-        self.long_cycles = 0  # cycles whose own work (wake-up excluded) took longer than the period
+        self.long_cycles = 0  # cycles whose work (wake-up excluded) took longer than the period, wall time
+        self.long_cycles_cpu = 0  # ... in the loop thread's CPU time (preemption by the host excluded)
         self.delays = HostDelays()  # late cycles (the host held the process, or a long cycle)
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
@@ -182,7 +183,8 @@ class Machine:
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
                 "fault": self.fault_reason, "overruns": self.overruns, "long_cycles": self.long_cycles,
-                "pacing": "lockstep" if self.lockstep else self.pacing, "lockstep": self.lockstep,
+                "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
+                "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
 
     # -- command handling (loop thread) -----------------------------------------------------------
@@ -446,7 +448,7 @@ class Machine:
         period = self.period
         self.k, self.t = k, t = k, k * period
         wake = self.clock.wait_until(t)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self._drain()
         st = self.state
         if self.shutdown_reason is not None and st is State.MOVING:
@@ -478,6 +480,8 @@ class Machine:
         work = self.comp[k & 0xFFFF] = time.perf_counter() - t0
         if work > period:
             self.long_cycles += 1
+            if time.thread_time() - c0 > period:
+                self.long_cycles_cpu += 1
         self.cycles += 1
         self._stage(t, wake, flags)
         return nxt
@@ -601,6 +605,7 @@ class Machine:
             if self.rt_report:
                 restore_realtime(self.rt_report)
             summary = {"cycles": self.cycles, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                       "long_cycles_cpu": self.long_cycles_cpu,
                        "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
                        "state": self.state.value,
                        "fault": self.fault_reason, "wall_s": time.perf_counter() - wall0,
