@@ -73,8 +73,7 @@ def serve(args) -> int:
 
     saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     where = srv.socket_path + (f" and 127.0.0.1:{srv.server.tcp_port}" if srv.server.tcp else "")
-    mode = "lockstep" if args.lockstep else (f"real time, {args.bus} HIL emulator, stepped" if args.bus else "real time")
-    print(f"pkrt serve: {srv.config.name} on {where} ({mode} at "
+    print(f"pkrt serve: {srv.config.name} on {where} ({_mode(args)} at "
           f"{srv.config.rate_hz:g} Hz); pkrt ctl status --socket {srv.socket_path}", file=sys.stderr, flush=True)
     try:
         summary = srv.machine.run()
@@ -90,6 +89,12 @@ def serve(args) -> int:
     emit(summary, args.json, f"{srv.config.name}: served {summary['cycles']} cycles, overruns {summary['overruns']}, "
                              f"ended {summary['state']}" + (f" (fault: {summary['fault']})" if summary["fault"] else ""))
     return 0
+
+
+def _mode(args) -> str:
+    if args.lockstep:
+        return "lockstep"
+    return f"real time, {args.bus} HIL emulator, stepped" if args.bus else "real time"
 
 
 def add_ctl_arguments(p: argparse.ArgumentParser) -> None:

@@ -105,6 +105,7 @@ class Machine:
         self.source: Source = Hold(self.start_pos)
         self.override = 1.0
         self.fault_reason: str | None = None
+        self.fault_time: float | None = None  # time.monotonic() of the fault (the host-pause probe's clock)
         self.k = 0
         self.t = 0.0
         self.overruns = self.cycles = 0
@@ -172,7 +173,7 @@ class Machine:
             self.drives.disable()
         else:
             self.drives.fault(reason)
-        self.fault_reason = reason
+        self.fault_reason, self.fault_time = reason, time.monotonic()
         self.source = Hold(self.drives.feedback.position.copy() if self.prepared else self.source.pos.copy())
         self.owner = self.homing = None
         self.event("fault", reason)
@@ -182,7 +183,8 @@ class Machine:
         return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
-                "fault": self.fault_reason, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                "fault": self.fault_reason, "fault_time": self.fault_time, "overruns": self.overruns,
+                "long_cycles": self.long_cycles,
                 "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
                 "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
@@ -604,15 +606,16 @@ class Machine:
                     break
             if self.rt_report:
                 restore_realtime(self.rt_report)
-            summary = {"cycles": self.cycles, "overruns": self.overruns, "long_cycles": self.long_cycles,
-                       "long_cycles_cpu": self.long_cycles_cpu,
-                       "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
-                       "state": self.state.value,
-                       "fault": self.fault_reason, "wall_s": time.perf_counter() - wall0,
-                       "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
+            summary = self._summary(time.perf_counter() - wall0)
             if self.writer:
                 self.writer.close(summary)
         return summary
+
+    def _summary(self, wall_s: float) -> dict:
+        return {"cycles": self.cycles, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
+                "host_delays": self.delays.summary(), "state": self.state.value, "fault": self.fault_reason,
+                "fault_time": self.fault_time, "wall_s": wall_s, "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
 
     def shutdown(self, reason: str) -> None:
         """Ask the loop to end (any thread): motion stops under control, then torque off."""
