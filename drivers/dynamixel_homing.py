@@ -46,3 +46,24 @@ def set_home(drives, home_counts) -> dict:
         drives.transact(dxl_id, dxp.write(dxl_id, ADDR_HOMING_OFFSET, struct.pack("<i", int(off))), 0,
                         "homing offset write")
     return {"offsets": new.tolist(), "positions": present_counts(drives).tolist()}
+
+
+def home_counts(settings, home_si) -> np.ndarray:
+    """The Present Position (counts) of actuator coordinates ``home_si`` (m or rad), the
+    driver's conversion inverted: counts = zero + home / (direction x scale / resolution)."""
+    s = len(settings.ids)
+    home = np.broadcast_to(np.asarray(home_si, float), (s,))
+    k = np.array([settings.direction[i] * settings.scale(i) / settings.position_resolution[i] for i in range(s)])
+    return np.round(np.asarray(settings.zero, float) + home / k).astype(np.int64)
+
+
+def home_here(drives, home_si) -> dict:
+    """Home enabled or disabled ``DynamixelDrives`` where the machine stands: torque off (the
+    EEPROM area is locked while torque is on), configured again, then the Homing Offset set so
+    that the present position reads actuator coordinates ``home_si`` (m or rad). The drives
+    are left configured, torque off: the caller enables them. Returns the home (counts), the
+    offsets written and the Present Positions read back (counts)."""
+    drives.disable()
+    drives.configure()
+    counts = home_counts(drives.settings, home_si)
+    return {"method": "homing offset (address 20)", "home_counts": counts.tolist(), **set_home(drives, counts)}

@@ -45,14 +45,19 @@ class Script:
 
 @pytest.fixture(scope="module")
 def adept():
-    """The Delta's demo (three Adept cycles from and back to home) planned once, and the task
-    path it follows sampled at 10 kHz (chords 0.04 um off the curve)."""
+    return adept_of("delta")
+
+
+def adept_of(machine: str):
+    """A machine's demo (three Adept cycles from and back to home) planned once, and the task
+    path it follows sampled at 10 kHz (chords 0.04 um off the curve): (config, plan, task
+    kinematics, dense path)."""
     from pkrt.models.taskspace import TaskKinematics, adept_cycle, join, line
     from pkrt.rt.app.reference import machine_mechanism, plan_reference
     from pkrt.rt.runtime.config import load_machine
     from pkrt.rt.core.plan import concatenate
 
-    config = load_machine("delta")
+    config = load_machine(machine)
     plan = plan_reference(config, "demo")
     mech = machine_mechanism(config)
     kin = TaskKinematics(mech)

@@ -34,33 +34,53 @@ def write_token(path: str) -> str:
 
 class Served:
     """Everything of one served machine. ``start`` runs the loop in a thread (tests, benches);
-    ``pkrt serve`` runs ``machine.run`` in its main thread instead."""
+    ``pkrt serve`` runs ``machine.run`` in its main thread instead. ``hil`` ("can" or
+    "serial"): the machine's real driver against its drive emulator in a process of its own,
+    stepped timing (``pkrt.rt.app.hil.served_hil_drives``), instead of its configured drives."""
 
     def __init__(self, machine_name, *, socket_path: str | None = None, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, realtime: bool = False, tcp_port: int | None = None,
-                 token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None):
+                 token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None,
+                 hil: str | None = None):
         from pkrt.drivers import open_drives
         from pkrt.rt.runtime.run import load_controller_tree
 
+        from pkrt.rt.core.errors import UserError
+
+        self.emulator = None
+        self.emulator_report: dict | None = None
+        if hil is not None:
+            from pkrt.rt.app.hil import served_hil_config
+
+            if lockstep:
+                raise UserError("--bus (HIL emulators) runs in real time (stepped): not with --lockstep")
+            if not isinstance(machine_name, (str, Path)):
+                raise UserError("a HIL machine is given by its configuration's name or path")
+            machine_name = served_hil_config(str(machine_name), hil)
         # a configuration's name or path, or a loaded MachineConfig (tests: a changed rate)
         self.config = config = load_machine(machine_name) if isinstance(machine_name, (str, Path)) else machine_name
         tree = load_controller_tree(config)
         sim = config.backend == "sim"
         if sim and config.drives.plant == "exact":
-            from pkrt.rt.core.errors import UserError
-
             raise UserError(f"{config.path}: serving a plant on the exact model is not supported (use a plant tree)")
         self.settings = settings or ServeSettings()
-        self.drives = open_drives(config, overrides or {})
+        start = self._start(config, tree)
+        if hil is not None:
+            from pkrt.rt.app.hil import served_hil_drives
+
+            self.drives, self.emulator = served_hil_drives(config, hil, start)
+        else:
+            self.drives = open_drives(config, overrides or {})
         try:
-            start = self._start(config, tree)
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
-                                   telemetry=telemetry, settings=self.settings, realtime=realtime)
+                                   telemetry=telemetry, settings=self.settings, realtime=realtime,
+                                   pacing="delay" if hil is not None else None)
             self.planner = Planner(config, self.settings)
             self.socket_path = socket_path or default_socket()
             self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token)
         except BaseException:
             self.drives.close()
+            self.stop_emulator()
             raise
         self.thread: threading.Thread | None = None
         self.summary: dict | None = None
@@ -89,6 +109,15 @@ class Served:
             self.thread.join(timeout)
         self.server.close()
         self.drives.close()
+        self.stop_emulator()
+
+    def stop_emulator(self) -> dict | None:
+        """Stop the HIL emulator process (if any); its final report."""
+        em, self.emulator = self.emulator, None
+        if em is None:
+            return None
+        self.emulator_report = em.stop()
+        return self.emulator_report
 
     def __enter__(self) -> "Served":
         return self

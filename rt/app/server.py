@@ -69,7 +69,7 @@ class Translator:
             return {"cmd": cmd, "owner": owner}
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
-        if cmd == "home":  # CiA 402 homing: method, offset (actuator units), speeds (units/s), timeout (s)
+        if cmd == "home":  # method, offset (actuator units; Dynamixel: offset only), speeds (units/s), timeout (s)
             out = {"cmd": "home", "method": int(_number(req, "method", 35, lo=-128, hi=127)),
                    "timeout": _number(req, "timeout", 30.0, lo=0.01, hi=3600.0)}
             if "offset" in req:

@@ -2,8 +2,9 @@
 (client -> Unix socket -> the loop's next cycle -> reply) on the Delta's simulated plant
 served in real time at 1 kHz; the live-target generator's (ruckig) cost per cycle with a new
 target every cycle for 60 s of loop time, alone and in a served Delta in lockstep (the limits
-held at every sample); a real-time stream of targets (as fast as a client thread sends them)
-with the limits checked at every sample and the overruns counted."""
+held at every sample); live targets at 1 kHz for 60 s in real time through the socket, with
+the limits checked at every sample, the generator's cost per update in the loop, the cycles
+it overran (``long_cycles``) apart from the host's delays, and the stream's round trips."""
 
 from __future__ import annotations
 
@@ -61,40 +62,100 @@ def _generator_cost(seconds: float = 60.0) -> dict:
     return {"cycles": n, "us_per_cycle": percentiles_us(cost), "limits_held": held and src.limit_error is None}
 
 
-def _stream_realtime(seconds: float = 10.0) -> dict:
+STREAM_PRIORITY = 80  # the real-time stream's loop thread: SCHED_FIFO, as [realtime] priority asks (if permitted)
+IN_FLIGHT = 4  # stream requests sent ahead of their replies (JSON lines: replies come in order)
+
+
+def _stream_realtime(seconds: float = 60.0, priority: int = 0) -> dict:
+    """The Delta's simulated plant served in real time at 1 kHz, a client sending a new target
+    every millisecond for ``seconds`` through the socket, pipelined (up to ``IN_FLIGHT``
+    requests ahead of their replies, which a reader thread takes): every reference sample
+    within the soft limits, the generator's cost per update in the loop (wall and CPU time),
+    the cycles whose own work overran the period (``long_cycles``; ``long_cycles_cpu`` in the
+    loop thread's CPU time: what pkrt's work caused) apart from the host's delays, and the
+    round trip of each stream command. ``priority`` > 0: the loop thread at that SCHED_FIFO
+    priority (``[realtime] priority``, as ``pkrt serve`` asks for it), if permitted."""
+    import dataclasses
+    import json
+
     from pkrt.rt.app.client import MachineClient
     from pkrt.rt.app.serve import Served
     from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.live import LiveTarget
 
     with tempfile.TemporaryDirectory() as d:
         log = str(Path(d) / "s.pktlog")
-        with Served("delta", socket_path=str(Path(d) / "s.sock"), log_path=log) as srv:
+        from pkrt.rt.runtime.config import load_machine
+
+        config = load_machine("delta")
+        config = dataclasses.replace(config, realtime=dataclasses.replace(config.realtime, priority=priority))
+        with Served(config, socket_path=str(Path(d) / "s.sock"), log_path=log, realtime=priority > 0) as srv:
             srv.start()
-            lo, hi = srv.machine.lo, srv.machine.hi
+            m = srv.machine
+            lo, hi = m.lo, m.hi
             with MachineClient(srv.socket_path) as c:
                 c.enable()
                 c.home()
-                t0 = time.monotonic()
+                n_max = int(seconds * 1000) + 10
+                sent_at, rtt = np.zeros(n_max), np.full(n_max, np.nan)
+                slots = threading.Semaphore(IN_FLIGHT)
+                errors: list[str] = []
+
+                def reader():
+                    for line in c.f:
+                        r = json.loads(line)
+                        i = r.get("id")
+                        if i is None:
+                            break
+                        rtt[i] = time.perf_counter() - sent_at[i]
+                        if not r["ok"] and not errors:
+                            errors.append(r["error"])
+                        slots.release()
+
+                th = threading.Thread(target=reader, daemon=True)
+                th.start()
                 w = np.array([1.0, 1.3, 1.7])
-                sent = 0
-                while time.monotonic() - t0 < seconds:
-                    t = time.monotonic() - t0
-                    r = c.request({"cmd": "stream", "target": (0.3 + 0.3 * np.sin(w * t)).tolist()})
-                    if not r["ok"]:  # a fault (on a loaded machine: the watchdog) ended it
-                        break
+                sent, gen = 0, None
+                t0 = time.monotonic()
+                while (t := time.monotonic() - t0) < seconds and sent < n_max and not errors:
+                    slots.acquire()
+                    req = {"cmd": "stream", "id": sent, "target": (0.3 + 0.3 * np.sin(w * t)).tolist()}
+                    sent_at[sent] = time.perf_counter()
+                    c.sock.sendall((json.dumps(req) + "\n").encode())
                     sent += 1
+                    if gen is None and isinstance(m.source, LiveTarget):
+                        gen = m.source
+                    pause = t0 + sent * 1e-3 - time.monotonic()  # one target per millisecond
+                    if pause > 0:
+                        time.sleep(pause)
+                streamed = time.monotonic() - t0
+                for _ in range(IN_FLIGHT):  # every reply in
+                    slots.acquire(timeout=30)
+                c.sock.sendall(b'{"cmd": "status"}\n')  # no id: ends the reader
+                th.join(30)
                 end = time.monotonic() + 30
                 while c.status()["state"] not in ("standstill", "error_stop") and time.monotonic() < end:
                     time.sleep(0.01)
                 st = c.status()
             srv.close()
+            summary = srv.summary or {}
         data = read_log(log)
         ref = data.channels["ref_pos"]
         comp = data.channels["compute_us"]
         moving = data.channels["state"] == 3
-    return {"seconds": seconds, "targets_sent": sent, "overruns": st["overruns"], "fault": st["fault"], "stopped_after_s": round(time.monotonic() - t0, 3),
-            "limits_held": bool(np.all(ref >= lo - 1e-12) and np.all(ref <= hi + 1e-12)),
-            "cycle_compute_us_while_streaming": percentiles_us(comp[moving] * 1e-6)}
+    costs = gen.costs() if gen is not None else np.zeros(0)
+    cpu = gen.costs(cpu=True) if gen is not None else np.zeros(0)
+    done = rtt[:sent][np.isfinite(rtt[:sent])]
+    return {"seconds": seconds, "sched_fifo": m.rt_report.get("sched_fifo"), "streamed_s": round(streamed, 3), "targets_sent": sent,
+            "targets_per_s": round(sent / streamed, 1), "refused": errors[0] if errors else None, "fault": st["fault"],
+            "generator_updates": int(len(costs)), "generator_us": percentiles_us(costs),
+            "generator_cpu_us": percentiles_us(cpu),
+            "limits_held_every_sample": bool(np.all(ref >= lo - 1e-12) and np.all(ref <= hi + 1e-12)),
+            "long_cycles": st["long_cycles"], "long_cycles_cpu": st["long_cycles_cpu"],
+            "late_cycles": st["overruns"], "pacing": st["pacing"],
+            "host_delays": {k: v for k, v in summary.get("host_delays", {}).items() if k != "at"},
+            "cycle_compute_us_while_streaming": percentiles_us(comp[moving] * 1e-6),
+            "stream_round_trip_us": percentiles_us(done)}
 
 
 def _stream_lockstep(seconds: float = 60.0) -> dict:
@@ -136,4 +197,4 @@ def _stream_lockstep(seconds: float = 60.0) -> dict:
 def run_serve_bench() -> dict:
     return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
             "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
-            "stream_real_time": _stream_realtime()}
+            "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY)}

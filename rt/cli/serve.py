@@ -19,6 +19,9 @@ ACTIONS = ("status", "enable", "disable", "home", "jog", "release", "move", "run
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", default="orthoglide", help="machine configuration file or built-in name")
     p.add_argument("--socket", help="control socket path (default: $XDG_RUNTIME_DIR/pkrt.sock or /tmp/pkrt-UID.sock)")
+    p.add_argument("--bus", choices=("can", "serial"),
+                   help="serve on the machine's drive emulator (a process of its own, stepped timing) over this "
+                        "bus, as pkrt hil does: a CiA 402 machine on can, a Dynamixel one on serial")
     p.add_argument("--lockstep", action="store_true",
                    help="virtual clock: cycles run back to back while moving (simulation only)")
     p.add_argument("--tcp", type=int, metavar="PORT", help="also listen on 127.0.0.1:PORT (needs --token-file)")
@@ -61,7 +64,7 @@ def serve(args) -> int:
         telemetry = (host, int(port))
     srv = Served(args.machine, socket_path=args.socket, lockstep=args.lockstep,
                  log_path=None if args.no_log else args.log, realtime=not args.no_rt and not args.lockstep,
-                 tcp_port=args.tcp, token=token)
+                 tcp_port=args.tcp, token=token, hil=args.bus)
     if telemetry is not None:
         srv.machine.telemetry = Telemetry(telemetry[0], telemetry[1], args.telemetry_rate, axes=srv.machine.axes)
 
@@ -70,7 +73,7 @@ def serve(args) -> int:
 
     saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     where = srv.socket_path + (f" and 127.0.0.1:{srv.server.tcp_port}" if srv.server.tcp else "")
-    print(f"pkrt serve: {srv.config.name} on {where} ({'lockstep' if args.lockstep else 'real time'} at "
+    print(f"pkrt serve: {srv.config.name} on {where} ({_mode(args)} at "
           f"{srv.config.rate_hz:g} Hz); pkrt ctl status --socket {srv.socket_path}", file=sys.stderr, flush=True)
     try:
         summary = srv.machine.run()
@@ -79,12 +82,19 @@ def serve(args) -> int:
             signal.signal(s, old)
         srv.server.close()
         srv.drives.close()
+        srv.stop_emulator()
         if srv.machine.telemetry is not None:
             srv.machine.telemetry.close()
     summary["machine"] = srv.config.name
     emit(summary, args.json, f"{srv.config.name}: served {summary['cycles']} cycles, overruns {summary['overruns']}, "
                              f"ended {summary['state']}" + (f" (fault: {summary['fault']})" if summary["fault"] else ""))
     return 0
+
+
+def _mode(args) -> str:
+    if args.lockstep:
+        return "lockstep"
+    return f"real time, {args.bus} HIL emulator, stepped" if args.bus else "real time"
 
 
 def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,7 +114,8 @@ def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
                    help="continuous jog: how long to hold it (s, keep-alives sent meanwhile; default 1)")
     p.add_argument("--target", type=vector, help="move: the target (actuator values, or task coordinates)")
     p.add_argument("--method", type=int, help="home (CiA 402): homing method, 35 or 37 (here) or 18 (limit switch)")
-    p.add_argument("--offset", type=vector, help="home (CiA 402): home offset per axis (actuator units)")
+    p.add_argument("--offset", type=vector, help="home: home offset per axis (actuator units; CiA 402: 0x607C; "
+                                                  "Dynamixel: where the machine stands reads this, default 0)")
     p.add_argument("--speeds", type=vector, help="home (CiA 402): switch and zero search speeds (units/s)")
     p.add_argument("--timeout", type=positive_number, help="home (CiA 402): give up after this many seconds")
     p.add_argument("--wait", action="store_true", help="move, run, jog, stop: wait until the machine is at standstill")

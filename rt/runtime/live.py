@@ -7,12 +7,15 @@ stream that gets no new target for ``timeout_s`` of loop time ends in a controll
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig
 
 from pkrt.rt.runtime.motion import Source
 
 JERK_PER_ACCEL = 20.0  # 1/s: the jerk limit is this times the acceleration limit (a 50 ms ramp)
+COST_RING = 1 << 17  # generator costs kept (131 s at 1 kHz)
 
 
 class LiveTarget(Source):
@@ -39,6 +42,11 @@ class LiveTarget(Source):
         self.limit_error: str | None = None
         self.t = t
         self.targets = 0
+        # s per ``update`` of the generator, the last COST_RING cycles: wall time (preemption by the
+        # host and other threads included) and this thread's CPU time (the generator's own cost)
+        self.cost = np.zeros(COST_RING)
+        self.cost_cpu = np.zeros(COST_RING)
+        self.updates = 0
         self.set_target(target, t)
 
     def set_target(self, target, t: float) -> None:
@@ -59,7 +67,11 @@ class LiveTarget(Source):
         if not self.stopping and self.t - self.t_target > self.timeout_s:
             self.stale = f"stream stale: no target for {self.t - self.t_target:.3g} s"
             self.stop()
+        c0, t0 = time.thread_time(), time.perf_counter()
         res = self.otg.update(self.inp, self.out)
+        j = self.updates % COST_RING
+        self.cost[j], self.cost_cpu[j] = time.perf_counter() - t0, time.thread_time() - c0
+        self.updates += 1
         if res not in (Result.Working, Result.Finished):
             self.limit_error = f"live-target generator failed ({res})"
             self.done = True
@@ -78,6 +90,12 @@ class LiveTarget(Source):
             self.vel[:] = 0.0
             self.acc[:] = 0.0
             self.done = True
+
+    def costs(self, cpu: bool = False) -> np.ndarray:
+        """The generator's cost of each update kept (s), oldest first: wall time, or with
+        ``cpu`` the loop thread's CPU time."""
+        c, n = (self.cost_cpu if cpu else self.cost), self.updates
+        return c[:n].copy() if n <= COST_RING else np.roll(c, -(n % COST_RING))
 
     def status(self) -> dict:
         return {"kind": self.kind, "target": list(self.inp.target_position), "targets": self.targets,

@@ -24,7 +24,7 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.core.plan import Planned
-from pkrt.rt.runtime.run import channel_list, control_step, next_cycle, tree_axes
+from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
@@ -82,8 +82,11 @@ class Machine:
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
-                 realtime: bool = False, controller: str | None = None):
+                 realtime: bool = False, controller: str | None = None, pacing: str | None = None):
         self.config, self.drives, self.tree = config, drives, tree
+        self.pacing = pacing or default_pacing(drives)
+        if self.pacing not in PACINGS:
+            raise ValueError(f"pacing {self.pacing!r}: expected one of {', '.join(PACINGS)}")
         self.lockstep, self.telemetry, self.realtime = lockstep, telemetry, realtime
         self.settings = settings or ServeSettings()
         self.axes, self.units = tree_axes(tree)
@@ -102,9 +105,13 @@ class Machine:
         self.source: Source = Hold(self.start_pos)
         self.override = 1.0
         self.fault_reason: str | None = None
+        self.fault_time: float | None = None  # time.monotonic() of the fault (the host-pause probe's clock)
         self.k = 0
         self.t = 0.0
         self.overruns = self.cycles = 0
+        self.long_cycles = 0  # cycles whose work (wake-up excluded) took longer than the period, wall time
+        self.long_cycles_cpu = 0  # ... in the loop thread's CPU time (preemption by the host excluded)
+        self.delays = HostDelays()  # late cycles (the host held the process, or a long cycle)
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
         self.homing = None
@@ -166,7 +173,7 @@ class Machine:
             self.drives.disable()
         else:
             self.drives.fault(reason)
-        self.fault_reason = reason
+        self.fault_reason, self.fault_time = reason, time.monotonic()
         self.source = Hold(self.drives.feedback.position.copy() if self.prepared else self.source.pos.copy())
         self.owner = self.homing = None
         self.event("fault", reason)
@@ -176,7 +183,10 @@ class Machine:
         return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
-                "fault": self.fault_reason, "overruns": self.overruns, "lockstep": self.lockstep,
+                "fault": self.fault_reason, "fault_time": self.fault_time, "overruns": self.overruns,
+                "long_cycles": self.long_cycles,
+                "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
+                "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
 
     # -- command handling (loop thread) -----------------------------------------------------------
@@ -295,10 +305,12 @@ class Machine:
 
     def _home(self, cmd: dict) -> dict:
         d = self.drives
-        if getattr(d, "absolute", d.backend in ("sim", "dynamixel")):
+        if getattr(d, "absolute", d.backend == "sim"):
             self.homed = True
             self.event("homed", "absolute encoders: position known")
             return {"ok": True, "homed": True, "method": "absolute"}
+        if d.backend == "dynamixel":
+            return self._home_dynamixel(cmd)
         if d.backend != "cia402":
             return {"ok": False, "error": f"home refused: homing {d.backend} drives is not supported"}
         from pkrt.drivers import cia402_homing as ch
@@ -326,6 +338,32 @@ class Machine:
         threading.Thread(target=work, name="pkrt-homing", daemon=True).start()
         self.set_state(State.HOMING, f"home (CiA 402 method {method})")
         return {"ok": True, "method": method}
+
+    def _home_dynamixel(self, cmd: dict) -> dict:
+        """Dynamixel servos (absolute encoders): the Homing Offset (address 20) set so that
+        where the machine stands reads ``offset`` (actuator units, default 0), with torque off
+        for the few transactions it takes (the EEPROM area's rule); then enabled again, holding
+        there in the homed frame. Done within this cycle (the loop's only blocking command)."""
+        from pkrt.drivers.dynamixel_homing import home_here
+
+        d = self.drives
+        home = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
+        lim = self.config.limits.position
+        if np.any(home < lim[:, 0]) or np.any(home > lim[:, 1]):
+            return {"ok": False, "error": f"home: offset {home.tolist()} outside the actuator ranges {lim.tolist()}"}
+        try:
+            result = home_here(d, home)
+            d.enable()
+            fb = d.read(self.t)
+        except Exception as e:  # noqa: BLE001 - a servo that refuses or does not answer: error stop
+            self.fault(f"homing: {e}")
+            return {"ok": False, "error": f"homing failed: {e}"}
+        self.homed = True
+        self.home_result = result
+        self.sup.stale = self.sup.late = 0
+        self.source = Hold(fb.position.copy())
+        self.event("homed", json.dumps(result, default=str))
+        return {"ok": True, "homed": True, **result}
 
     def _home_abort(self, why: str) -> None:
         """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
@@ -412,7 +450,7 @@ class Machine:
         period = self.period
         self.k, self.t = k, t = k, k * period
         wake = self.clock.wait_until(t)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self._drain()
         st = self.state
         if self.shutdown_reason is not None and st is State.MOVING:
@@ -437,21 +475,33 @@ class Machine:
                 self._after_step(src)
             self.pos_now[:] = self.drives.feedback.position
         self.ref_now[:] = self.source.pos
-        nxt, lateness = next_cycle(self.clock, k, period)
-        late = lateness > 0.0
-        if late:
+        nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
+        self._lateness(k, lateness)
+        if lateness > 0.0:
             flags |= FLAG_OVERRUN
-            if self.state in ENABLED:
-                self.overruns += 1
-                wd = self.sup.overrun(True)
-                if wd is not None:
-                    self.fault(wd)
-        elif self.state in ENABLED:
-            self.sup.overrun(False)
-        self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        work = self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        if work > period:
+            self.long_cycles += 1
+            if time.thread_time() - c0 > period:
+                self.long_cycles_cpu += 1
         self.cycles += 1
         self._stage(t, wake, flags)
         return nxt
+
+    def _lateness(self, k: int, lateness: float) -> None:
+        """A cycle that ended past the next deadline: with pacing ``skip`` (real drives) a
+        missed cycle for the watchdog; with ``delay`` (a plant that pauses with the loop: the
+        simulated plant, the stepped HIL emulators) a delay, counted, not a fault."""
+        late = lateness > 0.0
+        if late:
+            self.delays.add(k, lateness, time.monotonic())
+        if self.state not in ENABLED:
+            return
+        if late:
+            self.overruns += 1
+        wd = self.sup.overrun(late and self.pacing == "skip")
+        if wd is not None:
+            self.fault(wd)
 
     def _after_step(self, src: Source) -> None:
         st = self.state
@@ -556,12 +606,16 @@ class Machine:
                     break
             if self.rt_report:
                 restore_realtime(self.rt_report)
-            summary = {"cycles": self.cycles, "overruns": self.overruns, "state": self.state.value,
-                       "fault": self.fault_reason, "wall_s": time.perf_counter() - wall0,
-                       "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
+            summary = self._summary(time.perf_counter() - wall0)
             if self.writer:
                 self.writer.close(summary)
         return summary
+
+    def _summary(self, wall_s: float) -> dict:
+        return {"cycles": self.cycles, "overruns": self.overruns, "long_cycles": self.long_cycles,
+                "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
+                "host_delays": self.delays.summary(), "state": self.state.value, "fault": self.fault_reason,
+                "fault_time": self.fault_time, "wall_s": wall_s, "compute_us": percentiles_us(self.comp[:min(self.cycles, len(self.comp))])}
 
     def shutdown(self, reason: str) -> None:
         """Ask the loop to end (any thread): motion stops under control, then torque off."""
