@@ -277,10 +277,22 @@ class PathPlanner:
     window; the loop-rate check applies to the smoothed trajectory."""
 
     def __init__(self, mech, dyn, limits: PlanLimits, rate_hz: float, kin=None, grid_points: int = 200,
-                 smooth: float = 0.002):
+                 smooth: float = 0.002, closed_form: bool = True):
         self.mech, self.dyn, self.limits, self.rate_hz = mech, dyn, limits, float(rate_hz)
         self.kin, self.grid_points = kin, grid_points
         self.smooth = smooth  # s: jerk smoothing window (0: none)
+        self.closed_form = closed_form  # task motions: the legs' closed form where the machine has one
+        self._legs = None
+
+    @property
+    def legs(self):
+        """The machine's closed-form inverse kinematics (``legik.leg_kinematics``), found and
+        checked on first use; None: Newton on the model's constraints."""
+        if self._legs is None:
+            from .legik import leg_kinematics
+
+            self._legs = (leg_kinematics(self.kin) if self.closed_form and self.kin is not None else None) or False
+        return self._legs or None
 
     # geometry to actuator space on the grid
     def grid(self, motion: Motion) -> GridPath:
@@ -293,7 +305,9 @@ class PathPlanner:
         for j in junctions:  # the earlier segment's end
             g = motion.segments[seg[j] - 1]
             left[j] = [a[0] for a in g.eval(np.array([g.length]))]
-        if motion.task:
+        if motion.task and self.legs is not None:
+            self._grid_closed(motion, P, P1, P2, seg, left, th, ths, thss)
+        elif motion.task:
             kin = self.kin
             try:
                 kin.start_at(P[0])
@@ -339,6 +353,24 @@ class PathPlanner:
                 raise UserError(f"{_line_of(motion, seg[i])}{e}") from None
         H, D, p = (np.array([d[k] for d in dyn]) for k in range(3))
         return GridPath(s, th, ths, thss, x_feed, seg, H, D, p)
+
+    def _grid_closed(self, motion: Motion, P, P1, P2, seg, left, th, ths, thss) -> None:
+        """Fill th, ths, thss (n, e, s) from the closed form, all points at once; refuses a point
+        outside the workspace or the actuator ranges as the Newton path does."""
+        th[:, 0], ths[:, 0], thss[:, 0] = self.legs.solve(P, P1, P2)
+        bad = ~np.all(np.isfinite(th[:, 0]) & np.isfinite(ths[:, 0]) & np.isfinite(thss[:, 0]), axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise UserError(f"{_line_of(motion, seg[i])}the tool pose {np.round(P[i], 6).tolist()} is outside "
+                            f"{self.mech.name}'s workspace (no closed-form solution)")
+        lo, hi = self.mech.ranges[:, 0], self.mech.ranges[:, 1]
+        out = np.any((th[:, 0] < lo - 1e-12) | (th[:, 0] > hi + 1e-12), axis=1)
+        if out.any():
+            i = int(np.argmax(out))
+            check_ranges(self.mech, th[i, 0], _line_of(motion, seg[i]))
+        for j, (_, l1, l2) in left.items():
+            _, t1, t2 = self.legs.solve(P[j], l1, l2)
+            ths[j, 1], thss[j, 1] = t1[0], t2[0]
 
     # the LP rows
     def rows(self, g: GridPath, x0: np.ndarray | None, scale: np.ndarray):

@@ -85,23 +85,36 @@ def _path_for(name: str, planner) -> Motion:
     return Motion([Line.between(home, end)])
 
 
-def cost_figures(repeats: int = 3) -> dict:
+def _cost(planner, motion, repeats: int) -> dict:
+    planner.plan_motion(motion)  # compile and load the kernels, find the closed form
+    rows = []
+    for _ in range(repeats):
+        planner.kin.start_at(motion.segments[0].start())
+        t0 = time.perf_counter()
+        plan, rep = planner.plan_motion(motion)
+        total = time.perf_counter() - t0
+        rows.append((total, rep["grid_s"], rep["timing_s"], rep["grid_points"]))
+    total, grid, timing, points = (float(np.median([r[i] for r in rows])) for i in range(4))
+    return {"grid_points": int(points), "total_ms": total * 1e3, "grid_ik_dynamics_ms": grid * 1e3,
+            "timing_ms": (total - grid) * 1e3, "duration_s": plan.duration}
+
+
+def cost_figures(repeats: int = 5) -> dict:
+    """Per machine, the same path planned with the closed-form inverse kinematics
+    (``models/legik.py``, "closed_form") and with Newton on the model's constraints ("newton",
+    the reference), medians of ``repeats``; "ik" names the one the planner uses by default."""
     out = {}
     for name in MACHINES:
         config = load_machine(name)
-        planner = path_planner(config, grid_points=200)
-        motion = _path_for(name, planner)
-        planner.plan_motion(motion)  # compile and load the kernels
-        rows = []
-        for _ in range(repeats):
-            planner.kin.start_at(motion.segments[0].start())
-            t0 = time.perf_counter()
-            plan, rep = planner.plan_motion(motion)
-            total = time.perf_counter() - t0
-            rows.append((total, rep["grid_s"], rep["timing_s"], rep["grid_points"]))
-        total, grid, timing, points = (float(np.median([r[i] for r in rows])) for i in range(4))
-        out[name] = {"grid_points": int(points), "total_ms": total * 1e3, "grid_ik_dynamics_ms": grid * 1e3,
-                     "timing_ms": (total - grid) * 1e3, "duration_s": plan.duration}
+        row = {}
+        for closed in (True, False):
+            planner = path_planner(config, grid_points=200, closed_form=closed)
+            motion = _path_for(name, planner)
+            row["closed_form" if closed else "newton"] = _cost(planner, motion, repeats)
+            if closed:
+                row["ik"] = "closed form" if planner.legs is not None else "newton"
+        row["speedup"] = row["newton"]["total_ms"] / row["closed_form"]["total_ms"]
+        out[name] = row
     return out
 
 
