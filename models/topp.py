@@ -277,11 +277,12 @@ class PathPlanner:
     window; the loop-rate check applies to the smoothed trajectory."""
 
     def __init__(self, mech, dyn, limits: PlanLimits, rate_hz: float, kin=None, grid_points: int = 200,
-                 smooth: float = 0.002, closed_form: bool = True):
+                 smooth: float = 0.002, closed_form: bool = True, held_acc: bool = True):
         self.mech, self.dyn, self.limits, self.rate_hz = mech, dyn, limits, float(rate_hz)
         self.kin, self.grid_points = kin, grid_points
         self.smooth = smooth  # s: jerk smoothing window (0: none)
         self.closed_form = closed_form  # task motions: the legs' closed form where the machine has one
+        self.held_acc = held_acc  # acc: each period's mean (see ``sample``)
         self._legs = None
 
     @property
@@ -497,7 +498,11 @@ class PathPlanner:
     def sample(self, motion: Motion, g: GridPath, s, sd, sdd) -> Planned:
         """Actuator pos, vel, acc at the loop samples: an actuator-space motion exactly; a task
         motion by the quintic Hermite interpolant in s of theta, theta_s, theta_ss at the grid
-        points (exact from the kinematics there; a junction's one-sided values on each side)."""
+        points (exact from the kinematics there; a junction's one-sided values on each side).
+        With ``held_acc`` (default) acc[k] is the mean acceleration over the period [t_k,
+        t_k+1], (vel[k+1] - vel[k]) * rate: the loop holds its feed-forward for the whole
+        period, and the instantaneous value at t_k misses the velocity change of a period in
+        which the acceleration jumps (the bang-bang switches); the last sample keeps its own."""
         if not motion.task:
             P, P1, P2 = motion.eval(s)
         else:
@@ -508,6 +513,8 @@ class PathPlanner:
                                         g.theta[i + 1, 0], g.theta_s[i + 1, e], g.theta_ss[i + 1, e])
         vel = P1 * sd[:, None]
         acc = P1 * sdd[:, None] + P2 * (sd**2)[:, None]
+        if self.held_acc and len(vel) > 1:  # the mean over each period: exactly v(t_k+1) - v(t_k) per period
+            acc[:-1] = np.diff(vel, axis=0) * self.rate_hz
         return Planned(self.rate_hz, P, vel, acc, dict(motion.description))
 
 
