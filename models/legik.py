@@ -58,35 +58,35 @@ class LegKinematics:
         n, s = len(P), len(self.kind)
         th, th1, th2 = np.full((n, s), np.nan), np.full((n, s), np.nan), np.full((n, s), np.nan)
         x, x1, x2 = P[:, :3], P1[:, :3], P2[:, :3]
-        for i in range(s):
-            if self.kind[i] == 2:
-                th[:, i], th1[:, i], th2[:, i] = self._leg(i, P, P1, P2)
-            else:
-                th[:, i], th1[:, i], th2[:, i] = self._arm(i, x, x1, x2)
+        with np.errstate(invalid="ignore", divide="ignore"):  # outside the workspace: NaN rows
+            for i in range(s):
+                if self.kind[i] == 2:
+                    th[:, i], th1[:, i], th2[:, i] = self._leg(i, P, P1, P2)
+                else:
+                    th[:, i], th1[:, i], th2[:, i] = self._arm(i, x, x1, x2)
         return th, th1, th2
 
     def _arm(self, i, x, x1, x2):
         A, v, a0, L = self.A[i], self.v[i], self.a0[i], self.L[i]
         d = x + self.c[i] - A  # from the joint point to the link's tool-side point
-        with np.errstate(invalid="ignore"):
-            if self.kind[i] == 0:
-                va = v @ a0
-                a_perp, vxa = a0 - va * v, np.cross(v, a0)
-                K, M = d @ a_perp, d @ vxa
-                N = 0.5 * (np.einsum("ij,ij->i", d, d) + a0 @ a0 - L * L) - va * (d @ v)
-                phi = np.arctan2(M, K) + self.branch[i] * np.arccos(N / np.hypot(K, M))
-                phi = (phi + np.pi) % (2 * np.pi) - np.pi
-                cs, sn = np.cos(phi)[:, None], np.sin(phi)[:, None]
-                r = cs * a_perp + sn * vxa + va * v  # E - A
-                E1 = np.cross(v, r)  # dE / dtheta
-                E2 = np.cross(v, E1)
-            else:
-                de = d @ v
-                t = de + self.branch[i] * np.sqrt(de * de - np.einsum("ij,ij->i", d, d) + L * L)
-                phi = t
-                r = a0 + t[:, None] * v
-                E1 = np.broadcast_to(v, r.shape)
-                E2 = np.zeros_like(r)
+        if self.kind[i] == 0:
+            va = v @ a0
+            a_perp, vxa = a0 - va * v, np.cross(v, a0)
+            K, M = d @ a_perp, d @ vxa
+            N = 0.5 * (np.einsum("ij,ij->i", d, d) + a0 @ a0 - L * L) - va * (d @ v)
+            phi = np.arctan2(M, K) + self.branch[i] * np.arccos(N / np.hypot(K, M))
+            phi = (phi + np.pi) % (2 * np.pi) - np.pi
+            cs, sn = np.cos(phi)[:, None], np.sin(phi)[:, None]
+            r = cs * a_perp + sn * vxa + va * v  # E - A
+            E1 = np.cross(v, r)  # dE / dtheta
+            E2 = np.cross(v, E1)
+        else:
+            de = d @ v
+            t = de + self.branch[i] * np.sqrt(de * de - np.einsum("ij,ij->i", d, d) + L * L)
+            phi = t
+            r = a0 + t[:, None] * v
+            E1 = np.broadcast_to(v, r.shape)
+            E2 = np.zeros_like(r)
         w = d - r  # C - E
         gt = -2 * np.einsum("ij,ij->i", w, E1)  # dg/dtheta; g = |C - E|^2 - L^2
         gx1 = 2 * np.einsum("ij,ij->i", w, x1)

@@ -606,6 +606,9 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
             if np.abs(pos[-1][-1] - plan.pos[0]).max() > 1e-9:
                 raise UserError("consecutive motions do not join (the inverse kinematics changed branch?)")
             cut = 1
+            if planner.held_acc:  # the joint sample's period is the next motion's first
+                acc[-1], tau[-1] = acc[-1].copy(), tau[-1].copy()
+                acc[-1][-1], tau[-1][-1] = plan.acc[0], rep["tau"][0]
         else:
             cut = 0
             if pending:

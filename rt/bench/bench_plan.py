@@ -3,7 +3,7 @@
 - Delta, Adept cycle (25 / 305 / 25 mm, corners blended within 10 mm): the minimum cycle time
   under 20 N m and the velocity and acceleration limits with margins of 5, 10, 15 and 20 %,
   against the hand-timed 0.5 s, with the planned accelerations as each period's mean (the
-  default) and as instantaneous values (before); each run in lockstep on the simulated plant,
+  default) and as instantaneous values (before), and the hand-timed cycle with both; each run in lockstep on the simulated plant,
   and the hand-timed and 10 % cycles over CAN HIL (1 kHz, stepped): the largest commanded
   torque over every cycle, saturated cycles, tracking error (max, RMS) and its ratio to the
   hand-timed cycle's.
@@ -32,6 +32,7 @@ from pkrt.models.taskspace import adept_cycle
 from pkrt.rt.app.reference import home_tool, machine_mechanism, path_planner, plan_adept, plan_gcode
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.logfile import read_log
 from pkrt.rt.runtime.logstats import columns
 from pkrt.rt.runtime.run import load_controller_tree, run_session
@@ -77,6 +78,9 @@ def adept_figures(margins=(0.05, 0.1, 0.15, 0.2), hil: bool = True) -> dict:
                                                  config.demo.direction))
     base = _lockstep(config, hand, tree)
     out = {"torque_limit": float(config.controller.tau_max.max()), "hand_timed": base}
+    held = hand.acc.copy()
+    held[:-1] = np.diff(hand.vel, axis=0) * config.rate_hz  # the same convention as the planner's
+    out["hand_timed_period_mean_acc"] = _lockstep(config, Planned(hand.rate_hz, hand.pos, hand.vel, held), tree)
     plan_adept(path_planner(config, mech), config.demo, tolerance=0.01)  # compile and load the kernels
     keep = {}
     for margin in margins:
