@@ -94,6 +94,10 @@ def adept_figures(margins=(0.05, 0.1, 0.15, 0.2), hil: bool = True) -> dict:
             out[key] = {**run, "planning_ms": cost * 1e3, "peak_planned_torque": rep["peak_force"],
                         "tracking_ratio_max": run["max_error"] / base["max_error"],
                         "tracking_ratio_rms": run["rms_error"] / base["rms_error"]}
+            if held:  # against the hand-timed cycle given the same period-mean accelerations
+                same = out["hand_timed_period_mean_acc"]
+                out[key]["tracking_ratio_max_same_acc"] = run["max_error"] / same["max_error"]
+                out[key]["tracking_ratio_rms_same_acc"] = run["rms_error"] / same["rms_error"]
             keep[key] = optimal
     if hil:
         h_base = _hil(hand)
