@@ -140,7 +140,7 @@ def corner_blend(a: np.ndarray, corner: np.ndarray, b: np.ndarray, tolerance: fl
         return 0.0, None
     unit = _blend(corner - a, a, corner + b, b, 1.0)
     P = unit.eval(_TAU * unit.length)[0]
-    dev = max(_distance_to_corner(p, corner, a, b) for p in P)  # scales linearly with the leg
+    dev = float(_distance_to_corner(P, corner, a, b).max())  # scales linearly with the leg
     leg = min(tolerance / dev, leg_a, leg_b)
     return leg, _blend(corner - leg * a, a, corner + leg * b, b, leg)
 
@@ -151,13 +151,14 @@ def _blend(p0, u0, p1, u1, leg) -> Blend:
     return Blend(length, np.inf, None, "blend", p0, u0, p1, u1)
 
 
-def _distance_to_corner(p, corner, a, b) -> float:
-    """Distance from p to the polyline (corner - inf a, corner] + [corner, corner + inf b)."""
+def _distance_to_corner(p, corner, a, b) -> np.ndarray:
+    """Distance from each point p (k, m) to the polyline (corner - inf a, corner] + [corner,
+    corner + inf b)."""
     out = []
     for d, sign in ((a, -1.0), (b, 1.0)):
-        t = max(sign * float((p - corner) @ d), 0.0)
-        out.append(float(np.linalg.norm(p - (corner + sign * t * d))))
-    return min(out)
+        t = np.maximum(sign * ((p - corner) @ d), 0.0)
+        out.append(np.linalg.norm(p - (corner + sign * t[:, None] * d), axis=1))
+    return np.minimum(*out)
 
 
 @dataclass

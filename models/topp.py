@@ -277,10 +277,23 @@ class PathPlanner:
     window; the loop-rate check applies to the smoothed trajectory."""
 
     def __init__(self, mech, dyn, limits: PlanLimits, rate_hz: float, kin=None, grid_points: int = 200,
-                 smooth: float = 0.002):
+                 smooth: float = 0.002, closed_form: bool = True, held_acc: bool = True):
         self.mech, self.dyn, self.limits, self.rate_hz = mech, dyn, limits, float(rate_hz)
         self.kin, self.grid_points = kin, grid_points
         self.smooth = smooth  # s: jerk smoothing window (0: none)
+        self.closed_form = closed_form  # task motions: the legs' closed form where the machine has one
+        self.held_acc = held_acc  # acc: each period's mean (see ``sample``)
+        self._legs = None
+
+    @property
+    def legs(self):
+        """The machine's closed-form inverse kinematics (``legik.leg_kinematics``), found and
+        checked on first use; None: Newton on the model's constraints."""
+        if self._legs is None:
+            from .legik import leg_kinematics
+
+            self._legs = (leg_kinematics(self.kin) if self.closed_form and self.kin is not None else None) or False
+        return self._legs or None
 
     # geometry to actuator space on the grid
     def grid(self, motion: Motion) -> GridPath:
@@ -293,7 +306,9 @@ class PathPlanner:
         for j in junctions:  # the earlier segment's end
             g = motion.segments[seg[j] - 1]
             left[j] = [a[0] for a in g.eval(np.array([g.length]))]
-        if motion.task:
+        if motion.task and self.legs is not None:
+            self._grid_closed(motion, P, P1, P2, seg, left, th, ths, thss)
+        elif motion.task:
             kin = self.kin
             try:
                 kin.start_at(P[0])
@@ -339,6 +354,24 @@ class PathPlanner:
                 raise UserError(f"{_line_of(motion, seg[i])}{e}") from None
         H, D, p = (np.array([d[k] for d in dyn]) for k in range(3))
         return GridPath(s, th, ths, thss, x_feed, seg, H, D, p)
+
+    def _grid_closed(self, motion: Motion, P, P1, P2, seg, left, th, ths, thss) -> None:
+        """Fill th, ths, thss (n, e, s) from the closed form, all points at once; refuses a point
+        outside the workspace or the actuator ranges as the Newton path does."""
+        th[:, 0], ths[:, 0], thss[:, 0] = self.legs.solve(P, P1, P2)
+        bad = ~np.all(np.isfinite(th[:, 0]) & np.isfinite(ths[:, 0]) & np.isfinite(thss[:, 0]), axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise UserError(f"{_line_of(motion, seg[i])}the tool pose {np.round(P[i], 6).tolist()} is outside "
+                            f"{self.mech.name}'s workspace (no closed-form solution)")
+        lo, hi = self.mech.ranges[:, 0], self.mech.ranges[:, 1]
+        out = np.any((th[:, 0] < lo - 1e-12) | (th[:, 0] > hi + 1e-12), axis=1)
+        if out.any():
+            i = int(np.argmax(out))
+            check_ranges(self.mech, th[i, 0], _line_of(motion, seg[i]))
+        for j, (_, l1, l2) in left.items():
+            _, t1, t2 = self.legs.solve(P[j], l1, l2)
+            ths[j, 1], thss[j, 1] = t1[0], t2[0]
 
     # the LP rows
     def rows(self, g: GridPath, x0: np.ndarray | None, scale: np.ndarray):
@@ -465,7 +498,11 @@ class PathPlanner:
     def sample(self, motion: Motion, g: GridPath, s, sd, sdd) -> Planned:
         """Actuator pos, vel, acc at the loop samples: an actuator-space motion exactly; a task
         motion by the quintic Hermite interpolant in s of theta, theta_s, theta_ss at the grid
-        points (exact from the kinematics there; a junction's one-sided values on each side)."""
+        points (exact from the kinematics there; a junction's one-sided values on each side).
+        With ``held_acc`` (default) acc[k] is the mean acceleration over the period [t_k,
+        t_k+1], (vel[k+1] - vel[k]) * rate: the loop holds its feed-forward for the whole
+        period, and the instantaneous value at t_k misses the velocity change of a period in
+        which the acceleration jumps (the bang-bang switches); the last sample keeps its own."""
         if not motion.task:
             P, P1, P2 = motion.eval(s)
         else:
@@ -476,6 +513,8 @@ class PathPlanner:
                                         g.theta[i + 1, 0], g.theta_s[i + 1, e], g.theta_ss[i + 1, e])
         vel = P1 * sd[:, None]
         acc = P1 * sdd[:, None] + P2 * (sd**2)[:, None]
+        if self.held_acc and len(vel) > 1:  # the mean over each period: exactly v(t_k+1) - v(t_k) per period
+            acc[:-1] = np.diff(vel, axis=0) * self.rate_hz
         return Planned(self.rate_hz, P, vel, acc, dict(motion.description))
 
 
@@ -567,6 +606,9 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
             if np.abs(pos[-1][-1] - plan.pos[0]).max() > 1e-9:
                 raise UserError("consecutive motions do not join (the inverse kinematics changed branch?)")
             cut = 1
+            if planner.held_acc:  # the joint sample's period is the next motion's first
+                acc[-1], tau[-1] = acc[-1].copy(), tau[-1].copy()
+                acc[-1][-1], tau[-1][-1] = plan.acc[0], rep["tau"][0]
         else:
             cut = 0
             if pending:

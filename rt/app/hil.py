@@ -1,41 +1,99 @@
 """A HIL run wired together: the machine's reference planned from its model (this layer may
 use the models; the HIL runner below it may not) handed to the bus's runner, which drives the
-real driver against a drive emulator in its own process (``pkrt.hil``)."""
+real driver against a drive emulator in its own process (``pkrt.hil``). The reference is the
+configuration's ``[demo]``, or a trajectory file (``traj``: an actuator CSV such as ``pkrt plan
+-o planned.csv`` writes, or a task-space CSV) or a G-code program (``gcode``), planned as for
+``pkrt run``."""
 
 from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
 
 from pkrt.rt.core.errors import UserError
 
 BUS_ONLY = {"corrupt": "serial", "bus-off": "can"}  # fault kinds of one bus only
 DEFAULT_MACHINE = {"can": "orthoglide-can", "serial": "orthoglide-serial"}
+DEMO_SECONDS = 5.0  # the demo's run time when no duration is given
 
 
-def run_hil(bus: str, *, machine: str | None = None, fault: str | None = None, duration: float = 5.0,
-            rate_hz: float | None = None, log_path: str | None = None, timing: str = "stepped",
-            interface: str | None = None, link: str | None = None) -> dict:
-    """The demo of ``machine`` (default: the Orthoglide of that bus) over ``bus`` ("can" or
-    "serial") for ``duration`` s with an optional injected ``fault``; the ``HilResult``
-    (hil/result.py). ``interface``: CAN only; ``link``: serial only."""
+def _check(bus: str, fault: str | None, duration: float | None, interface: str | None, link: str | None,
+           traj: str | None, gcode: str | None) -> None:
+    """Every bad combination of options is one line."""
     if fault in BUS_ONLY and BUS_ONLY[fault] != bus:
         raise UserError(f"--fault {fault} applies to --bus {BUS_ONLY[fault]} only")
     if interface and bus != "can":
         raise UserError("--interface applies to --bus can only")
     if link and bus != "serial":
         raise UserError("--link applies to --bus serial only")
-    if duration <= 0:
+    if duration is not None and not duration > 0:
         raise UserError("--duration must be positive")
+    if traj is not None and gcode is not None:
+        raise UserError("give --traj or --gcode, not both")
+    for opt, path in (("--traj", traj), ("--gcode", gcode)):
+        if path is not None and not os.path.isfile(path):
+            raise UserError(f"{opt} {path}: no such file")
+
+
+def reference_of(traj: str | None = None, gcode: str | None = None):
+    """The ``reference(config)`` callable the HIL runners take (``hil.can_hil.reference_for``):
+    the demo, or ``traj`` / ``gcode`` planned for the HIL configuration (its rate) as ``pkrt run``
+    plans them (``plan_reference``)."""
     from pkrt.rt.app.reference import plan_reference
 
-    kw = dict(fault=fault, duration=duration, rate_hz=rate_hz, reference=plan_reference, timing=timing)
-    if log_path:
-        kw["log_path"] = log_path
-    if bus == "can":
-        from pkrt.hil.can_hil import run_can_hil
+    if traj is None and gcode is None:
+        return plan_reference
 
-        return run_can_hil(machine or DEFAULT_MACHINE[bus], interface=interface or "unix_pair", **kw)
-    from pkrt.hil.serial_hil import run_serial_hil
+    def reference(config):
+        from pkrt.rt.runtime.run import load_controller_tree, tree_axes
 
-    return run_serial_hil(machine or DEFAULT_MACHINE[bus], link=link or "tcp", **kw)
+        axes, _ = tree_axes(load_controller_tree(config))
+        return plan_reference(config, traj, axes=axes, gcode=gcode)
+
+    return reference
+
+
+def run_hil(bus: str, *, machine: str | None = None, fault: str | None = None, duration: float | None = None,
+            rate_hz: float | None = None, log_path: str | None = None, timing: str = "stepped",
+            interface: str | None = None, link: str | None = None, traj: str | None = None,
+            gcode: str | None = None) -> dict:
+    """The demo of ``machine`` (default: the Orthoglide of that bus), or the trajectory ``traj``
+    or G-code program ``gcode``, over ``bus`` ("can" or "serial") for ``duration`` s (default:
+    5 s for the demo, the trajectory's own length otherwise) with an optional injected
+    ``fault``; the ``HilResult`` (hil/result.py). ``interface``: CAN only; ``link``: serial
+    only. A trajectory's run also reports the largest commanded force per actuator
+    (``peak_force``, from the run's log) against the controller's ``tau_max``."""
+    _check(bus, fault, duration, interface, link, traj, gcode)
+    planned = traj is not None or gcode is not None
+    if duration is None and not planned:
+        duration = DEMO_SECONDS
+    kw = dict(fault=fault, duration=duration, rate_hz=rate_hz, reference=reference_of(traj, gcode), timing=timing)
+    with tempfile.TemporaryDirectory(prefix="pkrt-hil-") as tmp:
+        if log_path or planned:
+            kw["log_path"] = log_path or os.path.join(tmp, "hil.pktlog")
+        if bus == "can":
+            from pkrt.hil.can_hil import run_can_hil
+
+            r = run_can_hil(machine or DEFAULT_MACHINE[bus], interface=interface or "unix_pair", **kw)
+        else:
+            from pkrt.hil.serial_hil import run_serial_hil
+
+            r = run_serial_hil(machine or DEFAULT_MACHINE[bus], link=link or "tcp", **kw)
+        if planned and not r.get("log_error"):
+            r["peak_force"] = _peak_force(kw["log_path"])
+    return r
+
+
+def _peak_force(log_path: str) -> list[float]:
+    """The largest |commanded force| per actuator over the run's cycles (N or N m)."""
+    from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.logstats import columns
+
+    tau = columns(read_log(log_path).channels["tau"])
+    tau = tau[np.all(np.isfinite(tau), axis=1)]
+    return np.abs(tau).max(axis=0).tolist() if len(tau) else []
 
 
 SERVE_BUSES = ("can", "serial")
@@ -61,10 +119,6 @@ def served_hil_drives(config, bus: str, theta0):
     own (as ``pkrt hil`` does) with stepped timing (hil/timing.py): the emulated plant at rest
     at ``theta0`` advances one period per cycle, so a host pause delays the served machine
     (its pacing ``delay``) without breaking it. Returns (drives, emulator process)."""
-    import os
-
-    import numpy as np
-
     if bus == "can":
         from pkrt.hil import can_hil as ch
 

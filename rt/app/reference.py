@@ -105,9 +105,12 @@ def exact_model(config: MachineConfig, plan: Planned, lockstep: bool, samples: i
 # -- time-optimal planning (pkrt plan, pkrt run --gcode) -----------------------------------------
 
 def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: str | None = None,
-                 margin: float = 0.1, grid_points: int = 200, smooth: float = 0.002):
+                 margin: float = 0.1, grid_points: int = 200, smooth: float = 0.002, closed_form: bool = True,
+                 held_acc: bool = True):
     """The machine's time-optimal planner: limits from [limits] and [controller] (tau_max, the
-    friction feed-forward), forces from the controller's tree or the exact model."""
+    friction feed-forward), forces from the controller's tree or the exact model; task paths
+    through the closed-form inverse kinematics where the machine has one (``closed_form``);
+    accelerations as each period's mean (``held_acc``, ``PathPlanner.sample``)."""
     from pkrt.models.taskspace import TaskKinematics
     from pkrt.models.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
 
@@ -118,7 +121,8 @@ def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: 
     dyn = ExactDynamics(mech) if model == "exact" else TreeDynamics(load_controller_tree(config))
     kin = TaskKinematics(mech) if mech.description.tool is not None else None
     return PathPlanner(mech, dyn, PlanLimits.from_config(config, margin), config.rate_hz, kin=kin,
-                       grid_points=grid_points, smooth=smooth)
+                       grid_points=grid_points, smooth=smooth, closed_form=closed_form,
+                       held_acc=held_acc)
 
 
 def home_tool(planner) -> np.ndarray:

@@ -1,13 +1,16 @@
 """Benchmark ``plan``: time-optimal planning (``pkrt.models.topp``, ``pkrt plan``).
 
 - Delta, Adept cycle (25 / 305 / 25 mm, corners blended within 10 mm): the minimum cycle time
-  under 20 N m and the velocity and acceleration limits with margins of 10 and 15 %, against
-  the hand-timed 0.5 s; each run in lockstep on the simulated plant: the largest commanded
+  under 20 N m and the velocity and acceleration limits with margins of 5, 10, 15 and 20 %,
+  against the hand-timed 0.5 s, with the planned accelerations as each period's mean (the
+  default) and as instantaneous values (before), and the hand-timed cycle with both; each run in lockstep on the simulated plant,
+  and the hand-timed and 10 % cycles over CAN HIL (1 kHz, stepped): the largest commanded
   torque over every cycle, saturated cycles, tracking error (max, RMS) and its ratio to the
   hand-timed cycle's.
-- Planning cost of a 200-point path on each shipped simulated machine (median of 3, IK
-  included): the grid (inverse kinematics, exact rates, dynamics) and the timing (LPs, loop-rate
-  sampling and checks) separately.
+- Planning cost of a 200-point path on each shipped simulated machine (median of 5, IK
+  included), with the closed-form inverse kinematics (``models/legik.py``) and with Newton on
+  the constraints (before): the grid (inverse kinematics, exact rates, dynamics) and the timing
+  (LPs, loop-rate sampling and checks) separately.
 - Orthoglide, the example program ``orthoglide-demo.ngc`` end to end in lockstep: the largest
   distance of the planned tool path from the programmed path (G64 P0.5 mm), the feed reached per
   line, the run's tracking; two programs refused before motion (outside the workspace, too much
@@ -29,6 +32,7 @@ from pkrt.models.taskspace import adept_cycle
 from pkrt.rt.app.reference import home_tool, machine_mechanism, path_planner, plan_adept, plan_gcode
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.logfile import read_log
 from pkrt.rt.runtime.logstats import columns
 from pkrt.rt.runtime.run import load_controller_tree, run_session
@@ -46,7 +50,24 @@ def _lockstep(config, plan, tree) -> dict:
             "max_abs_torque": float(np.abs(tau).max()), "max_error": r["max_error"], "rms_error": r["rms_error"]}
 
 
-def adept_figures(margins=(0.1, 0.15)) -> dict:
+def _hil(plan) -> dict:
+    """``plan`` over CAN (CiA 402 driver, emulator process, unix_pair) at 1 kHz, stepped timing;
+    the largest commanded torque from the run's log."""
+    from pkrt.hil.can_hil import run_can_hil
+
+    with tempfile.TemporaryDirectory() as d:
+        log = str(Path(d) / "hil.pktlog")
+        r = run_can_hil("delta-can", duration=None, reference=lambda config: plan, log_path=log)
+        tau = columns(read_log(log).channels["tau"])
+    return {"duration_s": plan.duration, "fault": r["fault"], "saturated_cycles": r["saturated_cycles"],
+            "max_abs_torque": float(np.abs(tau[np.all(np.isfinite(tau), axis=1)]).max()),
+            "max_error": r["max_error"], "rms_error": r["rms_error"], "overruns": r["overruns"]}
+
+
+def adept_figures(margins=(0.05, 0.1, 0.15, 0.2), hil: bool = True) -> dict:
+    """The hand-timed cycle and the time-optimal one per margin, each with the accelerations as
+    each period's mean (``held_acc``, the planner's default) and as instantaneous values at the
+    samples (before); in lockstep, and over CAN HIL for the default margin (10 %)."""
     config = load_machine("delta")
     mech = machine_mechanism(config)
     tree = load_controller_tree(config)
@@ -57,16 +78,35 @@ def adept_figures(margins=(0.1, 0.15)) -> dict:
                                                  config.demo.direction))
     base = _lockstep(config, hand, tree)
     out = {"torque_limit": float(config.controller.tau_max.max()), "hand_timed": base}
+    held = hand.acc.copy()
+    held[:-1] = np.diff(hand.vel, axis=0) * config.rate_hz  # the same convention as the planner's
+    out["hand_timed_period_mean_acc"] = _lockstep(config, Planned(hand.rate_hz, hand.pos, hand.vel, held), tree)
+    plan_adept(path_planner(config, mech), config.demo, tolerance=0.01)  # compile and load the kernels
+    keep = {}
     for margin in margins:
-        planner = path_planner(config, mech, margin=margin)
-        t0 = time.perf_counter()
-        optimal, rep = plan_adept(planner, config.demo, tolerance=0.01)
-        cost = time.perf_counter() - t0
-        run = _lockstep(config, optimal, tree)
-        out[f"time_optimal_margin{margin:g}"] = {
-            **run, "planning_ms": cost * 1e3, "peak_planned_torque": rep["peak_force"],
-            "tracking_ratio_max": run["max_error"] / base["max_error"],
-            "tracking_ratio_rms": run["rms_error"] / base["rms_error"]}
+        for held in (True, False):
+            planner = path_planner(config, mech, margin=margin, held_acc=held)
+            t0 = time.perf_counter()
+            optimal, rep = plan_adept(planner, config.demo, tolerance=0.01)
+            cost = time.perf_counter() - t0
+            run = _lockstep(config, optimal, tree)
+            key = f"time_optimal_margin{margin:g}" + ("" if held else "_instantaneous_acc")
+            out[key] = {**run, "planning_ms": cost * 1e3, "peak_planned_torque": rep["peak_force"],
+                        "tracking_ratio_max": run["max_error"] / base["max_error"],
+                        "tracking_ratio_rms": run["rms_error"] / base["rms_error"]}
+            if held:  # against the hand-timed cycle given the same period-mean accelerations
+                same = out["hand_timed_period_mean_acc"]
+                out[key]["tracking_ratio_max_same_acc"] = run["max_error"] / same["max_error"]
+                out[key]["tracking_ratio_rms_same_acc"] = run["rms_error"] / same["rms_error"]
+            keep[key] = optimal
+    if hil:
+        h_base = _hil(hand)
+        out["hil_hand_timed"] = h_base
+        for key in ("time_optimal_margin0.1", "time_optimal_margin0.1_instantaneous_acc"):
+            if key in keep:
+                r = _hil(keep[key])
+                out[f"hil_{key}"] = {**r, "tracking_ratio_max": r["max_error"] / h_base["max_error"],
+                                     "tracking_ratio_rms": r["rms_error"] / h_base["rms_error"]}
     return out
 
 
@@ -85,23 +125,36 @@ def _path_for(name: str, planner) -> Motion:
     return Motion([Line.between(home, end)])
 
 
-def cost_figures(repeats: int = 3) -> dict:
+def _cost(planner, motion, repeats: int) -> dict:
+    planner.plan_motion(motion)  # compile and load the kernels, find the closed form
+    rows = []
+    for _ in range(repeats):
+        planner.kin.start_at(motion.segments[0].start())
+        t0 = time.perf_counter()
+        plan, rep = planner.plan_motion(motion)
+        total = time.perf_counter() - t0
+        rows.append((total, rep["grid_s"], rep["timing_s"], rep["grid_points"]))
+    total, grid, timing, points = (float(np.median([r[i] for r in rows])) for i in range(4))
+    return {"grid_points": int(points), "total_ms": total * 1e3, "grid_ik_dynamics_ms": grid * 1e3,
+            "timing_ms": (total - grid) * 1e3, "duration_s": plan.duration}
+
+
+def cost_figures(repeats: int = 5) -> dict:
+    """Per machine, the same path planned with the closed-form inverse kinematics
+    (``models/legik.py``, "closed_form") and with Newton on the model's constraints ("newton",
+    the reference), medians of ``repeats``; "ik" names the one the planner uses by default."""
     out = {}
     for name in MACHINES:
         config = load_machine(name)
-        planner = path_planner(config, grid_points=200)
-        motion = _path_for(name, planner)
-        planner.plan_motion(motion)  # compile and load the kernels
-        rows = []
-        for _ in range(repeats):
-            planner.kin.start_at(motion.segments[0].start())
-            t0 = time.perf_counter()
-            plan, rep = planner.plan_motion(motion)
-            total = time.perf_counter() - t0
-            rows.append((total, rep["grid_s"], rep["timing_s"], rep["grid_points"]))
-        total, grid, timing, points = (float(np.median([r[i] for r in rows])) for i in range(4))
-        out[name] = {"grid_points": int(points), "total_ms": total * 1e3, "grid_ik_dynamics_ms": grid * 1e3,
-                     "timing_ms": (total - grid) * 1e3, "duration_s": plan.duration}
+        row = {}
+        for closed in (True, False):
+            planner = path_planner(config, grid_points=200, closed_form=closed)
+            motion = _path_for(name, planner)
+            row["closed_form" if closed else "newton"] = _cost(planner, motion, repeats)
+            if closed:
+                row["ik"] = "closed form" if planner.legs is not None else "newton"
+        row["speedup"] = row["newton"]["total_ms"] / row["closed_form"]["total_ms"]
+        out[name] = row
     return out
 
 

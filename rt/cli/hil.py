@@ -1,4 +1,5 @@
-"""CLI verb ``pkrt hil``: the Orthoglide demo in real time through a real driver, a bus and a
+"""CLI verb ``pkrt hil``: the machine's demo (default: the Orthoglide's), a planned trajectory
+(``--traj``) or a G-code program (``--gcode``) in real time through a real driver, a bus and a
 drive emulator backed by the simulated plant, optionally with an injected fault.
 
 Exit 0 when the run completes, or when an injected fault is detected within 3 cycles of its
@@ -34,7 +35,13 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
                    help="stepped (default): the emulated plant advances one period per cycle and a host pause "
                         "delays the run without breaking it (any host, virtual machines too); wallclock: periods "
                         "skipped after overruns and strict wall-clock windows (real-time hosts)")
-    p.add_argument("--duration", type=positive_number, default=5.0, help="run time in s (default: %(default)s)")
+    p.add_argument("--traj", metavar="FILE.csv",
+                   help="run this trajectory instead of the [demo]: t and one column per actuator (as pkrt plan -o "
+                        "writes), or the tool's task coordinates, planned as pkrt run --traj plans them")
+    p.add_argument("--gcode", metavar="FILE", help="run this G-code program instead of the [demo], checked whole and "
+                                                   "timed in minimum time (as pkrt run --gcode)")
+    p.add_argument("--duration", type=positive_number,
+                   help="run time in s (default: 5 for the demo; a trajectory's own length; longer holds its end)")
     p.add_argument("--machine", help="machine configuration (default: orthoglide-can or orthoglide-serial)")
     p.add_argument("--rate", type=positive_number, help="loop rate in Hz (default: the configuration's)")
     p.add_argument("--log", help="run log file")
@@ -46,7 +53,8 @@ def run_hil(args) -> int:
     from pkrt.rt.app.hil import run_hil as run
 
     r: HilResult = run(args.bus, machine=args.machine, fault=args.fault, duration=args.duration, rate_hz=args.rate,
-                       log_path=args.log, timing=args.timing, interface=args.interface, link=args.link)
+                       log_path=args.log, timing=args.timing, interface=args.interface, link=args.link,
+                       traj=args.traj, gcode=args.gcode)
     v = hil_verdict(r, args.fault)
     r["verdict"] = {"ok": v.ok, "kind": v.kind, "reason": v.reason}
     emit(r, args.json, _text(r, args.bus))
@@ -65,6 +73,9 @@ def _text(r: HilResult, bus: str) -> str:
     text = (f"HIL over {bus} at {r.get('rate_hz')} Hz ({r.get('timing')} timing): {r.get('cycles')} cycles, "
             f"overruns {r.get('overruns')}"
             + (f", tracking error RMS {rms * 1e3:.4f} {u}, max {mx * 1e3:.4f} {u}" if rms is not None else ""))
+    if r.get("peak_force") is not None:
+        text += (f"\n  trajectory {r.get('trajectory')}: peak commanded force "
+                 + ", ".join(f"{f:.3g}" for f in r["peak_force"]) + f"; saturated cycles {r.get('saturated_cycles')}")
     if hd.get("count"):
         text += f"\n  host delays: {hd['count']}, longest {hd['longest_ms']:.1f} ms at cycle {hd['longest_cycle']}"
     if (r.get("drives") or {}).get("drive_watchdog"):
