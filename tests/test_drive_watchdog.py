@@ -31,7 +31,7 @@ from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.bench.bench_safestop import kill_run, machine_copy
 from tests.test_dynamixel import ThreadEmulator
 
-from .realtime import repeat, timing_fault
+from .realtime import RUN_PRIORITY, drive_anomalies, judge
 from .waiting import wait_for
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
@@ -267,7 +267,7 @@ def test_lost_heartbeat_stops_the_drives_per_abort_connection_option(can_config,
     assert all(e["silent_s"] >= 0.040 for e in ev)
 
 
-def test_bus_off_uses_the_configured_abort_connection_option(can_config, plant):
+def test_bus_off_uses_the_configured_abort_connection_option(can_config, plant, host_probe):
     def attempt():
         drives, em, ch = can_pair(can_config, plant, abort_connection="fault")
         em.fault, em.inject_cycle = "bus-off", 5
@@ -277,13 +277,16 @@ def test_bus_off_uses_the_configured_abort_connection_option(can_config, plant):
             drives.enable()
             with pytest.raises(DriveError) as e:
                 run_cycles(drives, 20)
+            detected = drives.cycle
+            if "bus-off" in str(e.value):
+                wait_for(lambda: [s.name for s in em.state] == ["FAULT"] * 3, 1.0, "every drive in Fault (0x6007 = 1)")
         finally:
             drives.close()
             em.stop()
-        return str(e.value), em
+        return str(e.value), em, drive_anomalies(drives, "bus-off", "bus-off", em.injected_cycle, detected)
 
-    # a stall of this loaded machine can time a TPDO out before the bus-off: repeated
-    reason, em = repeat(attempt, lambda r: timing_fault(r[0], "bus-off"))
+    # a fault before the bus-off (a TPDO timeout) is judged by the host-pause probe at its time
+    reason, em, _ = judge(attempt, host_probe, find=lambda r: r[2], priority=RUN_PRIORITY)
     assert "bus-off" in reason, reason
     assert [s.name for s in em.state] == ["FAULT"] * 3
 

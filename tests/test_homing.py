@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import itertools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.rt.runtime.config import load_machine
 
-from .realtime import repeat
+from .realtime import RUN_PRIORITY, emulator_trips, judge
 
 RATE = 100.0
 THETA0 = np.array([-0.1, -0.12, -0.08])
@@ -55,13 +56,14 @@ def pair(config):
         yield pr
 
 
-# a stall of this loaded machine (the SYNC thread or the master's heartbeat held up) makes the
-# emulated drives leave Operation enabled by their own watchdogs: such a run is repeated
+# what a host pause causes (the SYNC thread or the master's heartbeat held up: the emulated drives
+# leave Operation enabled by their own watchdogs): such a run is judged by the host-pause probe
 STALL = ("left Operation enabled", "not in Operation enabled", "No SDO response")
 
 
-def homing_error(config, match: str, prepare=None, **kw) -> str:
-    """The HomingError message of a homing run (repeated when a stall spoilt it)."""
+def homing_error(config, probe, match: str, prepare=None, **kw) -> str:
+    """The HomingError message of a homing run; one that ends by a stall instead is judged by
+    the host-pause ``probe`` at the time of the drives' own watchdog trips (or of the error)."""
     def run():
         with make_pair(config) as (drives, em, plant):
             if prepare is not None:
@@ -69,9 +71,13 @@ def homing_error(config, match: str, prepare=None, **kw) -> str:
             try:
                 home(drives, **kw)
             except HomingError as e:
-                return str(e)
-            return "no error"
-    return repeat(run, lambda msg: match not in msg and any(t in msg for t in STALL))
+                msg, at = str(e), time.monotonic()
+            else:
+                return "no error", []
+            if match in msg or not any(t in msg for t in STALL):
+                return msg, []
+            return msg, emulator_trips(em) or [(at, msg)]
+    return judge(run, probe, find=lambda r: r[1], priority=RUN_PRIORITY)[0]
 
 
 def counts(drives, x):
@@ -110,31 +116,31 @@ def test_home_by_a_limit_switch_search_with_the_0x6099_speeds(pair):
 
 
 @pytest.mark.realtime
-def test_halt_ends_homing_with_an_error(config):
+def test_halt_ends_homing_with_an_error(config, host_probe):
     halt = threading.Event()
 
     def prepare(em):
         halt.clear()
         threading.Timer(0.2, halt.set).start()
     slow = (int(0.001 * 1e6), 1)  # 1 mm/s at the Orthoglide's 1e6 increments per m
-    msg = homing_error(config, "halted", prepare, method=18, offset_counts=0, speeds_counts=slow, accel_counts=0,
-                       timeout=30.0, halt=halt)
+    msg = homing_error(config, host_probe, "halted", prepare, method=18, offset_counts=0, speeds_counts=slow,
+                       accel_counts=0, timeout=30.0, halt=halt)
     assert "halted" in msg, msg
 
 
 @pytest.mark.realtime
-def test_timeout(config):
-    msg = homing_error(config, "homing timeout", method=18, offset_counts=0, speeds_counts=(1000, 1),
+def test_timeout(config, host_probe):
+    msg = homing_error(config, host_probe, "homing timeout", method=18, offset_counts=0, speeds_counts=(1000, 1),
                        accel_counts=0, timeout=0.3)
     assert "homing timeout" in msg, msg
 
 
 @pytest.mark.realtime
-def test_the_homing_error_bit(config):
+def test_the_homing_error_bit(config, host_probe):
     def prepare(em):
         em.homing.switch_at = em.homing.switch_at + 10.0  # no switch within the range
-    msg = homing_error(config, "homing error", prepare, method=18, offset_counts=0, speeds_counts=(500000, 1),
-                       accel_counts=0, timeout=30.0)
+    msg = homing_error(config, host_probe, "homing error", prepare, method=18, offset_counts=0,
+                       speeds_counts=(500000, 1), accel_counts=0, timeout=30.0)
     assert "homing error" in msg, msg
 
 
