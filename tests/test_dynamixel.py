@@ -388,7 +388,9 @@ def test_servo_status_error_is_reported(drives):
 
 
 @pytest.mark.realtime
-def test_retries_recover_lost_and_corrupted_answers(emulator, config, host_probe):
+def test_retries_recover_lost_and_corrupted_answers(tcp_emulator, config, host_probe):
+    emulator = tcp_emulator  # pkrt hil's link: a pty waits for the kernel's normal-priority workers
+
     def attempt(kind):
         emulator.emu.arm(kind, 0, config.rate_hz)
         emulator.emu.fault_period = 2  # every second status packet of servo 2
@@ -441,7 +443,8 @@ def test_non_finite_torque_command_faults_with_torque_off(drives, emulator):
 
 @pytest.mark.realtime
 @pytest.mark.parametrize("kind", FAULT_KINDS)
-def test_each_fault_is_detected_with_torque_off_within_3_cycles(kind, emulator, config, host_probe):
+def test_each_fault_is_detected_with_torque_off_within_3_cycles(kind, tcp_emulator, config, host_probe):
+    emulator = tcp_emulator  # pkrt hil's link: a pty waits for the kernel's normal-priority workers
     inject = 5
 
     def attempt():
