@@ -11,6 +11,7 @@ reason disables the drives.
 from __future__ import annotations
 
 import enum
+import time
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class Drives:
         self.n_axes = n_axes
         self.state = DriveState.UNCONFIGURED
         self.fault_reason: str | None = None
+        self.fault_time: float | None = None  # time.monotonic() of the first fault (the host-pause probe's clock)
         self.feedback = Feedback(n_axes)
         self.torque_on = False  # True while torque commands reach the actuators
 
@@ -102,7 +104,7 @@ class Drives:
     def fault(self, reason: str) -> None:
         """Record a fault (first reason wins) and take torque off."""
         if self.fault_reason is None:
-            self.fault_reason = reason
+            self.fault_reason, self.fault_time = reason, time.monotonic()
         self.disable()
         self.state = DriveState.FAULTED
 

@@ -256,6 +256,7 @@ class DynamixelEmulator:
         self.torque_off_at: float | None = None  # time.monotonic() from which no servo applied torque
         self._status_count = 0
         self.counts = dict(instructions=0, answers=0, dropped=0, corrupted=0, delayed=0, suppressed=0)
+        self.spoilt_at: list[float] = []  # time.monotonic() of each status packet dropped or corrupted (first 1000)
         self._update_present()
         self._activate()  # a fault armed for cycle 0 is there from the start
 
@@ -409,6 +410,8 @@ class DynamixelEmulator:
             if self.fault_servo in ids and self.fault in ("drop", "corrupt"):
                 self._status_count += 1
                 if self._status_count % self.fault_period == 0:
+                    if len(self.spoilt_at) < 1000:
+                        self.spoilt_at.append(now)
                     if self.fault == "drop":
                         self.counts["dropped"] += 1
                         return

@@ -3,18 +3,24 @@ host-pause probe (``pkrt.rt.core.hostprobe``, the session fixture ``host_probe``
 saw the host pause at the moment the run went wrong.
 
 Every run records the wall times of its anomalies on ``time.monotonic()`` (the probe's clock):
-the summary's ``fault_time`` for a fault, the drivers' ``events`` (TPDOs missing or late,
-transaction timeouts, late answers). ``judge`` runs a test's run and lists its anomalies
-(``anomalies``); none: the run is judged by the test. Each one the probe explains (a pause of
+the summary's ``fault_time`` for a fault, the drivers' ``fault_time`` and ``events`` (TPDOs
+missing or late, transaction timeouts, late answers), the CiA 402 emulator's own watchdog trips
+(``emulator_trips``), the servo emulator's spoilt packets (``spoilt_at``, for ``unmatched``).
+``judge`` runs a test's run and lists its anomalies (``anomalies``, ``drive_anomalies`` or the
+test's own ``find``); none: the run is judged by the test's assertions. Each one the probe explains (a pause of
 at least ``MIN_MS`` from ``BEFORE`` s before to ``AFTER`` s after it): the run is repeated
 (at most ``ATTEMPTS`` runs), with a warning that says what the probe saw; every run spoilt so:
 the test is skipped with what the probe saw. One anomaly the probe does not explain: the test
 FAILS with it -- a timeout, a late frame or a drive fault that no host pause explains is a
-defect (of pkrt, the emulator or a tolerance), not a loaded machine.
+defect (of pkrt, the emulator or a tolerance), not a loaded machine. A unit test's run of a
+driver against an emulator thread runs at SCHED_FIFO (``judge(..., priority=RUN_PRIORITY)``,
+``realtime_threads``) as pkrt's loop does, so that the load of other processes cannot delay it.
+There is no other way to repeat a run: no counter of the run's own says "the machine was slow".
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -26,6 +32,7 @@ T = TypeVar("T")
 ATTEMPTS = 3
 BEFORE, AFTER = 0.03, 0.005  # s around an anomaly in which a host pause explains it
 MIN_MS = 1.0  # ms, the shortest wake-up lateness of the probe that counts as a host pause
+RUN_PRIORITY = 50  # SCHED_FIFO of a unit test's run (realtime_threads): under pkrt's loop (80), the probe (90)
 # setup transactions (SDO, Dynamixel reads) that a host pause can time out before the loop starts
 SETUP_TIMEOUTS = ("No SDO response", "no valid answer to", "Write timeout")
 
@@ -51,12 +58,14 @@ def anomalies(r: dict, expected: str | None = None) -> list[tuple[float, str]]:
 
 
 def judge(run: Callable[[], T], probe, expected: str | None = None,
-          find: Callable[[T], list[tuple[float, str]]] | None = None, attempts: int = ATTEMPTS) -> T:
+          find: Callable[[T], list[tuple[float, str]]] | None = None, attempts: int = ATTEMPTS,
+          priority: int | None = None) -> T:
     """``run()`` until a run without anomalies (``find``, default ``anomalies(r, expected)``)
     and return it; repeat only runs whose every anomaly ``probe`` explains (at most
     ``attempts``), skip when all were; fail on an anomaly the probe does not explain. A
     ``DriveError`` from a setup transaction that timed out is an anomaly at the time it was
-    caught."""
+    caught. ``priority``: each run with this process' threads at SCHED_FIFO ``priority``
+    (``realtime_threads``; None: as they are, e.g. a run of pkrt's loop that sets its own)."""
     import pytest
 
     from pkrt.drivers.base import DriveError
@@ -65,7 +74,8 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
     seen: list[str] = []
     for i in range(attempts):
         try:
-            r = run()
+            with realtime_threads(priority) if priority else contextlib.nullcontext():
+                r = run()
             found = find(r)
         except DriveError as e:
             if not any(t in str(e) for t in SETUP_TIMEOUTS):
@@ -89,16 +99,6 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
     pytest.skip(f"the host paused during each of {attempts} runs: " + " | ".join(seen))
 
 
-# -- legacy: stall heuristics from the run's own counters, for the unit tests of the drivers and
-# the runtime that are not yet judged by the probe (test_cia402, test_drive_watchdog,
-# test_dynamixel, test_outputs, test_replay, test_stop_signals, test_hil_sigterm). New real-time
-# tests use ``judge``.
-# faults a stall can cause by itself: feedback late or missing, a drive's own watchdog
-TIMING_FAULTS = ("TPDO timeout", "EMCY 0x8130", "stale feedback", "no valid feedback", "answers arriving late",
-                 "this process stalled")
-
-
-
 REALTIME_HOST = os.environ.get("PKRT_REALTIME_HOST") == "1"  # a host that holds wall-clock tolerances
 
 
@@ -118,57 +118,71 @@ def judge_wallclock(run: Callable[[], T], probe, **kw) -> T:
             raise
         pytest.xfail(f"strict wall-clock tolerances on a host that is not real-time: {str(e)[:300]}")
 
-def timing_fault(fault: str | None, expected: str | None = None) -> bool:
-    """A fault a stall can cause that is not the ``expected`` (injected) one."""
-    return bool(fault) and (expected is None or expected not in fault) and any(t in fault for t in TIMING_FAULTS)
 
-
-def hil_stalled(r: dict, expected: str | None = None) -> bool:
-    """A HIL result (hil/result.py) that a stall disturbed: overruns, periods the emulator
-    skipped or writes it saw over a period late, an emulator held over a period, frames or
-    answers late or missing (a timeout), or a timing fault other than the ``expected`` one."""
-    emu, drv = r.get("emulator") or {}, r.get("driver") or {}
-    return (r.get("overruns", 0) > 0 or emu.get("skipped_periods", 0) > 0 or bool(emu.get("skips"))
-            or (emu.get("stalls") or 0) > 0
-            or emu.get("late_writes", 0) > 0 or drv.get("late_frames", 0) > 0 or drv.get("late_answers", 0) > 0
-            or drv.get("timeouts", 0) > 0 or timing_fault(r.get("fault"), expected))
-
-
-def fault_preempted(r: dict, expected: str) -> bool:
-    """A fault-injection run that a stall stopped first: a timing fault other than the
-    ``expected`` one, or any fault before the injection."""
-    fault, inj, at = r.get("fault"), r.get("injected_cycle"), r.get("fault_cycle")
-    return bool(fault) and (timing_fault(fault, expected) or inj is None or (at is not None and at < inj))
-
-
-
-
-def repeat(run: Callable[[], T], stalled: Callable[[T], bool], attempts: int = 5,
-           skip: bool = True) -> T:
-    """``run()`` until a run without a stall (at most ``attempts``). When every run was spoilt by
-    a stall the machine is too loaded to judge: the test is skipped with the last run's evidence
-    (``skip``), or the last run is returned (the test's assertions then say what happened). A
-    ``DriveError`` from a setup transaction that timed out is a stall too; on the last attempt
-    it is raised."""
-    import pytest
-
-    from pkrt.drivers.base import DriveError
-
-    for i in range(attempts):
+@contextlib.contextmanager
+def realtime_threads(priority: int = RUN_PRIORITY):
+    """Every thread of this process -- the test's, its emulator threads, python-can's -- at
+    SCHED_FIFO ``priority`` while the block runs, as pkrt's loop and the HIL emulators run
+    (threads started meanwhile inherit it), when permitted (root or CAP_SYS_NICE; else as they
+    are). The load of other processes then cannot delay a run's threads: only the host can,
+    and the host-pause probe (above them, ``hostprobe.PRIORITY``) sees that. Threads already
+    real-time (a driver's heartbeat) are left alone; every thread at ``priority`` goes back to
+    normal scheduling after the block."""
+    tasks = f"/proc/{os.getpid()}/task"
+    raised = False
+    for tid in map(int, os.listdir(tasks)):
         try:
-            r = run()
-        except DriveError as e:
-            if i + 1 < attempts and any(t in str(e) for t in SETUP_TIMEOUTS):
+            if os.sched_getscheduler(tid) == os.SCHED_OTHER:
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+                raised = True
+        except (PermissionError, ProcessLookupError):  # not permitted, or the thread ended
+            continue
+    try:
+        yield
+    finally:
+        for tid in map(int, os.listdir(tasks)) if raised else ():
+            try:
+                if os.sched_getscheduler(tid) == os.SCHED_FIFO and os.sched_getparam(tid).sched_priority == priority:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except (PermissionError, ProcessLookupError):
                 continue
-            raise
-        if not stalled(r):
-            return r
-    if skip:
-        evidence = ({k: r.get(k) for k in ("fault", "overruns", "injected_cycle") if k in r}
-                    if isinstance(r, dict) else r)
-        pytest.skip(f"machine too loaded for a real-time run: a stall in each of {attempts} runs "
-                    f"(last: {str(evidence)[:200]})")
-    return r
+
+
+def drive_anomalies(drives, expected: str | None = None, injected: str | None = None,
+                    injected_cycle: int | None = None, fault_cycle: int | None = None) -> list[tuple[float, str]]:
+    """``anomalies`` of a run of ``drives`` (a driver of drivers/: its ``fault_reason`` at its
+    ``fault_time``, its ``events``) that was run by a test, not by ``run_session``: the fault
+    kind ``injected`` at loop cycle ``injected_cycle`` (None: not reached) and the cycle at which
+    the driver faulted (``fault_cycle``)."""
+    return anomalies({"fault": drives.fault_reason, "fault_time": drives.fault_time,
+                      "driver": {"events": list(drives.events)}, "injected_fault": injected,
+                      "injected_cycle": injected_cycle, "fault_cycle": fault_cycle}, expected)
+
+
+def emulator_trips(em) -> list[tuple[float, str]]:
+    """The CiA 402 emulator's (hil/cia402_emulator.py) own watchdogs that tripped -- SYNC loss
+    and heartbeat consumer events -- as (time.monotonic() of the trip, what): a drive that
+    leaves Operation enabled by them saw its master silent, the symptom of a host pause."""
+    out = [(e["at"], f"node {e['node']}: no SYNC for {e['silent_s'] * 1e3:.1f} ms (SYNC watchdog)")
+           for e in em.sync_events]
+    out += [(e["at"], f"node {e['node']}: no heartbeat of node {e['producer']} for {e['silent_s'] * 1e3:.1f} ms")
+            for e in em.heartbeat_events]
+    return sorted(out)
+
+
+def unmatched(events: list[tuple[float, str]], causes: list[float], window: float) -> list[tuple[float, str]]:
+    """The ``events`` (time.monotonic(), what) that no injected cause explains: each cause (its
+    time.monotonic()) explains one event from its time to ``window`` s after it, earliest first
+    (e.g. a read timeout per status packet an emulator dropped)."""
+    free = sorted(causes)
+    out = []
+    for t, what in sorted(events):
+        i = next((j for j, c in enumerate(free) if c <= t <= c + window), None)
+        if i is None:
+            out.append((t, what))
+        else:
+            free = free[i + 1:]  # causes are used in order: an earlier one can no longer match
+    return out
 
 
 class HostPauses:

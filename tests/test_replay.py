@@ -12,7 +12,7 @@ import pytest
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.logfile import read_log
 
-from .realtime import repeat
+from .realtime import judge
 
 MACHINE = """\
 [machine]
@@ -257,37 +257,56 @@ def test_compare_aligns_rows_by_loop_time(tmp_path):
     assert d["axes"]["a"]["pos_max"] == 0.0 and d["axes"]["a"]["tau_max"] == 0.5
 
 
-@pytest.mark.realtime
+class LateClock:
+    """The loop's clock for a run whose late cycles are known: time stands at each deadline
+    (as in lockstep) except that ``late(s)``, called in a cycle, makes that cycle end ``s``
+    seconds later; the loop (paced ``skip``) then skips the periods it overran, as after a
+    host pause, on any host, every time."""
+
+    lockstep = False  # the loop's real-time path: next_cycle skips periods
+
+    def __init__(self):
+        self.t = self.t0 = 0.0  # loop time (s); t0 is set by the loop and not used
+
+    def now(self) -> float:
+        return self.t
+
+    def wait_until(self, t: float) -> float:
+        late, self.t = max(0.0, self.t - t), max(self.t, t)
+        return late
+
+    def late(self, s: float) -> None:
+        self.t += s
+
+
 def test_replay_of_a_log_with_skipped_periods_stays_aligned(fourbar, tmp_path, capsys):
     """A real-time run that overran skips periods: its rows have gaps in loop time. The replay
-    must rebuild the reference in loop time (not play the rows back to back)."""
-    import time
-
+    must rebuild the reference in loop time (not play the rows back to back). The run's five
+    late cycles (3.5 ms at cycles 200, 600, ..., periods k+1..k+3 skipped) are made on the
+    loop's clock (``LateClock``), not hoped for from the host: the log has exactly these gaps."""
     from pkrt.drivers import open_drives
     from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.run import Session, StopSignals
 
     config = load_machine(str(fourbar["machine"]))
     log = tmp_path / "gaps.pkl"
-
-    stalls = []
+    clock = LateClock()
+    stalls = [200, 600, 1000, 1400, 1800]
 
     def stall(k, t):
-        if k % 400 == 200:
-            stalls.append(k)
-            time.sleep(0.0035)  # three periods late, now and then (not enough for the watchdog)
+        if k in stalls:
+            clock.late(0.0035)  # three periods and a half late
 
-    def run():
-        stalls.clear()
-        if log.exists():
-            log.unlink()
-        return run_session(config, open_drives(config), trajectory=str(fourbar["traj"]), log_path=str(log),
-                           on_cycle=stall, realtime=False, pacing="skip")  # periods skipped (the sim delays by default)
-
-    # a loaded machine adds late cycles of its own (more overruns than the stalls made here, up to
-    # the watchdog): such a run is repeated (tests/realtime.py)
-    r = repeat(run, lambda r: r["fault"] is not None or r["overruns"] > len(stalls))
-    assert r["fault"] is None and r["overruns"] >= 3
+    with StopSignals() as stop:
+        session = Session(config, open_drives(config), stop, trajectory=str(fourbar["traj"]), duration=None,
+                          lockstep=False, log_path=str(log), controller=None, telemetry=None, on_cycle=stall,
+                          tree=None, realtime=False, pacing="skip")
+        session.clock = clock
+        r = session.run()
+    assert r["fault"] is None and r["overruns"] == len(stalls) and not r["lockstep"]
+    k = np.rint(read_log(log).channels["t"] * 1000.0).astype(int)  # the loop cycle of each row
+    gaps = np.flatnonzero(np.diff(k) != 1)
+    assert k[gaps].tolist() == stalls and (k[gaps + 1] - k[gaps]).tolist() == [4] * len(stalls)
     assert main(["replay", str(log), "--lockstep", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["reference"]["sample_exact"] is False
@@ -367,7 +386,7 @@ def test_replay_runs_at_the_logged_rate(fourbar, tmp_path, capsys):
 
 
 @pytest.mark.realtime
-def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_path, capsys):
+def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_path, capsys, host_probe):
     """A real-time run with skipped periods that the watchdog stopped mid-motion: the
     reference was rebuilt by a *clamped* spline (zero velocity forced at the end), whose
     acceleration spike made the replay refuse the reference as beyond the limits."""
@@ -378,16 +397,23 @@ def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_pa
     from pkrt.rt.runtime.run import run_session
 
     config = load_machine(str(fourbar["machine"]))
-    drives = open_drives(config)
     log = tmp_path / "wd.pkl"
 
     def stall(k, t):
         if k % 300 == 150 or k >= 1100:
             time.sleep(0.0035)  # now and then, then every cycle: the watchdog stops the run
 
-    r = run_session(config, drives, trajectory=str(fourbar["traj"]), log_path=str(log), on_cycle=stall,
-                    realtime=False, pacing="skip")  # periods skipped, the watchdog on (not the sim's default)
-    assert r["fault"] is not None and "watchdog" in r["fault"] and r["overruns"] >= 8
+    def run():
+        log.unlink(missing_ok=True)
+        return run_session(config, open_drives(config), trajectory=str(fourbar["traj"]), log_path=str(log),
+                           on_cycle=stall, realtime=False, pacing="skip")  # the watchdog on (not the sim's default)
+
+    def found(r) -> list[tuple[float, str]]:  # a watchdog that a loaded host trips earlier is as good
+        ok = r["fault"] is not None and "watchdog" in r["fault"] and r["fault_cycle"] < 1990  # mid-motion
+        return [] if ok else [(r["fault_time"] or time.monotonic(), f"fault at cycle {r['fault_cycle']}: {r['fault']}")]
+
+    r = judge(run, host_probe, find=found)
+    assert r["fault"] is not None and "watchdog" in r["fault"] and r["overruns"] >= 5
     capsys.readouterr()
     assert main(["replay", str(log), "--lockstep", "--json"]) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)

@@ -14,6 +14,7 @@ Both run the Orthoglide demo at 100 Hz (the HIL rate of this shared 2-vCPU machi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -97,6 +98,15 @@ class _Sniffer:
         self.bus.shutdown()
 
 
+class RunEndedEarly(RuntimeError):
+    """``pkrt run`` ended by itself before the kill; ``summary``: its ``--json`` summary (its
+    ``fault`` and ``fault_time`` on time.monotonic()), empty when it printed none."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
 def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cycles: int = 40,
              watch_s: float = 1.0) -> dict:
     """Start the emulated drives (their own process) and ``pkrt run`` against them; once the
@@ -104,9 +114,11 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
     ``watch_s``. ``watchdog_ms``: Bus Watchdog (serial) or consumer time (CAN; heartbeat every
     10 ms, 0 = off); None keeps the machine's default. Returns ``kill_to_off_s`` (None when the
     drives kept torque on), the emulator's reports before and after and, for CAN, the frames
-    seen on the bus (time.monotonic(), COB-ID, data) and the kill time."""
-    from pkrt.hil.can_hil import CanEmulatorProcess, udp_channel
+    seen on the bus (time.monotonic(), COB-ID, data) and the kill time. ``RunEndedEarly`` when
+    the run stopped by itself before the kill."""
+    from pkrt.hil.can_hil import CanEmulatorProcess, emulator_cpu, udp_channel
     from pkrt.hil.serial_hil import EmulatorProcess
+    from pkrt.rt.runtime.config import load_machine
 
     sniffer = None
     if bus == "serial":
@@ -124,20 +136,26 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
         if watchdog_ms is not None:
             drives.update(heartbeat_ms="10" if watchdog_ms else "0", consumer_timeout_ms=str(watchdog_ms or 50))
         path = machine_copy(directory, "orthoglide-can", {"machine": {"rate_hz": "100.0"}, "drives": drives})
-        emu = CanEmulatorProcess(path, 100.0, "udp_multicast", group, {"port": port}, None, THETA0)
+        config = load_machine(path)  # the emulated drives at their [emulator] priority and CPU, as pkrt hil runs them
+        emu = CanEmulatorProcess(path, 100.0, "udp_multicast", group, {"port": port}, None, THETA0,
+                                 config.emulator.priority, emulator_cpu(config.realtime.cpu))
         sniffer = _Sniffer(group, port)
         extra = []
     run = None
     try:
         run = subprocess.Popen([sys.executable, "-m", "pkrt.rt.cli", "run", "--machine", path, "--no-log",
-                                "--duration", "60", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+                                "--duration", "60", "--json", *extra], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120.0
         before = emu.report()
         while not (_cycles(before) >= cycles and _torque_on(before)):
             if run.poll() is not None:
-                raise RuntimeError(f"pkrt run ended (exit {run.returncode}) before the kill: {run.stderr.read()}; "
-                                   f"emulator: {emu.report()}")
+                try:
+                    summary = json.loads(run.stdout.read() or "{}")
+                except ValueError:
+                    summary = {}
+                raise RunEndedEarly(f"pkrt run ended (exit {run.returncode}) before the kill: {run.stderr.read()}; "
+                                    f"emulator: {emu.report()}", summary)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"pkrt run did not get going: {before}")
             time.sleep(0.02)
