@@ -16,6 +16,8 @@ from pkrt.rt.runtime.logfile import read_log
 from tests.orthoglide_oracle import orthoglide_demo
 from tests.test_delta_hexapod import delta_fk
 
+from .plans import demo_reference
+
 
 def _run(capsys, *args) -> dict:
     code = main(["run", "--machine", "delta", "--lockstep", "--json", *args])
@@ -27,10 +29,9 @@ def _run(capsys, *args) -> dict:
 def test_orthoglide_demo_table_is_the_closed_form_demo():
     """The [demo] of orthoglide-sim.toml, planned by the model's inverse kinematics, is the
     demo the closed forms planned (so the Orthoglide's lockstep figures stay)."""
-    from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.runtime.config import load_machine
 
-    plan, oracle = plan_reference(load_machine("orthoglide")), orthoglide_demo(1000.0)
+    plan, oracle = demo_reference(load_machine("orthoglide")), orthoglide_demo(1000.0)
     assert plan.n == oracle.n
     assert np.abs(plan.pos - oracle.pos).max() < 1e-10
     assert np.abs(plan.vel - oracle.vel).max() < 1e-9
@@ -104,14 +105,14 @@ def test_exact_model_refused_when_its_p99_exceeds_the_period():
     import dataclasses
 
     from pkrt.drivers import open_drives
-    from pkrt.rt.app.reference import exact_model, plan_reference
+    from pkrt.rt.app.reference import exact_model
     from pkrt.rt.runtime.config import load_machine
     from pkrt.rt.core.errors import UserError
     from pkrt.rt.core.plan import Planned
     from pkrt.rt.runtime.run import run_session
 
     config = load_machine("delta")
-    plan = plan_reference(config)
+    plan = demo_reference(config)
     fast = dataclasses.replace(config, rate_hz=100000.0)
     short = Planned(100000.0, plan.pos[:400], plan.vel[:400], plan.acc[:400])
     with pytest.raises(UserError, match=r"model = \"exact\": its p99 is .* more than the 10 us loop period"):

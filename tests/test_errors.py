@@ -46,8 +46,9 @@ def test_no_exit_codes_outside_the_cli():
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_an_output_not_written_exits_2(tmp_path, capsys):
-    log = tmp_path / "r.pktlog"
-    assert main(["run", "--lockstep", "--duration", "0.2", "--log", str(log), "--no-rt"]) == 0
+    log, traj = tmp_path / "r.pktlog", tmp_path / "hold.csv"  # a trajectory file: no demo to plan
+    traj.write_text("t,q1,q2,q3\n" + "".join(f"{t},-0.1,-0.1,-0.1\n" for t in (0, 0.1, 0.2)))
+    assert main(["run", "--lockstep", "--traj", str(traj), "--log", str(log), "--no-rt"]) == 0
     capsys.readouterr()
     assert main(["log", "export", str(log), "--csv", "/dev/full"]) == 2  # disk full: OutputError
     err = capsys.readouterr().err.strip().splitlines()

@@ -22,7 +22,10 @@ from hypothesis import strategies as st
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.foxglovelive import FoxgloveLive, parse_address
 from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.run import channel_list
+
+from .plans import demo_reference
 
 SUBPROTOCOL = "foxglove.sdk.v1"
 AXES = ["q1", "q2", "q3"]
@@ -73,14 +76,22 @@ async def subscribe_and_collect(port: int, topics: set[str], connect_within: flo
 
 
 def test_live_view_matches_the_log(tmp_path):
+    """About the first 2 s of the demo (tests/plans.py, every 5 ms in a CSV up to a rest at a
+    corner: the run plans nothing) in real time: about 100 messages per topic at 50 Hz, each
+    matched to the log."""
     port = free_port()
-    log = tmp_path / "live.pkl"
+    log, traj = tmp_path / "live.pkl", tmp_path / "demo.csv"
+    plan = demo_reference(load_machine("orthoglide"))
+    still = np.flatnonzero((np.abs(plan.vel).max(axis=1) < 1e-12) & (np.abs(plan.acc).max(axis=1) < 1e-12))
+    rows = range(0, int(still[still <= 2000][-1]) + 1, 5)
+    traj.write_text("t," + ",".join(AXES) + "\n" + "".join(
+        f"{k / plan.rate_hz!r}," + ",".join(repr(float(x)) for x in plan.pos[k]) + "\n" for k in rows))
     proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.cli", "run", "--no-rt", "--foxglove", f"127.0.0.1:{port}",
-                             "--telemetry-rate", "50", "--log", str(log), "--json"],
+                             "--telemetry-rate", "50", "--traj", str(traj), "--log", str(log), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         got, schemas = asyncio.run(subscribe_and_collect(port, {"/pkrt/measured", "/pkrt/reference"}))
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=600)  # a guard: the child starts slowly on a loaded host
     finally:
         proc.kill()
     assert proc.returncode in (0, 1), err  # 1: a fault on a loaded machine; the stream is what is tested

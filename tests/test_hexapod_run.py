@@ -17,14 +17,16 @@ from pkrt.rt.cli import main
 from pkrt.rt.runtime.config import MACHINES_DIR, load_machine
 from pkrt.rt.runtime.logfile import read_log
 
+from .plans import demo_reference
+
 
 @pytest.fixture(scope="module")
 def hexapod():
-    from pkrt.rt.app.reference import machine_mechanism, plan_reference
+    from pkrt.rt.app.reference import machine_mechanism
 
     config = load_machine("hexapod")
     mech = machine_mechanism(config)
-    return config, mech, plan_reference(config, mech=mech)
+    return config, mech, demo_reference(config, mech)
 
 
 def _run(hexapod, tmp_path, name: str, controller: str = "ct", mass_scale: float = 1.0, model: str = "tree"):

@@ -13,17 +13,19 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from pkrt.drivers.sim import Plant, SimDrives
 from pkrt.hil.can_hil import run_can_hil
 from pkrt.hil.cia402_emulator import FAULT_KINDS
 from pkrt.hil.verdict import hil_verdict
-from pkrt.rt.app.reference import plan_reference
+from pkrt.rt.cli import main
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
 
+from .plans import demo_reference
 from .realtime import HostPauses, judge, judge_wallclock
 
 pytestmark = pytest.mark.realtime
@@ -33,7 +35,7 @@ def lockstep(machine: str, duration: float) -> dict:
     """The same machine, rate, controller and trajectory, simulated in lockstep on the same plant."""
     config = load_machine(machine)
     tree = load_controller_tree(config)
-    plan = plan_trajectory(config, tree, plan_reference(config), duration)
+    plan = plan_trajectory(config, tree, demo_reference(config), duration)
     sim = run_session(config, SimDrives(Plant.from_config(config)), trajectory=plan, tree=tree, lockstep=True)
     assert sim["fault"] is None
     return sim
@@ -43,7 +45,7 @@ def lockstep(machine: str, duration: float) -> dict:
 def test_hil_tracking_within_1_2x_of_the_lockstep_simulation(machine, host_probe):
     """Each machine at its own rate (the hexapod's six drives at 500 Hz: 81 % of 1 Mbit/s)."""
     duration = 3.0
-    hil = judge(lambda: run_can_hil(machine, duration=duration, reference=plan_reference), host_probe)
+    hil = judge(lambda: run_can_hil(machine, duration=duration, reference=demo_reference), host_probe)
     assert hil["fault"] is None and hil["emulator_error"] is None, hil["fault"]
     assert hil["timing"] == "stepped" and hil["pacing"] == "delay"
     rate = hil["rate_hz"]
@@ -62,7 +64,7 @@ def test_a_host_pause_delays_the_run_without_changing_it(host_probe):
 
     def run():
         with HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids):
-            return run_can_hil(machine, duration=duration, reference=plan_reference)
+            return run_can_hil(machine, duration=duration, reference=demo_reference)
 
     hil = judge(run, host_probe)
     assert hil["fault"] is None, hil["fault"]
@@ -79,7 +81,7 @@ EXPECT = {"drop": "TPDO timeout: TPDO1 of node 1, TPDO2 of node 1", "delay": "TP
 
 
 def _fault_run(machine: str, fault: str, host_probe, **kw) -> dict:
-    r = judge(lambda: run_can_hil(machine, fault=fault, duration=1.0, reference=plan_reference, **kw), host_probe,
+    r = judge(lambda: run_can_hil(machine, fault=fault, duration=1.0, reference=demo_reference, **kw), host_probe,
               expected=EXPECT[fault])
     v = hil_verdict(r, fault)
     assert v.ok, (v.reason, r["driver"], r["emulator"])
@@ -105,7 +107,7 @@ def test_wallclock_timing_is_kept_behind_an_option(host_probe):
     """``timing="wallclock"``: periods skipped after overruns, the configuration's strict TPDO
     window, the plant by the SYNCs' bus timestamps (real-time hosts)."""
     r = judge_wallclock(lambda: run_can_hil("orthoglide-can", fault="bus-off", duration=1.0,
-                                            reference=plan_reference, timing="wallclock"),
+                                            reference=demo_reference, timing="wallclock"),
                         host_probe, expected=EXPECT["bus-off"])
     assert r["timing"] == "wallclock" and r["pacing"] == "skip" and hil_verdict(r, "bus-off").ok, r["fault"]
     assert not r["driver"]["exclude_held"]
@@ -138,13 +140,25 @@ def test_pkrt_hil_can_cli_json(host_probe):
     assert r["drives"]["drive_watchdog"].startswith("master heartbeat 0x77F every 10 ms")
 
 
+@pytest.fixture(scope="module")
+def demo_file(tmp_path_factory) -> str:
+    """The Orthoglide's demo (tests/plans.py) in a file, for a controller in another process."""
+    plan = demo_reference(load_machine("orthoglide-can"))
+    path = tmp_path_factory.mktemp("demo") / "orthoglide-can.npz"
+    np.savez(path, rate_hz=plan.rate_hz, pos=plan.pos, vel=plan.vel, acc=plan.acc)
+    return str(path)
+
+
 @pytest.mark.parametrize("interface", ["unix_pair", "udp_pair", "udp_multicast"])
-def test_can_hil_with_the_emulator_in_its_own_process(interface, host_probe):
+def test_can_hil_with_the_emulator_in_its_own_process(interface, host_probe, demo_file):
     """Over unix_pair, udp_pair or udp_multicast the drives are another process: the controller's process
-    never imports the emulator, and every SYNC it sent was answered there."""
-    code = ("import json, sys; from pkrt.hil.can_hil import run_can_hil; "
-            "from pkrt.rt.app.reference import plan_reference; "
-            f"r = run_can_hil('orthoglide-can', duration=1.0, interface={interface!r}, reference=plan_reference); "
+    never imports the emulator, and every SYNC it sent was answered there. The controller's
+    process reads the demo planned once for the session (``pkrt hil`` plans it: test_pkrt_hil_can_cli_json)."""
+    code = ("import json, sys; import numpy as np; from pkrt.hil.can_hil import run_can_hil; "
+            "from pkrt.rt.core.plan import Planned; "
+            f"z = np.load({demo_file!r}); "
+            "ref = lambda config: Planned(float(z['rate_hz']), z['pos'], z['vel'], z['acc']); "
+            f"r = run_can_hil('orthoglide-can', duration=1.0, interface={interface!r}, reference=ref); "
             "print(json.dumps({'fault': r['fault'], 'fault_time': r['fault_time'], 'cycles': r['cycles'], "
             "'driver': r['driver'], "
             "'r': {k: r[k] for k in ('interface', 'emulator_process', 'emulator_error', 'driver', 'emulator', "
@@ -171,29 +185,30 @@ def test_can_hil_with_the_emulator_in_its_own_process(interface, host_probe):
         assert h["driver"]["heartbeat_thread"] == "SCHED_FIFO 81 (one above the caller)"
 
 
-def test_pkrt_hil_interface_is_for_can_only():
-    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "serial", "--interface", "virtual"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip() == "pkrt: error: --interface applies to --bus can only"
+def test_pkrt_hil_interface_is_for_can_only(capsys):
+    """Messages and exit codes through the CLI's entry in this process (test_pkrt_hil_can_cli_json
+    runs the console script)."""
+    assert main(["hil", "--bus", "serial", "--interface", "virtual"]) == 2
+    assert capsys.readouterr().err.strip() == "pkrt: error: --interface applies to --bus can only"
 
 
 @pytest.mark.parametrize("opt", [["--duration", "nan"], ["--duration", "inf"], ["--duration", "-1"],
                                  ["--rate", "nan"], ["--rate", "0"]])
-def test_pkrt_hil_non_finite_or_non_positive_numbers_are_usage_errors(opt):
-    out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", *opt, "--json"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2, out.stderr
-    assert out.stdout == ""
-    assert out.stderr.startswith("pkrt: error: ") and "Traceback" not in out.stderr, out.stderr
+def test_pkrt_hil_non_finite_or_non_positive_numbers_are_usage_errors(opt, capsys):
+    code = main(["hil", "--bus", "can", *opt, "--json"])
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert out.out == ""
+    assert out.err.startswith("pkrt: error: ") and "Traceback" not in out.err, out.err
 
 
-def test_pkrt_hil_run_shorter_than_the_injection_says_so(host_probe):
+def test_pkrt_hil_run_shorter_than_the_injection_says_so(host_probe, capsys):
     """--duration shorter than [emulator] inject_after: the fault was never injected; the
     message said 'was not detected'."""
     def run():
-        out = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "hil", "--bus", "can", "--fault", "drop",
-                              "--duration", "0.2", "--json"], capture_output=True, text=True, timeout=120)
-        return {**json.loads(out.stdout), "returncode": out.returncode, "stderr": out.stderr}
+        code = main(["hil", "--bus", "can", "--fault", "drop", "--duration", "0.2", "--json"])
+        out = capsys.readouterr()
+        return {**json.loads(out.out), "returncode": code, "stderr": out.err}
 
     r = judge(run, host_probe)
     assert r["returncode"] == 1, r["stderr"]

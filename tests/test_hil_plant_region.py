@@ -15,9 +15,9 @@ from pkrt.hil.serial_hil import run_serial_hil
 from pkrt.models.build_trees import MACHINES
 from pkrt.models.mechanism import load_mechanism
 from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.core.treefile import save_tree
 
+from .plans import demo_reference
 from .realtime import judge
 
 pytestmark = pytest.mark.realtime
@@ -45,7 +45,7 @@ def _config(tmp_path: Path, name: str, tree: Path) -> str:
 
 def test_can_drives_fault_when_the_plant_leaves_its_tree(region_tree, tmp_path):
     r = run_can_hil(_config(tmp_path, "orthoglide-can", region_tree), duration=1.5, interface="virtual",
-                    rate_hz=200.0, reference=plan_reference)
+                    rate_hz=200.0, reference=demo_reference)
     assert r["fault"] is not None and "EMCY 0x7300" in r["fault"], r["fault"]
     assert set(r["emulator"]["drive_states"]) <= {"FAULT_REACTION_ACTIVE", "FAULT"}  # torque off
     assert "simulated plant left its tree's box at position" in r["emulator"]["plant_error"]
@@ -55,7 +55,7 @@ def test_serial_servos_stop_when_the_plant_leaves_its_tree(region_tree, tmp_path
     """At 1 kHz in the default stepped timing (this run failed on "no valid feedback in 3 cycles"
     in wall-clock timing whenever the host paused the emulator's vCPU)."""
     r = judge(lambda: run_serial_hil(_config(tmp_path, "orthoglide-serial", region_tree), duration=1.5,
-                                     reference=plan_reference), host_probe, expected="hardware error")
+                                     reference=demo_reference), host_probe, expected="hardware error")
     assert r["fault"] is not None and "hardware error" in r["fault"], r["fault"]
     assert r["emulator"]["torque_on"] == [False] * 3 and r["emulator"]["nonzero_after_off"] == 0
     assert "simulated plant left its tree's box at position" in r["emulator"]["plant_error"]

@@ -15,12 +15,12 @@ import pytest
 from pkrt.hil.dynamixel_emulator import FAULT_KINDS
 from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
 from pkrt.rt.cli import main
-from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.logfile import read_log
 
 from pkrt.hil.verdict import hil_verdict
 
+from .plans import demo_reference
 from .realtime import HostPauses, anomalies, judge, judge_wallclock
 
 pytestmark = pytest.mark.realtime
@@ -36,9 +36,9 @@ def emulator():
 
 
 def test_tracking_within_1_2x_of_the_lockstep_simulation(emulator, host_probe):
-    ref = run_lockstep_reference(MACHINE, duration=3.0, reference=plan_reference)
+    ref = run_lockstep_reference(MACHINE, duration=3.0, reference=demo_reference)
     assert ref["fault"] is None
-    hil = judge(lambda: run_serial_hil(MACHINE, duration=3.0, emulator=emulator, reference=plan_reference),
+    hil = judge(lambda: run_serial_hil(MACHINE, duration=3.0, emulator=emulator, reference=demo_reference),
                 host_probe)
     assert hil["fault"] is None, hil["fault"]
     assert hil["timing"] == "stepped" and hil["emulator"]["clock"] == "step"
@@ -52,11 +52,11 @@ def test_tracking_within_1_2x_of_the_lockstep_simulation(emulator, host_probe):
 def test_a_host_pause_delays_the_run_without_changing_it(emulator, host_probe):
     """Both ends stopped together for 6 ms, six times: the run completes, each pause a counted
     host delay, no timeout, and tracking is the lockstep run's."""
-    ref = run_lockstep_reference(MACHINE, duration=3.0, reference=plan_reference)
+    ref = run_lockstep_reference(MACHINE, duration=3.0, reference=demo_reference)
 
     def run():
         with HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids):
-            return run_serial_hil(MACHINE, duration=3.0, emulator=emulator, reference=plan_reference)
+            return run_serial_hil(MACHINE, duration=3.0, emulator=emulator, reference=demo_reference)
 
     hil = judge(run, host_probe)
     assert hil["fault"] is None and hil["driver"]["timeouts"] == 0, (hil["fault"], hil["driver"])
@@ -87,7 +87,7 @@ def test_each_fault_verdict(kind, emulator, tmp_path, host_probe):
         nonlocal log
         log = next(logs)
         return run_serial_hil(MACHINE, fault=kind, duration=1.0, emulator=emulator, log_path=str(log),
-                              reference=plan_reference)
+                              reference=demo_reference)
 
     log = None
     r = judge(run, host_probe, expected=EXPECTED[kind])
@@ -162,7 +162,7 @@ def test_delta_and_hexapod_fault_verdict(machine, kind, host_probe):
     config = serial_config(machine, None)
     emu = EmulatorProcess.of(config)
     try:
-        r = judge(lambda: run_serial_hil(machine, fault=kind, duration=1.0, emulator=emu, reference=plan_reference),
+        r = judge(lambda: run_serial_hil(machine, fault=kind, duration=1.0, emulator=emu, reference=demo_reference),
                   host_probe, expected=EXPECTED[kind])
     finally:
         emu.stop()
@@ -177,7 +177,7 @@ def test_delta_and_hexapod_fault_verdict(machine, kind, host_probe):
 def test_both_links_carry_the_run_and_a_fault(link, host_probe):
     """The default link is TCP on 127.0.0.1 (pyserial socket://, Nagle off on both ends); a
     pseudo-terminal still works: a fault is detected the same way on either."""
-    r = judge(lambda: run_serial_hil(MACHINE, fault="drop", duration=1.0, reference=plan_reference, link=link),
+    r = judge(lambda: run_serial_hil(MACHINE, fault="drop", duration=1.0, reference=demo_reference, link=link),
               host_probe, expected=EXPECTED["drop"])
     assert r["interface"] == link and r["emulator_process"]
     assert r["fault"] is not None and EXPECTED["drop"] in r["fault"] and 0 <= r["detection_cycles"] <= 3

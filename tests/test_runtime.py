@@ -11,22 +11,12 @@ import pytest
 from pkrt.drivers import open_drives
 from pkrt.drivers.base import DriveState
 from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.logfile import read_log
 from pkrt.rt.runtime.run import run_session
 from pkrt.rt.runtime.trajectory import plan_moves
 
-
-_DEMOS: dict = {}
-
-
-def _demo(config):
-    """The configuration's demo, planned from the model once per (file, rate)."""
-    key = (config.path, config.rate_hz)
-    if key not in _DEMOS:
-        _DEMOS[key] = plan_reference(config)
-    return _DEMOS[key]
+from .plans import demo_reference as _demo
 
 
 def _run(config, tree, **kw):
