@@ -46,7 +46,7 @@ def planning_ended(c, job: int):
     return st if st["planning"] is None and (st["plan_result"] or {}).get("job") == job else None
 
 
-def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c):
+def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv):
     before = c.status()
     r = c.run("demo", speed=1.0)
     during = c.status()
@@ -62,8 +62,12 @@ def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c):
     assert st["plan_result"]["ok"] is True, st["plan_result"]
     assert st["plan_result"]["duration_s"] > 1.0
     assert st["cycle"] > during["cycle"]
-    # no cycle of the loop took more CPU time than its period while the worker planned
-    assert st["long_cycles_cpu"] == before["long_cycles_cpu"], (before["long_cycles_cpu"], st["long_cycles_cpu"])
+    # no cycle of the loop took more CPU time than its period while the worker planned (the
+    # loop's own per-cycle CPU-time ring, immune to the host's preemption), up to the cycle
+    # that took the plan over
+    m = srv.machine
+    cycles = np.arange(before["cycle"] + 1, st["plan_result"]["cycle"]) & 0xFFFF
+    assert len(cycles) > 100 and m.comp_cpu[cycles].max() < m.period, m.comp_cpu[cycles].max()
     if st["state"] == "moving":
         assert np.abs(np.array(st["reference"]) - held).max() < 0.05
     end = c.wait_state("standstill", timeout=120)

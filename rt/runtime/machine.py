@@ -151,6 +151,8 @@ class Machine:
         # warm the kernels before the first deadline
         z = np.zeros(s)
         self.ctrl.update(self.start_pos, z, self.start_pos, z, z)
+        still = np.array([self.start_pos, self.start_pos])  # and the program player's first call
+        Program(Planned(config.rate_hz, still, 0 * still, 0 * still, {}), self.vmax, self.amax).step(self.period)
 
     # -- commands (any thread) --------------------------------------------------------------------
     def submit(self, cmd: dict) -> Pending:
@@ -252,7 +254,7 @@ class Machine:
         else:
             why = refusal("run", self.state)
             reply = {"ok": False, "error": why} if why is not None else self._program(cmd, "run")
-        self.plan_result = {"job": job, "planning_s": self.t - since, **reply}
+        self.plan_result = {"job": job, "planning_s": self.t - since, "cycle": self.k, **reply}
         if not reply["ok"]:
             self.event("planning", f"job {job}: {reply['error']}")
         return reply
