@@ -73,6 +73,21 @@ class MachineClient:
                 raise Fault(f"machine still {st['state']} after {timeout:g} s (waiting for {state})")
             time.sleep(poll)
 
+    def wait_planned(self, job: int, timeout: float = 3600.0, poll: float = 0.02) -> dict:
+        """Poll until the planning of ``job`` (a ``run`` reply's) has ended; its outcome:
+        ``{"ok": true, "duration_s": ...}`` (the program started) or ``{"ok": false, "error": ...}``."""
+        end = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            res = st.get("plan_result") or {}
+            if st.get("planning") is None:
+                if res.get("job") == job:
+                    return res
+                return {"ok": False, "error": f"run: plan {job} is not known to the machine"}
+            if time.monotonic() > end:
+                raise Fault(f"run: still planning after {timeout:g} s")
+            time.sleep(poll)
+
     def enable(self):
         return self.call("enable")
 

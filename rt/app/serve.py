@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.app.planner import Planner
+from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.app.server import Server
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.machine import Machine, ServeSettings
@@ -36,12 +37,15 @@ class Served:
     """Everything of one served machine. ``start`` runs the loop in a thread (tests, benches);
     ``pkrt serve`` runs ``machine.run`` in its main thread instead. ``hil`` ("can" or
     "serial"): the machine's real driver against its drive emulator in a process of its own,
-    stepped timing (``pkrt.rt.app.hil.served_hil_drives``), instead of its configured drives."""
+    stepped timing (``pkrt.rt.app.hil.served_hil_drives``), instead of its configured drives.
+    ``plan_process``: programs that need the model (the demo, task-space CSVs) are planned in
+    a worker process (``PlanWorker``), never in the loop's process (False: in the server's
+    thread, as before issue 23's fix; benchmarks compare the two)."""
 
     def __init__(self, machine_name, *, socket_path: str | None = None, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, realtime: bool = False, tcp_port: int | None = None,
                  token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None,
-                 hil: str | None = None):
+                 hil: str | None = None, plan_process: bool = True):
         from pkrt.drivers import open_drives
         from pkrt.rt.runtime.run import load_controller_tree
 
@@ -76,9 +80,12 @@ class Served:
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
                                    pacing="delay" if hil is not None else None)
             self.planner = Planner(config, self.settings)
+            self.worker = PlanWorker(config, self.settings) if plan_process else None
             self.socket_path = socket_path or default_socket()
-            self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token)
+            self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token,
+                                 worker=self.worker)
         except BaseException:
+            self.close_worker()
             self.drives.close()
             self.stop_emulator()
             raise
@@ -108,8 +115,14 @@ class Served:
         if self.thread is not None:
             self.thread.join(timeout)
         self.server.close()
+        self.close_worker()
         self.drives.close()
         self.stop_emulator()
+
+    def close_worker(self) -> None:
+        w, self.worker = getattr(self, "worker", None), None
+        if w is not None:
+            w.close()
 
     def stop_emulator(self) -> dict | None:
         """Stop the HIL emulator process (if any); its final report."""

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.plan import Planned
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
 SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
@@ -55,8 +54,9 @@ class Translator:
     """Turns a client's request into the loop's command: validates arguments, plans moves,
     jogs and programs (``Planner``) from the machine's current reference."""
 
-    def __init__(self, machine, planner):
+    def __init__(self, machine, planner, planning: bool = False):
         self.m, self.p = machine, planner
+        self.planning = planning  # programs that need the model are planned out of process
 
     def command(self, req: dict, owner: int) -> dict:
         m = self.m
@@ -95,7 +95,7 @@ class Translator:
                 plan = self.p.joint_move(theta0, _vector(req, "target", m.s), speed, axes)
             return {"cmd": "move", "plan": plan, "space": space}
         if cmd == "run":
-            return {"cmd": "run", "plan": self._program(req, theta0), "space": "task"}
+            return self._program(req, theta0)
         if cmd == "stream":
             target = _vector(req, "target")
             if space == "task":
@@ -153,23 +153,20 @@ class Translator:
         plan = self.p.task_line(theta0, x0 + far * d, speed, accel, m.axes)
         return {"cmd": "jog", "plan": plan, "space": "task", "owner": owner, "continuous": True}
 
-    def _program(self, req: dict, theta0: np.ndarray) -> Planned:
-        from pkrt.rt.app.planner import program_from
-        from pkrt.rt.app.reference import plan_reference
+    def _program(self, req: dict, theta0: np.ndarray) -> dict:
+        """A program: planned out of process (``plan``: the server hands it to the planning
+        worker) when it needs the model, else here (an actuator CSV: read and checked)."""
+        from pkrt.rt.app.planworker import needs_model, plan_program
 
         f = req.get("file")
         if not isinstance(f, str) or not f:
             raise UserError("run needs \"file\": a trajectory CSV path or \"demo\"")
         if f != "demo" and not Path(f).is_file():
             raise UserError(f"{f}: no such file")
-        with self.p._lock:
-            ref = plan_reference(self.m.config, f, mech=self.p._mech, axes=self.m.axes)
-        if not isinstance(ref, Planned):
-            from pkrt.rt.runtime.trajectory import load_trajectory_csv
-
-            ref = load_trajectory_csv(ref, self.m.config.rate_hz, self.m.axes)
         speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
-        return program_from(self.p, ref, theta0, self.m.axes, speed)
+        if self.planning and needs_model(f, self.m.axes):
+            return {"cmd": "plan", "file": f, "speed": speed}
+        return {"cmd": "run", "plan": plan_program(self.p, f, theta0, self.m.axes, speed), "space": "task"}
 
 
 class Server:
@@ -177,8 +174,9 @@ class Server:
     in its own thread. ``close`` stops accepting and closes every connection."""
 
     def __init__(self, machine, planner, socket_path: str, tcp_port: int | None = None, token: str | None = None,
-                 reply_timeout: float = 10.0):
-        self.m, self.tr = machine, Translator(machine, planner)
+                 reply_timeout: float = 10.0, worker=None):
+        self.m, self.tr = machine, Translator(machine, planner, planning=worker is not None)
+        self.worker = worker  # a ``PlanWorker``: programs that need the model are planned there
         self.path = str(socket_path)
         self.reply_timeout = reply_timeout
         self._ids = itertools.count(1)
@@ -290,9 +288,26 @@ class Server:
         else:
             out = self.m.submit(cmd).wait(self.reply_timeout)
             out = {k: v for k, v in out.items()}
+            if cmd["cmd"] == "plan" and out.get("ok"):
+                self._plan(cmd, out.pop("theta0"), out["job"])
         if rid is not None:
             out["id"] = rid
         return out
+
+    def _plan(self, cmd: dict, theta0: list, job: int) -> None:
+        """Hand an accepted program to the planning worker; its plan (or the reason it has
+        none) goes to the loop as ``planned`` when the worker is done."""
+        def done(fut) -> None:
+            try:
+                kind, value = fut.result()
+            except Exception as e:  # noqa: BLE001 - the worker died or was shut down
+                kind, value = "error", f"the planning process ended ({type(e).__name__})"
+            if kind == "ok":
+                self.m.submit({"cmd": "planned", "job": job, "plan": value, "space": "task"})
+            else:
+                self.m.submit({"cmd": "planned", "job": job, "error": value})
+
+        self.worker.submit(cmd["file"], np.asarray(theta0, float), self.m.axes, cmd["speed"]).add_done_callback(done)
 
     @staticmethod
     def _send(conn: socket.socket, obj: dict) -> None:

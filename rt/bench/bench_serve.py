@@ -4,7 +4,11 @@ served in real time at 1 kHz; the live-target generator's (ruckig) cost per cycl
 target every cycle for 60 s of loop time, alone and in a served Delta in lockstep (the limits
 held at every sample); live targets at 1 kHz for 60 s in real time through the socket, with
 the limits checked at every sample, the generator's cost per update in the loop, the cycles
-it overran (``long_cycles``) apart from the host's delays, and the stream's round trips."""
+it overran (``long_cycles``) apart from the host's delays, and the stream's round trips; and
+``run demo`` on the Delta served in real time, planned in the worker process (issue 23's fix)
+and, for comparison, in the server's thread as before it (``Served(plan_process=False)``):
+the reply's wall time, the time to motion start, and the loop's cycles during the planning
+(the most CPU time and wall time one took, the long and late ones)."""
 
 from __future__ import annotations
 
@@ -194,7 +198,54 @@ def _stream_lockstep(seconds: float = 60.0) -> dict:
             "cycle_compute_us": summary["compute_us"]}
 
 
+def _run_demo(plan_process: bool) -> dict:
+    """``run demo`` on the served Delta (real time, 1 kHz): reply and motion-start times (ms of
+    wall time from sending the request), the loop's cycles from the request to motion start."""
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+
+    with tempfile.TemporaryDirectory() as d:
+        with Served("delta", socket_path=str(Path(d) / "r.sock"), log_path=None, plan_process=plan_process) as srv:
+            srv.start()
+            m = srv.machine
+            with MachineClient(srv.socket_path, timeout=600) as c:
+                c.enable()
+                c.home()
+                if srv.worker is not None:  # the worker warmed up, as a served machine's is long before
+                    end = time.monotonic() + 120
+                    while srv.worker.warm_s is None and time.monotonic() < end:
+                        time.sleep(0.05)
+                before = c.status()
+                t0 = time.perf_counter()
+                r = c.run("demo", speed=1.0)
+                reply = time.perf_counter() - t0
+                while True:
+                    st = c.status()
+                    if st["state"] != "standstill" or (st["planning"] is None and st["plan_result"]):
+                        break
+                    time.sleep(0.001)
+                start = time.perf_counter() - t0
+                k0, k1 = before["cycle"] + 1, st["cycle"]
+                idx = np.arange(k0, k1 + 1) & 0xFFFF
+                cpu, wall = m.comp_cpu[idx], m.comp[idx]
+                warm = srv.worker.warm_s if srv.worker is not None else None
+                c.stop()
+    return {"ok": bool(r.get("ok")), "reply_ms": reply * 1e3, "motion_start_ms": start * 1e3,
+            "state": st["state"], "cycles_during": int(k1 - k0 + 1),
+            "max_cycle_cpu_us": float(cpu.max() * 1e6), "max_cycle_wall_us": float(wall.max() * 1e6),
+            "long_cycles": st["long_cycles"] - before["long_cycles"],
+            "long_cycles_cpu": st["long_cycles_cpu"] - before["long_cycles_cpu"],
+            "late_cycles": st["overruns"] - before["overruns"],
+            "worker_warm_s": warm}
+
+
+def planning_bench() -> dict:
+    """``run demo`` planned in the worker process (now) and in the server's thread (before)."""
+    return {"load_avg_1min": __import__("os").getloadavg()[0], "worker_process": _run_demo(True),
+            "server_thread_before": _run_demo(False)}
+
+
 def run_serve_bench() -> dict:
     return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
             "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
-            "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY)}
+            "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY), "run_demo": planning_bench()}

@@ -4,4 +4,5 @@ import sys
 
 from pkrt.rt.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned worker process (planning) re-imports this module
+    sys.exit(main())

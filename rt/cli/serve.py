@@ -173,9 +173,22 @@ def _override(c, args) -> dict:
 
 
 def _run(c, args) -> dict:
+    """A program: a program planned from the model is accepted at once ("planning"); this
+    waits for its planning to end and reports the start, or the reason it cannot run."""
     if args.value is None:
         raise UserError("run needs FILE (a trajectory CSV) or 'demo'")
-    return c.run(args.value, **_speed(args))
+    r = c.run(args.value, **_speed(args))
+    if not r.get("planning"):
+        return r
+    if not args.json:
+        print(f"run: accepted, planning (job {r['job']}; machine {r['state']})", flush=True)
+    t0 = time.monotonic()
+    out = c.wait_planned(r["job"])
+    if not out.get("ok"):
+        raise UserError(out.get("error", "run: not started"))
+    out.setdefault("state", "moving")
+    out["waited_s"] = time.monotonic() - t0
+    return out
 
 
 def _move(c, args) -> dict:

@@ -31,6 +31,9 @@ from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.core.tree import Tree
 
 STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of logs and telemetry
+# the server's internal commands -> the command whose allowed states they have
+INTERNAL = {"plan": "run", "planned": "status"}
+PLANNING_REFUSES = ("jog", "move", "run", "plan", "stream", "home")  # while a program is planned
 
 
 @dataclass
@@ -115,6 +118,9 @@ class Machine:
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
         self.homing = None
+        self.planning: dict | None = None     # the program being planned out of process (``plan``)
+        self.plan_result: dict | None = None  # how the last planned program ended (started, refused, cancelled)
+        self._jobs = 0
         self.home_result: dict | None = None  # what the drives reported when homing ended
         self.shutdown_reason: str | None = None
         self.finished = threading.Event()
@@ -122,6 +128,7 @@ class Machine:
         self.ref_now = self.start_pos.copy()  # the last reference (read by other threads for planning)
         self.pos_now = self.start_pos.copy()  # the last feedback
         self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
+        self.comp_cpu = np.zeros(1 << 16)  # ... in the loop thread's CPU time (s), a ring
         self.writer = None
         channels = channel_list(s, self.units[0]) + [("state", 1, "code")]
         if log_path:
@@ -144,6 +151,8 @@ class Machine:
         # warm the kernels before the first deadline
         z = np.zeros(s)
         self.ctrl.update(self.start_pos, z, self.start_pos, z, z)
+        still = np.array([self.start_pos, self.start_pos])  # and the program player's first call
+        Program(Planned(config.rate_hz, still, 0 * still, 0 * still, {}), self.vmax, self.amax).step(self.period)
 
     # -- commands (any thread) --------------------------------------------------------------------
     def submit(self, cmd: dict) -> Pending:
@@ -176,6 +185,7 @@ class Machine:
         self.fault_reason, self.fault_time = reason, time.monotonic()
         self.source = Hold(self.drives.feedback.position.copy() if self.prepared else self.source.pos.copy())
         self.owner = self.homing = None
+        self._cancel_planning(f"cancelled: {reason}")
         self.event("fault", reason)
         self.set_state(State.ERROR_STOP, reason)
 
@@ -187,7 +197,8 @@ class Machine:
                 "long_cycles": self.long_cycles,
                 "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
                 "lockstep": self.lockstep,
-                "torque_on": bool(self.drives.torque_on), "home_result": self.home_result}
+                "torque_on": bool(self.drives.torque_on), "home_result": self.home_result,
+                "planning": self.planning, "plan_result": self.plan_result}
 
     # -- command handling (loop thread) -----------------------------------------------------------
     def _execute(self, p: Pending) -> None:
@@ -204,7 +215,13 @@ class Machine:
         p.set(reply)
 
     def _command(self, name, cmd: dict) -> dict:
-        why = refusal(str(name), self.state)
+        if self.planning is not None and name in ("stop", "disable"):
+            self._cancel_planning(f"cancelled by {name}")
+            if self.state is State.STANDSTILL and name == "stop":
+                return {"ok": True, "note": "planning cancelled"}
+        if self.planning is not None and name in PLANNING_REFUSES:
+            return {"ok": False, "error": f"{name} refused: a program is being planned (stop cancels it)"}
+        why = refusal(INTERNAL.get(name, str(name)), self.state)
         if why is not None:
             return {"ok": False, "error": why}
         handler = self._COMMANDS.get(name) if isinstance(name, str) else None
@@ -217,6 +234,36 @@ class Machine:
         if self.owner is not None and cmd.get("owner") == self.owner:
             self.last_alive = time.monotonic()
         return {"ok": True}
+
+    def _plan(self, cmd: dict) -> dict:
+        """A program accepted for planning out of process: the machine stays at standstill
+        (holding) until ``planned`` brings the plan; the plan starts at ``theta0``."""
+        self._jobs += 1
+        self.planning = {"job": self._jobs, "file": cmd.get("file"), "since_s": self.t}
+        self.event("planning", json.dumps(self.planning))
+        return {"ok": True, "planning": True, "job": self._jobs, "theta0": self.source.pos.tolist()}
+
+    def _planned(self, cmd: dict) -> dict:
+        """The planning of job ``job`` ended: its plan (``plan``) starts, or ``error`` says why not."""
+        job = cmd.get("job")
+        if self.planning is None or self.planning["job"] != job:
+            return {"ok": False, "error": f"run: plan {job} dropped (it was cancelled)"}
+        since, self.planning = self.planning["since_s"], None
+        if "error" in cmd:
+            reply = {"ok": False, "error": f"run refused: {cmd['error']}"}
+        else:
+            why = refusal("run", self.state)
+            reply = {"ok": False, "error": why} if why is not None else self._program(cmd, "run")
+        self.plan_result = {"job": job, "planning_s": self.t - since, "cycle": self.k, **reply}
+        if not reply["ok"]:
+            self.event("planning", f"job {job}: {reply['error']}")
+        return reply
+
+    def _cancel_planning(self, why: str) -> None:
+        if self.planning is not None:
+            job, self.planning = self.planning["job"], None
+            self.plan_result = {"job": job, "ok": False, "error": f"run {why}"}
+            self.event("planning", f"job {job}: {why}")
 
     def _disable(self, cmd: dict) -> dict:
         self.drives.disable()
@@ -278,7 +325,7 @@ class Machine:
         "reset": _reset, "override": _override, "home": lambda m, cmd: m._home(cmd), "release": _release,
         "jog": lambda m, cmd: m._jog(cmd), "move": lambda m, cmd: m._program(cmd, "move"),
         "run": lambda m, cmd: m._program(cmd, "run"), "stream": lambda m, cmd: m._stream(cmd),
-        "hold": _hold, "resume": _resume, "stop": _stop,
+        "hold": _hold, "resume": _resume, "stop": _stop, "plan": _plan, "planned": _planned,
     }
 
     def _enable(self) -> dict:
@@ -480,9 +527,10 @@ class Machine:
         if lateness > 0.0:
             flags |= FLAG_OVERRUN
         work = self.comp[k & 0xFFFF] = time.perf_counter() - t0
+        cpu = self.comp_cpu[k & 0xFFFF] = time.thread_time() - c0
         if work > period:
             self.long_cycles += 1
-            if time.thread_time() - c0 > period:
+            if cpu > period:
                 self.long_cycles_cpu += 1
         self.cycles += 1
         self._stage(t, wake, flags)

@@ -1,0 +1,118 @@
+"""Planning of a served machine's programs out of the loop's process: a worker process
+(spawn context, started with the server and warmed up: imports and the machine's model loaded)
+plans what needs the model (the demo, a task-space CSV: inverse kinematics, time-optimal
+timing) and sends back the planned arrays (positions, velocities, accelerations at the loop
+rate). Planning in the loop's process would hold the interpreter lock for seconds and starve
+the loop's thread. Units: actuator (m or rad), seconds.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+
+import numpy as np
+
+from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import Planned, csv_columns
+
+_PLANNER = None  # the worker process' Planner (built by ``_init``)
+
+
+def needs_model(file: str, axes: list[str]) -> bool:
+    """A program planned from the model: the demo, or a CSV of task coordinates (its columns
+    after ``t`` start with ``x`` and are not the actuators' names); an actuator CSV is not."""
+    if file == "demo":
+        return True
+    cols = csv_columns(file)
+    return cols is not None and cols[1:2] == ["x"] and cols[1:] != axes
+
+
+def plan_program(planner, file: str, theta0: np.ndarray, axes: list[str], speed: float) -> Planned:
+    """The program ``file`` ("demo" or a CSV path) at the loop rate, starting where the machine
+    is (``theta0``): a joint move to its first point put first if needed (``program_from``)."""
+    from pkrt.rt.app.planner import program_from
+    from pkrt.rt.app.reference import plan_reference
+
+    with planner._lock:
+        ref = plan_reference(planner.config, file, mech=planner._mech, axes=axes)
+    if not isinstance(ref, Planned):
+        from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+        ref = load_trajectory_csv(ref, planner.config.rate_hz, axes)
+    return program_from(planner, ref, theta0, axes, speed)
+
+
+def _init(config, settings) -> None:
+    global _PLANNER
+    from pkrt.rt.app.planner import Planner
+
+    _PLANNER = Planner(config, settings)
+
+
+def _warm() -> float:
+    """Imports and the machine's model loaded in the worker (s it took)."""
+    t0 = time.perf_counter()
+    import pkrt.models.taskspace  # noqa: F401 (the planning modules, imported once)
+    from pkrt.rt.app.reference import machine_mechanism
+
+    try:
+        _PLANNER._mech = machine_mechanism(_PLANNER.config)
+    except Exception:  # noqa: BLE001 - a machine without a model plans only actuator CSVs
+        pass
+    return time.perf_counter() - t0
+
+
+def _plan(file: str, theta0: np.ndarray, axes: list[str], speed: float):
+    """In the worker: ("ok", Planned) or ("error", one line)."""
+    try:
+        return "ok", plan_program(_PLANNER, file, theta0, axes, speed)
+    except UserError as e:
+        return "error", str(e)
+    except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line
+        return "error", f"cannot be planned: {type(e).__name__}: {e}"
+
+
+class PlanWorker:
+    """One planning process for one served machine. ``submit`` returns a ``Future`` whose
+    result is ("ok", Planned) or ("error", message)."""
+
+    def __init__(self, config, settings):
+        self.config, self.settings = config, settings
+        self._lock = threading.Lock()
+        self.warm_s: float | None = None
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
+                                   initargs=(self.config, self.settings))
+        pool.submit(_warm).add_done_callback(self._warmed)
+        return pool
+
+    def _warmed(self, fut: Future) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            self.warm_s = fut.result()
+
+    def submit(self, file: str, theta0: np.ndarray, axes: list[str], speed: float) -> Future:
+        from concurrent.futures.process import BrokenProcessPool
+
+        with self._lock:
+            try:
+                return self._pool.submit(_plan, file, theta0, list(axes), speed)
+            except (BrokenProcessPool, RuntimeError):  # the worker died (killed, out of memory): a new one
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._start()
+                return self._pool.submit(_plan, file, theta0, list(axes), speed)
+
+    def close(self) -> None:
+        """Stop the worker at once (a plan under way is abandoned)."""
+        with self._lock:
+            pool = self._pool
+            procs = list(getattr(pool, "_processes", {}).values())  # no public way to end a busy worker
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.join(5.0)

@@ -1,0 +1,117 @@
+"""A served Delta (simulated plant in real time, not lockstep) asked through its real socket
+for programs planned from the model (issue 23's defect: planning in the loop's process starved
+the loop): ``run demo`` is accepted at once while the machine holds at standstill, the
+planning (in the worker process) costs the loop no long cycle in CPU time, then the program
+runs to its end; a program that cannot be planned gets one line and the machine stays at
+standstill; ``stop`` during planning cancels it; ``pkrt ctl run`` reports the outcome."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pkrt.rt.app.client import MachineClient
+from pkrt.rt.app.serve import Served
+from tests.waiting import wait_for
+
+PLAN_S = 600  # s: the longest wait for a plan on a loaded host (the demo takes ~1-10 s)
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    d = tmp_path_factory.mktemp("planning")
+    s = Served("delta", socket_path=str(d / "p.sock"), log_path=str(d / "p.pktlog"))
+    s.start()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def c(srv):
+    with MachineClient(srv.socket_path, timeout=60) as cl:
+        st = cl.status()
+        if st["state"] == "disabled":
+            cl.enable()
+        if not cl.status()["homed"]:
+            cl.home()
+        cl.wait_state("standstill", timeout=60)
+        yield cl
+
+
+def planning_ended(c, job: int):
+    st = c.status()
+    return st if st["planning"] is None and (st["plan_result"] or {}).get("job") == job else None
+
+
+def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv):
+    before = c.status()
+    r = c.run("demo", speed=1.0)
+    during = c.status()
+    assert r["ok"] and r["planning"] is True and r["state"] == "standstill", r
+    # the reply did not wait for the plan: it is still under way, the machine holds
+    assert during["planning"] is not None and during["planning"]["job"] == r["job"], during
+    assert during["state"] == "standstill" and during["motion"]["kind"] == "hold"
+    refused = c.request({"cmd": "jog", "axis": 0, "velocity": 0.01})
+    assert not refused["ok"] and refused["error"] == "jog refused: a program is being planned (stop cancels it)"
+    held = np.array(during["reference"])
+    # status keeps answering during the planning; the reference does not move
+    st = wait_for(lambda: planning_ended(c, r["job"]), PLAN_S, "the demo's planning to end", poll_s=0.02)
+    assert st["plan_result"]["ok"] is True, st["plan_result"]
+    assert st["plan_result"]["duration_s"] > 1.0
+    assert st["cycle"] > during["cycle"]
+    # no cycle of the loop took more CPU time than its period while the worker planned (the
+    # loop's own per-cycle CPU-time ring, immune to the host's preemption), up to the cycle
+    # that took the plan over
+    m = srv.machine
+    cycles = np.arange(before["cycle"] + 1, st["plan_result"]["cycle"]) & 0xFFFF
+    assert len(cycles) > 100 and m.comp_cpu[cycles].max() < m.period, m.comp_cpu[cycles].max()
+    if st["state"] == "moving":
+        assert np.abs(np.array(st["reference"]) - held).max() < 0.05
+    end = c.wait_state("standstill", timeout=120)
+    assert end["plan_result"]["job"] == r["job"] and end["fault"] is None
+    assert np.allclose(end["reference"], held, atol=1e-9)  # the demo returns home
+
+
+def test_a_program_off_the_workspace_is_refused_in_one_line_at_standstill(c, tmp_path):
+    bad = tmp_path / "far.csv"
+    bad.write_text("t,x,y,z\n0,0,0,-0.7\n1,0,0,-3.0\n")
+    r = c.run(str(bad))
+    assert r["ok"] and r["planning"]
+    st = wait_for(lambda: planning_ended(c, r["job"]), PLAN_S, "the bad program's planning to end", poll_s=0.02)
+    res = st["plan_result"]
+    assert res["ok"] is False and res["error"].startswith("run refused: ") and "\n" not in res["error"], res
+    assert st["state"] == "standstill" and st["fault"] is None
+
+
+def test_stop_during_planning_cancels_it(c):
+    r = c.run("demo")
+    s = c.stop()
+    assert s["ok"] and s["note"] == "planning cancelled" and s["state"] == "standstill", s
+    st = c.status()
+    assert st["planning"] is None and st["plan_result"] == {"job": r["job"], "ok": False, "error": "run cancelled by stop"}
+    # the next program queues behind the abandoned one and starts; the cancelled one never does
+    r2 = c.run("demo")
+    st = wait_for(lambda: planning_ended(c, r2["job"]), PLAN_S, "the second demo's planning to end", poll_s=0.02)
+    assert st["plan_result"]["ok"] is True
+    c.stop()
+    c.wait_state("standstill", timeout=60)
+    assert r2["job"] == r["job"] + 1
+
+
+def test_ctl_run_prints_accepted_then_the_start_or_one_line(c, srv, tmp_path):
+    def ctl(*args):
+        return subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "ctl", *args, "--socket", srv.socket_path],
+                              capture_output=True, text=True, timeout=PLAN_S)
+
+    bad = tmp_path / "far.csv"
+    bad.write_text("t,x,y,z\n0,0,0,-0.7\n1,0,0,-3.0\n")
+    p = ctl("run", str(bad))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout.startswith("run: accepted, planning (job ")
+    assert len(p.stderr.strip().splitlines()) == 1 and "run refused: " in p.stderr, p.stderr
+    p = ctl("run", "demo", "--wait")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert p.stdout.startswith("run: accepted, planning (job ") and "run: ok" in p.stdout, p.stdout
