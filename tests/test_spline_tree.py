@@ -17,8 +17,8 @@ from pkrt.models.splinebuild import fit, spline_tree
 from pkrt.models.treebuild import BuildError, BuildSettings, build_tree
 from pkrt.models.treeverify import face_jumps
 from pkrt.rt.cli import main
-from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_model, eval_outputs, eval_tau,
-                          n_outputs)
+from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, SPLINE_FAST, TreeWorkspace, eval_model, eval_outputs,
+                          eval_tau, n_outputs)
 from pkrt.rt.core.treefile import TreeFileError, tree_bytes, tree_from_bytes
 
 from .test_treefile import repack, set_array
@@ -116,7 +116,7 @@ def test_spline_file_round_trip_and_same_bytes():
     data = tree_bytes(tree)
     u = tree_from_bytes(data)
     assert u.kind == SPLINE and u.grid_points == [6, 5] and tree_bytes(u) == data
-    for a, b in zip(tree.arrays[1:], u.arrays[1:]):
+    for a, b in zip(tree.arrays[1:SPLINE_FAST], u.arrays[1:SPLINE_FAST]):  # the file's arrays
         assert a.dtype == b.dtype and a.ndim == b.ndim and np.array_equal(a, b)
 
 

@@ -1,5 +1,6 @@
-"""Benchmark: Orthoglide tree tau evaluation vs the exact reduction, and the shipped build;
-with ``--hexapod``, the shipped hexapod tree (s = 6) instead.
+"""Benchmark: Orthoglide tree tau evaluation (the fast spline path, the old spline kernel it
+replaced, the paper's 8^3 boxes, side by side in one run) vs the exact reduction, and the
+shipped build; with ``--hexapod``, the shipped hexapod tree (s = 6) instead.
 
 Prints figures, asserts nothing about time. ``run_tree_bench()`` returns them as a dict (used
 by ``pkrt bench``). Run: ``.venv/bin/python -m pkrt.rt.bench.bench_tree [--no-build]``.
@@ -62,10 +63,13 @@ def _timed(fn, n: int, reps: int) -> tuple[float, float]:
     return float(np.median(wall) * 1e9), float(np.median(cpu) * 1e9)
 
 
-def _tree_figures(tree, states: dict, reps: int) -> dict:
-    """Median ns per tau evaluation: jitted loop over each state set, and one Python call."""
+def _tree_figures(tree, states: dict, reps: int, reference: bool = False) -> dict:
+    """Median ns per tau evaluation: jitted loop over each state set, and one Python call.
+    ``reference``: the kernel before the fast spline path (``Tree.reference_arrays``: binary
+    search, Cox-de Boor, unpadded rows) called through numba's dispatcher from Python, as
+    ``TreeWorkspace.tau_of`` did."""
     ws = TreeWorkspace(tree)
-    T = tree.arrays
+    T = tree.reference_arrays if reference else tree.arrays
     one = (np.zeros(tree.s), np.zeros(tree.s), np.zeros(tree.s))
     out = {}
     for name, (th, td, tdd) in states.items():
@@ -77,9 +81,16 @@ def _tree_figures(tree, states: dict, reps: int) -> dict:
     n_py = min(len(th), 100_000)
     ws.tau_of(tree, th[0], td[0], tdd[0])
 
-    def py_loop():
+    H, D, p, tau, work = ws.H, ws.D, ws.p_ext, ws.tau, ws.work
+
+    def workspace_loop():
         for i in range(n_py):
             ws.tau_of(tree, th[i], td[i], tdd[i])
+
+    def dispatcher_loop():  # the old Python path: numba's dispatcher types every argument
+        for i in range(n_py):
+            eval_tau_w(T, th[i], td[i], tdd[i], H, D, p, tau, work)
+    py_loop = dispatcher_loop if reference else workspace_loop
     out["python_call_ns"], out["python_call_cpu_ns"] = _timed(py_loop, n_py, reps)
     return out
 
@@ -105,6 +116,7 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
                             for a in (demo.pos, demo.vel, demo.acc)),
               "random": _states(tree, n_states)}
     new = _tree_figures(tree, states, reps)
+    ref = _tree_figures(tree, states, reps, reference=True)
     old = _tree_figures(boxes, states, reps)
 
     # exact reduction along a smooth path of nearby states (its warm-start best case)
@@ -128,6 +140,20 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
            "tree_tau_python_call_cpu_ns": new["python_call_cpu_ns"],
            "boxes8_tau_jit_demo_ns": old["jit_demo_ns"], "boxes8_tau_jit_random_ns": old["jit_random_ns"],
            "boxes8_tau_python_call_ns": old["python_call_ns"],
+           "boxes8_tau_jit_demo_cpu_ns": old["jit_demo_cpu_ns"],
+           "boxes8_tau_jit_random_cpu_ns": old["jit_random_cpu_ns"],
+           "boxes8_tau_python_call_cpu_ns": old["python_call_cpu_ns"],
+           "reference_tau_jit_demo_ns": ref["jit_demo_ns"], "reference_tau_jit_random_ns": ref["jit_random_ns"],
+           "reference_tau_python_call_ns": ref["python_call_ns"],
+           "reference_tau_jit_demo_cpu_ns": ref["jit_demo_cpu_ns"],
+           "reference_tau_jit_random_cpu_ns": ref["jit_random_cpu_ns"],
+           "reference_tau_python_call_cpu_ns": ref["python_call_cpu_ns"],
+           "kernel_bytes": tree.kernel_nbytes,
+           "ratio_tree_over_boxes8_jit_demo": new["jit_demo_ns"] / old["jit_demo_ns"],
+           "ratio_tree_over_boxes8_python": new["python_call_ns"] / old["python_call_ns"],
+           "ratio_tree_over_reference_jit_demo": new["jit_demo_ns"] / ref["jit_demo_ns"],
+           "ratio_tree_over_reference_jit_random": new["jit_random_ns"] / ref["jit_random_ns"],
+           "ratio_tree_over_reference_python": new["python_call_ns"] / ref["python_call_ns"],
            "exact_reduction_ns": exact_ns, "exact_reduction_cpu_ns": exact_cpu,
            "ratio_exact_over_tree_jit_demo": exact_ns / new["jit_demo_ns"],
            "ratio_exact_over_tree_jit_random": exact_ns / new["jit_random_ns"],
@@ -204,10 +230,17 @@ def main() -> None:
         return
     print(f"Orthoglide tree ({r['kind']}, grid {r['grid_points']}, {r['tree_bytes']} bytes), "
           f"tau = H tdd + D [td td] - p_ext, {r['states']} states; wall clock, median of repetitions")
-    print("                            shipped tree    boxes 8^3 (before)")
+    print(f"  kernel arrays {r['kernel_bytes']} bytes (the file's plus the fast path's tables)")
+    print("                          fast spline   old spline   boxes 8^3    fast/old  fast/boxes")
     for key, label in (("jit_demo", "jitted loop, demo"), ("jit_random", "jitted loop, random"),
                        ("python_call", "one Python call")):
-        print(f"  {label:22s} {r[f'tree_tau_{key}_ns']:10.1f} ns {r[f'boxes8_tau_{key}_ns']:12.1f} ns")
+        new, ref, box = (r[f"{k}_tau_{key}_ns"] for k in ("tree", "reference", "boxes8"))
+        print(f"  {label:22s} {new:9.1f} ns {ref:9.1f} ns {box:9.1f} ns {new / ref:9.2f} {new / box:9.2f}")
+    print("  CPU time (this thread):")
+    for key, label in (("jit_demo", "jitted loop, demo"), ("jit_random", "jitted loop, random"),
+                       ("python_call", "one Python call")):
+        new, ref, box = (r[f"{k}_tau_{key}_cpu_ns"] for k in ("tree", "reference", "boxes8"))
+        print(f"  {label:22s} {new:9.1f} ns {ref:9.1f} ns {box:9.1f} ns {new / ref:9.2f} {new / box:9.2f}")
     print(f"  exact reduction        {r['exact_reduction_ns']:10.1f} ns per call")
     print(f"  exact / tree           {r['ratio_exact_over_tree_jit_demo']:10.0f} x (jitted, demo), "
           f"{r['ratio_exact_over_tree_jit_random']:.0f} x (random), "
