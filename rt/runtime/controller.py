@@ -132,6 +132,19 @@ class Controller:
         """The gains by name (views of the kernel's array)."""
         return Gains(*self.gains)
 
+    def evaluate(self, theta) -> int:
+        """The model (tree or ``model``) at theta into H, D, p; returns its status (the first
+        half of ``update``, timed on its own by the loop)."""
+        if self.model is not None:
+            return self.model(theta, self.H, self.D, self.p)
+        return eval_model_w(self.arrays, theta, self.H, self.D, self.p, self.work)
+
+    def law(self, status: int, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> int:
+        """The control law on the model ``evaluate`` left (its ``status``): ``self.tau``; returns
+        the flags (the second half of ``update``)."""
+        return control_law(self.kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, self.H,
+                           self.D, self.p, self.w, self.v, self.tau_model, self.tau)[0]
+
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""
         if self.model is not None:
