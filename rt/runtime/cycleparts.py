@@ -25,7 +25,8 @@ from numba import njit
 
 from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller
+from pkrt.rt.core.cycleclock import ns_per_tick
+from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
 from pkrt.rt.runtime.safety import Supervisor
 
 PARTS = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant")
@@ -104,7 +105,7 @@ class CycleParts:
         out = {}
         for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
             b = int(np.searchsorted(c, q * self.count))  # first bin holding the q-th cycle
-            out[name] = min(CENTRES_NS[b], float(self.maxes[r])) * 1e-3
+            out[name] = min(float(CENTRES_NS[b]), float(self.maxes[r])) * 1e-3
         out["max"] = float(self.maxes[r]) * 1e-3
         return out
 
@@ -128,26 +129,39 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     """One read -> safety -> model -> control law -> write at loop time t (s) towards the
     reference (actuator units), stamping ``ts[1..5]`` (ns) after each part (a part not reached
     keeps 0). Returns (fault reason or None, controller flags); the feedback is
-    ``drives.feedback``. ``split=False``: model and law in one kernel call (``Controller.update``,
-    the path before the per-part timing; both then count as ``tree``)."""
+    ``drives.feedback``. With the tree in the loop, safety, tree and law are one kernel call
+    (``checked_control``) split by the time-stamp counter; safety then also holds the call's
+    entry and exit. ``split=False``: the path before the per-part budget (``Supervisor.check``,
+    then ``Controller.update``, model and law counted together as ``tree``)."""
     clock = time.perf_counter_ns
     flags = 0
     try:
         fb = drives.read(t)
-        ts[1] = clock()
-        reason = sup.check(fb, ref_pos)
+        ts[1] = t1 = clock()
+        if split and ctrl.model is None:
+            code, axis, f, status, tree_ns, law_ns = checked_control(
+                ctrl.arrays, ctrl.kind, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, ctrl.gains, sup.limits,
+                ctrl.ws, ns_per_tick())
+            reason = sup.verdict(code, axis, fb, ref_pos)
+            ts[4] = t4 = clock()
+            ts[3] = t4 - law_ns
+            ts[2] = max(t4 - law_ns - tree_ns, t1)
+        else:
+            reason = sup.check(fb, ref_pos)
+            ts[2] = clock()
+            f = status = 0
+            if reason is None:
+                if split:
+                    status = ctrl.evaluate(fb.position)
+                    ts[3] = clock()
+                    f = ctrl.law(status, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+                else:
+                    f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+                    ts[3] = clock()
+                ts[4] = clock()
         if not fb.fresh:
             flags |= FLAG_STALE
-        ts[2] = clock()
         if reason is None:
-            if split:
-                status = ctrl.evaluate(fb.position)
-                ts[3] = clock()
-                f = ctrl.law(status, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
-            else:
-                f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
-                ts[3] = clock()
-            ts[4] = clock()
             flags |= f
             if status == OUT_OF_DOMAIN:
                 reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
