@@ -41,9 +41,9 @@ def test_parts_recorded_exactly():
     p = CycleParts()
     for k in range(100):
         ts = p.ts
-        ts[:] = 1_000 + np.cumsum([0, 1_000, 200, 3_000, 400, 500, 600, 4_000, 10_000])
+        ts[:9] = 1_000 + np.cumsum([0, 1_000, 200, 3_000, 400, 500, 600, 4_000, 10_000])
         if k == 99:  # one long cycle: its tree part 5 ms, no plant step (stamp not taken)
-            ts[3:] += 5_000_000 - 3_000
+            ts[3:9] += 5_000_000 - 3_000
             ts[8] = 0
         p.commit()
     assert p.count == 100
@@ -58,6 +58,19 @@ def test_parts_recorded_exactly():
     assert p.percentiles_us("drives")["p50"] == pytest.approx(1.0 + 0.5 + 10.0, abs=res)
     summary = p.summary()
     assert set(summary["p50_p99_max_us"]) == set(ROWS)
+
+
+def test_stage_time_moved_out_of_the_kernel_window():
+    """Time the one kernel call spent staging the row (``ts[9]``) leaves the safety part for the
+    stage part; tree, law, write and bookkeeping keep theirs, the compute is unchanged."""
+    p = CycleParts()
+    p.ts[:9] = np.cumsum([0, 1_000, 2_000, 3_000, 400, 500, 600, 4_000, 10_000])
+    p.ts[9] = 1_500
+    p.commit()
+    got = {r: p.mean_us(r) for r in ("safety", "tree", "law", "write", "bookkeeping", "stage", "compute")}
+    assert got == pytest.approx({"safety": 0.5, "tree": 3.0, "law": 0.4, "write": 0.5, "bookkeeping": 0.6,
+                                 "stage": 5.5, "compute": 11.5})
+    assert not p.ts.any()  # cleared for the next cycle
 
 
 def test_parts_add_up_to_the_compute(tmp_path):
@@ -154,3 +167,16 @@ def test_realtime_run_reports_parts():
     assert parts["cycles"] == r["cycles"]
     assert parts["p50_p99_max_us"]["plant"][0] > 0.0
     assert sum(parts["mean_us"][p] for p in GROUPS["compute"]) == pytest.approx(parts["mean_us"]["compute"], abs=0.01)
+
+
+def test_run_text_shows_the_parts(tmp_path):
+    """``pkrt run`` prints the parts in one line, the plant apart from the compute."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", "run", "--lockstep", "--duration", "0.5", "--no-log"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "cycle parts us p50/p99" in x)
+    for part in ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant step after write"):
+        assert f"{part} " in line

@@ -21,6 +21,7 @@ from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 from pkrt.rt.runtime.safety import OK, check_feedback
+from pkrt.rt.runtime.staging import stage_row
 
 CT, PD = 0, 1
 
@@ -122,22 +123,28 @@ def workspace_views(ws, s):
 
 
 @njit(cache=True)
-def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, ns_per_tick):
+def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, ns_per_tick, row, err):
     """The safety checks of the feedback (``check_feedback``, ``limits`` the supervisor's),
-    then, if they pass, ``control``, in one call; returns (check code, its axis, flags, tree
-    status, ns in the tree, ns in the law), the times from the time-stamp counter
-    (``pkrt.rt.core.cycleclock``; ``ns_per_tick`` its period)."""
+    then, if they pass, ``control``, then the cycle's log row and error staged (``stage_row``:
+    t, wake, compute and flags are left to the caller, tau as computed), in one call; returns
+    (check code, its axis, flags, tree status, ns in the tree, in the law, in the staging),
+    the times from the time-stamp counter (``pkrt.rt.core.cycleclock``; ``ns_per_tick`` its
+    period)."""
+    s = theta.shape[0]
+    H, D, p, w, v, tau_model, tau, work = workspace_views(ws, s)
     code, axis = check_feedback(theta, theta_dot, ref_pos, limits)
-    if code != OK:
-        return code, axis, 0, 0, 0, 0
-    c0 = rdtsc()
-    H, D, p, w, v, tau_model, tau, work = workspace_views(ws, theta.shape[0])
-    status = eval_model_w(T, theta, H, D, p, work)
-    c1 = rdtsc()
-    flags, status = control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
-                                tau_model, tau)
-    c2 = rdtsc()
-    return code, axis, flags, status, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick)
+    flags = status = 0
+    c0 = c1 = c2 = rdtsc()
+    if code == OK:
+        status = eval_model_w(T, theta, H, D, p, work)
+        c1 = rdtsc()
+        flags, status = control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
+                                    tau_model, tau)
+        c2 = rdtsc()
+    stage_row(row, 0.0, ref_pos, ref_vel, ref_acc, theta, theta_dot, tau, True, tau_model, 0.0, 0.0, 0, err)
+    c3 = rdtsc()
+    return (code, axis, flags, status, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick),
+            int((c3 - c2) * ns_per_tick))
 
 
 class Controller:

@@ -1,7 +1,8 @@
 """The cycle's work measured per part, in memory independent of the run's length.
 
 Each cycle stamps ``time.perf_counter_ns()`` at the start of its work and after each part into
-one preallocated row (``CycleParts.ts``); ``record`` (one numba call) bins the parts' durations
+one preallocated row (``CycleParts.ts``; its last entry: time spent on the stage part inside
+the one kernel call of safety, tree and law, ``timed_step``); ``record`` (one numba call) bins the parts' durations
 into fixed histograms (``FINE_NS`` wide up to ``FINE_SPAN_NS``, then ``COARSE_NS`` wide up to
 ``SPAN_NS``; longer ones in the last bin, the exact maximum kept aside) and adds them to per-part
 sums. The parts are consecutive, so they add up
@@ -57,10 +58,17 @@ def record_fill(ts):
 
 @njit(cache=True)
 def record(ts, members, hist, sums, maxes):
-    """Bin one cycle's parts (consecutive differences of the stamps ``ts``, ns) and the groups
-    (``members`` rows of 0/1 over the parts) into ``hist`` (rows, bins); add them to ``sums``,
-    keep ``maxes``. A stamp not taken counts as in ``record_fill``."""
-    record_fill(ts)
+    """Bin one cycle's parts (consecutive differences of the stamps ``ts[:9]``, ns) and the
+    groups (``members`` rows of 0/1 over the parts) into ``hist`` (rows, bins); add them to
+    ``sums``, keep ``maxes``; clear ``ts``. A stamp not taken counts as in ``record_fill``;
+    ``ts[9]`` ns done inside the kernel call that ends at ``ts[4]`` belong to the stage part:
+    the stamps from ``ts[2]`` to ``ts[6]`` move that much earlier (no earlier than ``ts[1]``)."""
+    n = members.shape[1] + 1
+    record_fill(ts[:n])
+    moved = ts[n]
+    if moved > 0:
+        for i in range(2, 7):
+            ts[i] = max(ts[i] - moved, ts[1])
     nb = hist.shape[1]
     for r in range(members.shape[0]):
         d = 0
@@ -73,6 +81,7 @@ def record(ts, members, hist, sums, maxes):
         sums[r] += d
         if d > maxes[r]:
             maxes[r] = d
+    ts[:] = 0  # cleared for the next cycle
 
 
 class CycleParts:
@@ -80,7 +89,7 @@ class CycleParts:
     at the start of the work, ``ts[i + 1]`` after part i; ``commit`` records it and clears it."""
 
     def __init__(self):
-        self.ts = np.zeros(len(PARTS) + 1, dtype=np.int64)
+        self.ts = np.zeros(len(PARTS) + 2, dtype=np.int64)  # the stamps, then ns moved to stage
         self.hist = np.zeros((len(ROWS), NBINS), dtype=np.int64)
         self.sums = np.zeros(len(ROWS), dtype=np.int64)
         self.maxes = np.zeros(len(ROWS), dtype=np.int64)
@@ -90,9 +99,7 @@ class CycleParts:
 
     def commit(self) -> None:
         """Record the stamped cycle; the stamp row is cleared for the next one."""
-        ts = self.ts
-        record(ts, _MEMBERS, self.hist, self.sums, self.maxes)
-        ts[:] = 0
+        record(self.ts, _MEMBERS, self.hist, self.sums, self.maxes)
         self.count += 1
 
     def percentiles_us(self, row: str) -> dict:
@@ -124,41 +131,37 @@ class CycleParts:
 
 
 def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
-               ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray, split: bool = True
-               ) -> tuple[str | None, int]:
+               ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray, split: bool = True,
+               row: np.ndarray | None = None, err: np.ndarray | None = None) -> tuple[str | None, int, bool]:
     """One read -> safety -> model -> control law -> write at loop time t (s) towards the
     reference (actuator units), stamping ``ts[1..5]`` (ns) after each part (a part not reached
-    keeps 0). Returns (fault reason or None, controller flags); the feedback is
-    ``drives.feedback``. With the tree in the loop, safety, tree and law are one kernel call
-    (``checked_control``) split by the time-stamp counter; safety then also holds the call's
-    entry and exit. ``split=False``: the path before the per-part budget (``Supervisor.check``,
-    then ``Controller.update``, model and law counted together as ``tree``)."""
+    keeps 0). Returns (fault reason or None, controller flags, whether ``row`` and ``err`` were
+    staged); the feedback is ``drives.feedback``.
+
+    With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.staging``) safety,
+    tree, law and the staging of ``row`` and ``err`` (ref - pos) are one kernel call
+    (``checked_control``) split by the time-stamp counter: safety also holds the call's entry
+    and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
+    the path before the per-part budget (``Supervisor.check``, then ``Controller.update``,
+    model and law counted together as ``tree``); the exact model: three calls."""
     clock = time.perf_counter_ns
     flags = 0
+    staged = False
     try:
         fb = drives.read(t)
         ts[1] = t1 = clock()
-        if split and ctrl.model is None:
-            code, axis, f, status, tree_ns, law_ns = checked_control(
+        if split and ctrl.model is None and row is not None:
+            code, axis, f, status, tree_ns, law_ns, stage_ns = checked_control(
                 ctrl.arrays, ctrl.kind, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, ctrl.gains, sup.limits,
-                ctrl.ws, ns_per_tick())
+                ctrl.ws, ns_per_tick(), row, err)
+            staged = True
             reason = sup.verdict(code, axis, fb, ref_pos)
             ts[4] = t4 = clock()
             ts[3] = t4 - law_ns
             ts[2] = max(t4 - law_ns - tree_ns, t1)
+            ts[9] = stage_ns
         else:
-            reason = sup.check(fb, ref_pos)
-            ts[2] = clock()
-            f = status = 0
-            if reason is None:
-                if split:
-                    status = ctrl.evaluate(fb.position)
-                    ts[3] = clock()
-                    f = ctrl.law(status, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
-                else:
-                    f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
-                    ts[3] = clock()
-                ts[4] = clock()
+            reason, f, status = _step_unfused(sup, ctrl, fb, ref_pos, ref_vel, ref_acc, ts, split)
         if not fb.fresh:
             flags |= FLAG_STALE
         if reason is None:
@@ -173,7 +176,27 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
             ts[5] = clock()
     except DriveError as e:
         reason = f"drive: {e}"
-    return reason, flags
+    return reason, flags, staged
+
+
+def _step_unfused(sup: Supervisor, ctrl: Controller, fb, ref_pos, ref_vel, ref_acc, ts: np.ndarray,
+                  split: bool) -> tuple[str | None, int, int]:
+    """Safety, then the model and the law in one (``split=False``) or two calls; (reason,
+    flags, status)."""
+    clock = time.perf_counter_ns
+    reason = sup.check(fb, ref_pos)
+    ts[2] = clock()
+    f = status = 0
+    if reason is None:
+        if split:
+            status = ctrl.evaluate(fb.position)
+            ts[3] = clock()
+            f = ctrl.law(status, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+        else:
+            f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+            ts[3] = clock()
+        ts[4] = clock()
+    return reason, f, status
 
 
 __all__ = ["CycleParts", "PARTS", "GROUPS", "ROWS", "record", "record_fill", "timed_step"]

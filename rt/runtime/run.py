@@ -121,9 +121,9 @@ def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, re
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
     read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
     a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``)."""
-    ts = np.zeros(len(PARTS) + 1, dtype=np.int64)
+    ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
     ts[0] = time.perf_counter_ns()
-    reason, flags = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
     record_fill(ts)
     return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9
 
@@ -270,6 +270,7 @@ class Session:
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
         self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
+        self.tau_cols = slice(1 + 5 * s, 1 + 6 * s)  # the staging row's tau (CHANNELS)
         self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
         self.ran = np.zeros(N, dtype=bool)
@@ -371,7 +372,9 @@ class Session:
         if self.on_cycle is not None:
             self.on_cycle(k, t)
         ref_pos, ref_vel, ref_acc = plan.pos[k], plan.vel[k], plan.acc[k]
-        reason, flags = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts, not self.old_cycle)
+        err = self.err[k]
+        reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
+                                           not self.old_cycle, self.row, err)
         fb = self.fb = drives.feedback
         if reason is not None:
             self.fault(k, reason)
@@ -391,12 +394,18 @@ class Session:
         ts[6] = clock()
         comp = self.comp[k] = (ts[6] - t_start) * 1e-9
         if self.old_cycle:
-            np.subtract(ref_pos, fb.position, out=self.err[k])
+            np.subtract(ref_pos, fb.position, out=err)
             if self.views is not None:
                 self._stage(k, t, fb, wake_s, flags)
         else:
-            stage_row(self.row, t, ref_pos, ref_vel, ref_acc, fb.position, fb.velocity, self.ctrl.tau,
-                      drives.torque_on, self.ctrl.tau_model, wake_s * 1e6, comp * 1e6, flags, self.err[k])
+            row = self.row
+            if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
+                row[0], row[-3], row[-2], row[-1] = t, wake_s * 1e6, comp * 1e6, flags
+                if not drives.torque_on:
+                    row[self.tau_cols] = 0.0
+            else:
+                stage_row(row, t, ref_pos, ref_vel, ref_acc, fb.position, fb.velocity, self.ctrl.tau,
+                          drives.torque_on, self.ctrl.tau_model, wake_s * 1e6, comp * 1e6, flags, err)
             if self.writer:
                 self.writer.commit()
             if self.telemetry is not None:
