@@ -18,7 +18,7 @@ from pkrt.drivers.base import DriveError, Drives
 
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
-from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step
+from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -340,6 +340,7 @@ class Session:
                 raise Stopped(stop.reason)
             # warm up the kernels (compile or load from cache) before the first deadline
             self.ctrl.update(plan.pos[0], plan.vel[0], plan.pos[0], plan.vel[0], plan.acc[0])
+            warm_up(self.ctrl, self.sup, plan.pos[0], plan.vel[0], plan.acc[0])  # the cycle's parts' kernels
             self.sup.check(_Probe(plan.pos[0], plan.vel[0]), plan.pos[0])
             self.sup.stale = 0
             drives.prepare(plan.pos[0].copy())
