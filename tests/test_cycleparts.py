@@ -180,3 +180,16 @@ def test_run_text_shows_the_parts(tmp_path):
     line = next(x for x in r.stdout.splitlines() if "cycle parts us p50/p99" in x)
     for part in ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant step after write"):
         assert f"{part} " in line
+
+
+def test_stage_row_refuses_a_short_row():
+    """numba does not check bounds: a row too short for the layout is refused, not overrun
+    (a row one value short corrupted the heap of every no-log run before this check)."""
+    from pkrt.rt.runtime.staging import stage_row
+
+    z = np.zeros(3)
+    with pytest.raises(ValueError, match="4 \\+ 7 s"):
+        stage_row(np.zeros(3 + 7 * 3), 0.0, z, z, z, z, z, z, True, z, 0.0, 0.0, 0, z)
+    row = np.zeros(4 + 7 * 3)
+    stage_row(row, 1.0, z + 1, z, z, z + 0.5, z, z, True, z, 2.0, 3.0, 4, z)
+    assert row[0] == 1.0 and row[-3:].tolist() == [2.0, 3.0, 4.0] and row[1] == 1.0

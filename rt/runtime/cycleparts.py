@@ -185,7 +185,7 @@ def warm_up(ctrl: Controller, sup: Supervisor, pos: np.ndarray, vel: np.ndarray,
     ``timed_step`` and the staging compiled or loaded from the cache (a first call in the loop
     cost 0.1 s: a run with ``skip`` pacing then skipped as many periods)."""
     s = pos.shape[0]
-    row, err = np.zeros(3 + 7 * s), np.zeros(s)
+    row, err = np.zeros(4 + 7 * s), np.zeros(s)
     if ctrl.model is None:
         checked_control(ctrl.arrays, ctrl.kind, pos, vel, pos, vel, acc, ctrl.gains, sup.limits, ctrl.ws,
                         ns_per_tick(), row, err)

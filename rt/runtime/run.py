@@ -270,7 +270,7 @@ class Session:
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
         self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
-        self.tau_cols = slice(1 + 5 * s, 1 + 6 * s)  # the staging row's tau (CHANNELS)
+        self.tau_cols, self.wake_col = slice(1 + 5 * s, 1 + 6 * s), 1 + 7 * s  # in the staging row (CHANNELS)
         self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
         self.ran = np.zeros(N, dtype=bool)
@@ -299,7 +299,7 @@ class Session:
             self.row, self.slices = np.zeros(n), sl
             self.views = {name: self.row[x] for name, x in sl.items()}
         else:  # neither: the staging kernel still records the error
-            self.row = np.zeros(3 + 7 * s)
+            self.row = np.zeros(4 + 7 * s)
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
@@ -401,7 +401,8 @@ class Session:
         else:
             row = self.row
             if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
-                row[0], row[-3], row[-2], row[-1] = t, wake_s * 1e6, comp * 1e6, flags
+                c = self.wake_col
+                row[0], row[c], row[c + 1], row[c + 2] = t, wake_s * 1e6, comp * 1e6, flags
                 if not drives.torque_on:
                     row[self.tau_cols] = 0.0
             else:

@@ -14,9 +14,11 @@ ROW_ORDER = ("t", "ref_pos", "ref_vel", "ref_acc", "pos", "vel", "tau", "tau_mod
 @njit(cache=True)
 def stage_row(row, t, ref_pos, ref_vel, ref_acc, pos, vel, tau, torque_on, tau_model, wake_us,
               compute_us, flags, err):
-    """Fill ``row`` (1 + 7 s + 3 values, ``ROW_ORDER``) and ``err`` = ref_pos - pos (actuator
+    """Fill ``row`` (4 + 7 s values: t, 7 vectors of s, 3 scalars; ``ROW_ORDER``) and ``err`` = ref_pos - pos (actuator
     units); tau is logged as 0 when the torque is off."""
     s = pos.shape[0]
+    if row.shape[0] < 4 + 7 * s or err.shape[0] < s:  # numba does not check bounds
+        raise ValueError("stage_row: the row needs 4 + 7 s values and err s")
     row[0] = t
     for i in range(s):
         row[1 + i] = ref_pos[i]
