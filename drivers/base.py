@@ -125,6 +125,12 @@ class Drives:
         """Command actuator torques/forces (N or N m), SI, actuator order."""
         raise NotImplementedError
 
+    def advance(self, t_next: float) -> None:
+        """After ``write``, between cycles: a backend whose plant runs in this process
+        integrates the command to the next read's loop time ``t_next`` (s) here, in the loop's
+        sleep budget rather than in the next ``read``; the feedback sequence is the same.
+        Real drives do nothing."""
+
     # -- hooks -------------------------------------------------------------------------------
     def _do_configure(self) -> None:
         pass

@@ -343,6 +343,12 @@ class SimDrives(Drives):
         self._hist_n = 0
         self.injections: list[tuple[str, float, float]] = []  # (kind, at time s, value)
         self.period: float | None = None  # the loop period (s): a longer gap is stepped period by period
+        # ``advance``: the loop time the plant was stepped to ahead of its read (None: not ahead),
+        # why it left its model on the way, the state before, the force noise drawn for it
+        self._ahead_t: float | None = None
+        self._ahead_reason: str | None = None
+        self._x_before = np.zeros(2 * plant.s)
+        self._drawn = self._redraw = None
 
     @classmethod
     def from_config(cls, config, overrides: dict, plant_model=None) -> "SimDrives":
@@ -360,6 +366,8 @@ class SimDrives(Drives):
         plant stops: feedback no longer changes)."""
         if kind not in ("nan", "stale", "push", "freeze"):
             raise DriveConfigError(f"unknown sim fault '{kind}' (nan, stale, push, freeze)")
+        if self._ahead_t is not None:  # the step ahead did not know of it
+            self._undo_ahead()
         self.injections.append((kind, float(at), float(value)))
 
     def _active(self, kind: str, t: float):
@@ -376,30 +384,29 @@ class SimDrives(Drives):
 
     def prepare(self, theta0: np.ndarray) -> None:
         self.plant.reset(theta0)
-        self._t = None
+        self._t = self._ahead_t = self._redraw = None
         self._hist_n = 0
 
     def _do_configure(self) -> None:
-        self._t = None
+        self._t = self._ahead_t = self._redraw = None
         self._hist_n = 0
 
     def _do_disable(self) -> None:
         self._tau[:] = 0.0
+        if self._ahead_t is not None:  # stepped with the torque on: the next read steps without
+            self._undo_ahead()
 
     def read(self, t: float):
         fb = self.feedback
         inj = bool(self.injections)
-        if self._t is not None and not (inj and self._active("freeze", t) is not None):
-            push = self._active("push", t) if inj else None
-            tau = self._tau if push is None else self._tau + push
-            if self.force_noise > 0.0 and self.torque_on:  # the drive's force is not the command
-                tau = tau + self.rng.normal(0.0, self.force_noise, self.n_axes)
-            dt = t - self._t
-            n = int(round(dt / self.period)) if self.period and dt > 1.5 * self.period else 1
-            st = 0
-            for _ in range(n):  # skipped periods: the plant's step stays one period's
-                st = max(st, self.plant.step(tau, dt / n))
-            reason = plant_left_its_model(self.plant, st)
+        ahead, self._ahead_t = self._ahead_t, None
+        if ahead is not None and ahead == t:  # stepped ahead to this read by ``advance``
+            if self._ahead_reason is not None:
+                raise DriveError(self._ahead_reason)
+        else:
+            if ahead is not None:  # stepped towards another time: undone, stepped again below
+                self._undo_ahead()
+            reason = self._step_to(t)
             if reason is not None:
                 raise DriveError(reason)
         self._t = t
@@ -430,6 +437,41 @@ class SimDrives(Drives):
             self._tau[:] = tau
         else:
             self._tau[:] = 0.0
+
+    def _step_to(self, t: float) -> str | None:
+        """Integrate the plant from the last read's time to t with the command held (the push
+        and force noise of time t applied); why the plant left its model, or None. The force
+        noise drawn for a step that was undone is used again, so the draws keep their order."""
+        if self._t is None or (self.injections and self._active("freeze", t) is not None):
+            return None
+        push = self._active("push", t) if self.injections else None
+        tau = self._tau if push is None else self._tau + push
+        if self.force_noise > 0.0 and self.torque_on:  # the drive's force is not the command
+            draw = self._redraw if self._redraw is not None else self.rng.normal(0.0, self.force_noise, self.n_axes)
+            self._redraw, self._drawn = None, draw
+            tau = tau + draw
+        dt = t - self._t
+        n = int(round(dt / self.period)) if self.period and dt > 1.5 * self.period else 1
+        st = 0
+        for _ in range(n):  # skipped periods: the plant's step stays one period's
+            st = max(st, self.plant.step(tau, dt / n))
+        return plant_left_its_model(self.plant, st)
+
+    def advance(self, t_next: float) -> None:
+        """Step the plant now to the next read at ``t_next`` (the same step that read would
+        take, so the same feedback); that read then only copies the state. A read at another
+        time, an injection or a disable in between undoes the step (``_undo_ahead``)."""
+        if self._t is None or self._ahead_t is not None:
+            return
+        self._x_before[:] = self.plant.x
+        self._drawn = None
+        self._ahead_reason = self._step_to(t_next)
+        self._ahead_t = t_next
+
+    def _undo_ahead(self) -> None:
+        """Back to the state before ``advance``'s step (its force noise draw kept for the redo)."""
+        self.plant.x[:] = self._x_before
+        self._redraw, self._ahead_t, self._ahead_reason = self._drawn, None, None
 
 
 __all__ = ["Plant", "SimDrives", "plant_left_its_model", "plant_step", "plant_step_model", "plant_workspace", "workspace_views",

@@ -5,9 +5,10 @@ Sections: ``reduction`` (exact reduction of every shipped machine), ``tree`` (tr
 evaluation, jitted loop along the demo and at random states, one Python call, beside the 8^3
 boxes, against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
 computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal and
-10 % heavier), ``loop`` (real-time 1 kHz run with a log: compute time split into drives,
-controller and loop overhead, overruns, wake latency beside a bare sleep-then-spin loop;
-lockstep speed), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
+10 % heavier), ``loop`` (the cycle as it is beside the cycle before, ``old_cycle``: lockstep
+speed by wall clock and CPU time, a real-time 1 kHz run each with a log split per part -- read,
+safety, tree, law, write, bookkeeping, stage, and the plant's step outside the compute --
+overruns, wake latency beside a bare sleep-then-spin loop), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
 the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per
 cycle for 3 drives, emulator cost, a HIL pass), ``can_udp`` (round trip to the CiA 402 emulator
 in its own process over udp_multicast, without and with SCHED_FIFO), ``safestop`` (SIGKILL to

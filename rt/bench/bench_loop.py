@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
+PARTS_SHOWN = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "compute", "plant")
 
-def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
-    """Real-time run of the Orthoglide demo (held at its end up to ``duration``) with a log, its
-    cycle split into drives (here the simulated plant), controller and the loop's own overhead
-    (safety, bookkeeping, log staging); a bare sleep-then-spin loop for the same number of
-    cycles beside it; and the lockstep speed."""
+
+def _parts(r: dict) -> dict:
+    """Each part's [p50, p99] (us) from a run summary's ``cycle_parts``."""
+    p = r["cycle_parts"]["p50_p99_max_us"]
+    return {n: p[n][:2] for n in PARTS_SHOWN}
+
+
+def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int = 3) -> dict:
+    """The Orthoglide demo with a log, the cycle as it is (``new``: per-part budget, the plant
+    stepped after write, outside the compute) beside the cycle before (``old``: the plant
+    stepped inside read, model and law in one call, numpy staging; ``run_session(old_cycle=True)``)
+    in the same process: the lockstep speed (``repeats`` runs each, alternated; wall clock and
+    the loop thread's CPU time), and one real-time run each (held at the demo's end up to
+    ``duration``) split per part (p50/p99 us), overruns; a bare sleep-then-spin loop for the
+    same number of cycles beside them."""
     import dataclasses
     import tempfile
     from pathlib import Path
@@ -24,27 +35,38 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0) -> dict:
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)
     demo = plan_reference(config)
-    lock = []
-    for _ in range(3):
-        d = open_drives(config)
-        lock.append(run_session(config, d, trajectory=demo, lockstep=True, tree=tree)["realtime_factor"])
-    d = open_drives(config)
-    with tempfile.TemporaryDirectory() as tmp:  # with a log: its staging is part of the loop's overhead
-        rt = run_session(config, d, trajectory=demo, duration=duration, tree=tree, log_path=str(Path(tmp) / "bench.pktlog"))
+    lock: dict = {"new": [], "old": []}
+    out: dict = {"rate_hz": rate_hz, "duration_s": duration}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            for name in ("new", "old"):
+                r = run_session(config, open_drives(config), trajectory=demo, lockstep=True, tree=tree,
+                                log_path=str(Path(tmp) / f"lock-{name}-{i}.pktlog"), old_cycle=name == "old")
+                lock[name].append((r["realtime_factor"], r["realtime_factor_cpu"], r["rms_error"]))
+        for name in ("new", "old"):
+            f = np.array([x[:2] for x in lock[name]])
+            out[f"lockstep_{name}"] = {"realtime_factor_median": float(np.median(f[:, 0])),
+                                       "realtime_factor_cpu_median": float(np.median(f[:, 1])),
+                                       "rms_error": lock[name][0][2]}
+        out["lockstep_speedup_new_over_old_cpu"] = (out["lockstep_new"]["realtime_factor_cpu_median"]
+                                                    / out["lockstep_old"]["realtime_factor_cpu_median"])
+        rt = {}
+        for name in ("new", "old"):  # with a log: its staging is part of the compute
+            rt[name] = run_session(config, open_drives(config), trajectory=demo, duration=duration, tree=tree,
+                                   log_path=str(Path(tmp) / f"rt-{name}.pktlog"), old_cycle=name == "old")
+            out[f"realtime_{name}"] = {
+                "cycles": rt[name]["cycles"], "overruns": rt[name]["overruns"], "fault": rt[name]["fault"],
+                "parts_p50_p99_us": _parts(rt[name]), "compute_us": rt[name]["compute_us"],
+                "drive_us (incl. the plant)": rt[name]["drive_us"], "wake_latency_us": rt[name]["wake_latency_us"],
+                "log_dropped_blocks": rt[name]["log_dropped_blocks"]}
+        out["realtime_settings"] = rt["new"]["realtime"]
     r = config.realtime  # the bare loop runs under the same real-time settings
     rep = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
     try:
         bare = bare_loop_latency(1.0 / rate_hz, int(duration * rate_hz))
     finally:
         restore_realtime(rep)
-    return {
-        "rate_hz": rate_hz, "duration_s": duration,
-        "lockstep_realtime_factor_median": float(np.median(lock)),
-        "realtime_settings": rt["realtime"], "realtime_cycles": rt["cycles"], "realtime_overruns": rt["overruns"],
-        "realtime_fault": rt["fault"],
-        "compute_us": rt["compute_us"], "drive_us (simulated plant)": rt["drive_us"],
-        "controller_us": rt["controller_us"], "loop_overhead_us": rt["loop_overhead_us"],
-        "log_dropped_blocks": rt["log_dropped_blocks"], "wake_latency_us": rt["wake_latency_us"],
-        "bare_loop_wake_latency_us": percentiles_us(bare),
-        "wake_p99_ratio_loop_over_bare": (rt["wake_latency_us"]["p99"] / max(percentiles_us(bare)["p99"], 1e-9)),
-    }
+    out["bare_loop_wake_latency_us"] = percentiles_us(bare)
+    out["wake_p99_ratio_loop_over_bare"] = (rt["new"]["wake_latency_us"]["p99"]
+                                            / max(percentiles_us(bare)["p99"], 1e-9))
+    return out

@@ -113,6 +113,12 @@ def _timing_lines(r: dict) -> list[str]:
     if c["p50"] is not None:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
                      f"wake latency us: p50 {w['p50']:.1f}, p99 {w['p99']:.1f}, max {w['max']:.1f}")
+    parts = (r.get("cycle_parts") or {}).get("p50_p99_max_us") or {}
+    if parts.get("compute", [None])[0] is not None:  # rt/runtime/cycleparts.py
+        each = ", ".join(f"{n} {parts[n][0]:.1f}/{parts[n][1]:.1f}" for n in
+                         ("read", "safety", "tree", "law", "write", "bookkeeping", "stage"))
+        lines.append(f"  cycle parts us p50/p99: {each}; plant step after write {parts['plant'][0]:.1f}/"
+                     f"{parts['plant'][1]:.1f} (outside the compute)")
     return lines
 
 

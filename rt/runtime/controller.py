@@ -17,8 +17,11 @@ import numpy as np
 from numba import njit
 
 from pkrt.rt.runtime.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
+from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
+from pkrt.rt.runtime.safety import OK, check_feedback
+from pkrt.rt.runtime.staging import stage_row
 
 CT, PD = 0, 1
 
@@ -98,6 +101,52 @@ def control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains
     return flags, status
 
 
+def controller_workspace(s: int) -> np.ndarray:
+    """One flat array holding H, D, p, w, v, tau_model, tau and the tree's scratch
+    (``workspace_views``): a kernel call types one argument for all of them."""
+    m = s * (s + 1) // 2
+    return np.zeros(s * s + s * m + s + m + 4 * s + work_size(s))
+
+
+@njit(cache=True)
+def workspace_views(ws, s):
+    """H (s, s), D (s, m), p, w (m), v, tau_model, tau, work: views of ``controller_workspace(s)``."""
+    m = s * (s + 1) // 2
+    H = ws[:s * s].reshape((s, s))
+    o = s * s
+    D = ws[o:o + s * m].reshape((s, m))
+    o += s * m
+    p, w = ws[o:o + s], ws[o + s:o + s + m]
+    o += s + m
+    v, tau_model, tau = ws[o:o + s], ws[o + s:o + 2 * s], ws[o + 2 * s:o + 3 * s]
+    return H, D, p, w, v, tau_model, tau, ws[o + 3 * s:]
+
+
+@njit(cache=True)
+def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, ns_per_tick, row, err):
+    """The safety checks of the feedback (``check_feedback``, ``limits`` the supervisor's),
+    then, if they pass, ``control``, then the cycle's log row and error staged (``stage_row``:
+    t, wake, compute and flags are left to the caller, tau as computed), in one call; returns
+    (check code, its axis, flags, tree status, ns in the tree, in the law, in the staging),
+    the times from the time-stamp counter (``pkrt.rt.core.cycleclock``; ``ns_per_tick`` its
+    period)."""
+    s = theta.shape[0]
+    H, D, p, w, v, tau_model, tau, work = workspace_views(ws, s)
+    code, axis = check_feedback(theta, theta_dot, ref_pos, limits)
+    flags = status = 0
+    c0 = c1 = c2 = rdtsc()
+    if code == OK:
+        status = eval_model_w(T, theta, H, D, p, work)
+        c1 = rdtsc()
+        flags, status = control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
+                                    tau_model, tau)
+        c2 = rdtsc()
+    stage_row(row, 0.0, ref_pos, ref_vel, ref_acc, theta, theta_dot, tau, True, tau_model, 0.0, 0.0, 0, err)
+    c3 = rdtsc()
+    return (code, axis, flags, status, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick),
+            int((c3 - c2) * ns_per_tick))
+
+
 class Controller:
     """A controller bound to its tree, gains and preallocated workspace. ``model``: None (the
     tree in the loop) or a callable ``model(theta, H, D, p) -> status`` filling the given arrays
@@ -113,14 +162,8 @@ class Controller:
         self.kind_name = kind
         self.kind = CT if kind == "ct" else PD
         self.model = model
-        self.H = np.zeros((s, s))
-        self.D = np.zeros((s, s * (s + 1) // 2))
-        self.p = np.zeros(s)
-        self.w = np.zeros(s * (s + 1) // 2)
-        self.v = np.zeros(s)
-        self.tau_model = np.zeros(s)
-        self.tau = np.zeros(s)
-        self.work = np.zeros(work_size(s))
+        self.ws = controller_workspace(s)
+        self.H, self.D, self.p, self.w, self.v, self.tau_model, self.tau, self.work = workspace_views(self.ws, s)
         # nominal inertia at the centre of the tree's box (plan once)
         centre = 0.5 * (tree.lo + tree.hi)
         H0 = np.zeros((s, s))
@@ -131,6 +174,19 @@ class Controller:
     def named_gains(self) -> Gains:
         """The gains by name (views of the kernel's array)."""
         return Gains(*self.gains)
+
+    def evaluate(self, theta) -> int:
+        """The model (tree or ``model``) at theta into H, D, p; returns its status (the first
+        half of ``update``, timed on its own by the loop)."""
+        if self.model is not None:
+            return self.model(theta, self.H, self.D, self.p)
+        return eval_model_w(self.arrays, theta, self.H, self.D, self.p, self.work)
+
+    def law(self, status: int, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> int:
+        """The control law on the model ``evaluate`` left (its ``status``): ``self.tau``; returns
+        the flags (the second half of ``update``)."""
+        return control_law(self.kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, self.H,
+                           self.D, self.p, self.w, self.v, self.tau_model, self.tau)[0]
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""
@@ -143,5 +199,6 @@ class Controller:
                        self.work)
 
 
-__all__ = ["Controller", "Gains", "make_gains", "control", "control_law", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
+__all__ = ["Controller", "Gains", "make_gains", "control", "control_law", "checked_control", "controller_workspace",
+           "workspace_views", "CT", "PD", "FLAG_SATURATED", "FLAG_TREE", "FLAG_OVERRUN",
            "FLAG_STALE", "FLAG_NONFINITE", "CLAMPED", "OUT_OF_DOMAIN"]

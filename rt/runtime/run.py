@@ -17,12 +17,14 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 
 from pkrt.rt.runtime.config import MachineConfig
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
+from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
+from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
-from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree, find_leaf
+from pkrt.rt.runtime.staging import ROW_ORDER, stage_row
+from pkrt.rt.core.tree import Tree, find_leaf
 from pkrt.rt.core.versions import software_versions
 
 
@@ -91,6 +93,7 @@ CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), (
             ("pos", None, "pos"), ("vel", None, "vel"), ("tau", None, "force"),
             ("tau_model", None, "force"), ("wake_us", 1, "us"), ("compute_us", 1, "us"),
             ("flags", 1, "bits")]
+assert tuple(c[0] for c in CHANNELS) == ROW_ORDER  # the staging kernel's layout
 
 
 def channel_list(s: int, unit: str) -> list[tuple[str, int, str]]:
@@ -116,34 +119,13 @@ def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, re
                  ref_vel: np.ndarray, ref_acc: np.ndarray) -> tuple[str | None, int, float, float, float]:
     """One read -> safety -> controller -> write at loop time t (s) towards the reference
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
-    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Shared
-    by a run (``Session``) and a served machine (``pkrt.rt.runtime.machine``)."""
-    flags = 0
-    t_c = t_w = t_d = 0.0
-    try:
-        t_r = time.perf_counter()
-        fb = drives.read(t)
-        t_d = time.perf_counter() - t_r
-        reason = sup.check(fb, ref_pos)
-        if not fb.fresh:
-            flags |= FLAG_STALE
-        if reason is None:
-            t_c = time.perf_counter()
-            f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
-            t_c = time.perf_counter() - t_c
-            flags |= f
-            if status == OUT_OF_DOMAIN:
-                reason = (f"model domain: position {np.round(fb.position, 6).tolist()} is in a "
-                          f"tree box marked out of domain")
-            elif f & FLAG_NONFINITE:
-                reason = "controller produced a non-finite torque"
-        if reason is None:
-            t_w = time.perf_counter()
-            drives.write(ctrl.tau)
-            t_w = time.perf_counter() - t_w
-    except DriveError as e:
-        reason = f"drive: {e}"
-    return reason, flags, t_d, t_c, t_w
+    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
+    a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``)."""
+    ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
+    ts[0] = time.perf_counter_ns()
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
+    record_fill(ts)
+    return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9
 
 
 def next_cycle(clock, k: int, period: float, pacing: str = "skip") -> tuple[int, float]:
@@ -215,7 +197,7 @@ def default_pacing(drives: Drives) -> str:
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None, pacing: str | None = None) -> dict:
+                model=None, pacing: str | None = None, old_cycle: bool = False) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -237,6 +219,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     would trip a watchdog of N missed cycles. The watchdog stays for real drives (``skip``),
     whose machine does not pause. Either way the summary's ``host_delays`` names the delays
     (count, longest, when).
+
+    ``old_cycle`` (benchmarks only): the cycle as before its per-part budget -- the simulated
+    plant stepped inside the next ``read``, model and law in one kernel call, the log row
+    staged by numpy slice assignments -- for a side-by-side comparison in one process.
     """
     if pacing is None:
         pacing = default_pacing(drives)
@@ -245,7 +231,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime, model=model, pacing=pacing)
+                          tree=tree, realtime=realtime, model=model, pacing=pacing, old_cycle=old_cycle)
         return session.run()
 
 
@@ -259,7 +245,7 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip"):
+                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip", old_cycle: bool = False):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
@@ -283,11 +269,9 @@ class Session:
         # preallocated per-cycle records
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
-        # the cycle's parts (s): in the drivers (read + write), in the controller, and the whole
-        # cycle with log and telemetry staging; the rest is the loop's own overhead
-        self.drive_t = np.zeros(N)
-        self.ctrl_t = np.zeros(N)
-        self.cycle_t = np.zeros(N)
+        self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
+        self.tau_cols, self.wake_col = slice(1 + 5 * s, 1 + 6 * s), 1 + 7 * s  # in the staging row (CHANNELS)
+        self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
         self.ran = np.zeros(N, dtype=bool)
         self.writer = None
@@ -314,6 +298,8 @@ class Session:
                 sl[name], n = slice(n, n + width), n + width
             self.row, self.slices = np.zeros(n), sl
             self.views = {name: self.row[x] for name, x in sl.items()}
+        else:  # neither: the staging kernel still records the error
+            self.row = np.zeros(4 + 7 * s)
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
@@ -322,7 +308,7 @@ class Session:
         self.clock = VirtualClock() if lockstep else RealClock()
         self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
-        self.wall = 0.0
+        self.wall = self.cpu = self.cpu0 = 0.0  # s: the loop's wall time, its thread's CPU time
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -354,6 +340,7 @@ class Session:
                 raise Stopped(stop.reason)
             # warm up the kernels (compile or load from cache) before the first deadline
             self.ctrl.update(plan.pos[0], plan.vel[0], plan.pos[0], plan.vel[0], plan.acc[0])
+            warm_up(self.ctrl, self.sup, plan.pos[0], plan.vel[0], plan.acc[0])  # the cycle's parts' kernels
             self.sup.check(_Probe(plan.pos[0], plan.vel[0]), plan.pos[0])
             self.sup.stale = 0
             drives.prepare(plan.pos[0].copy())
@@ -372,24 +359,27 @@ class Session:
 
     # -- cycle ----------------------------------------------------------------------------------
     def cycle(self, k: int) -> int | None:
-        """Cycle k: wait for its deadline, read -> safety -> controller -> write -> staging;
+        """Cycle k: wait for its deadline, read -> safety -> model -> law -> write ->
+        bookkeeping -> staging, each part stamped (``CycleParts``), then the simulated plant
+        stepped to the next read (``Drives.advance``: in the sleep, not in the compute);
         returns the next cycle (past a period skipped by an overrun), None when the run stops."""
-        drives, ctrl, sup, plan, period = self.drives, self.ctrl, self.sup, self.plan, self.period
+        drives, plan, period, ts, clock = self.drives, self.plan, self.period, self.parts.ts, time.perf_counter_ns
         wake_s = self.clock.wait_until(k * period)
         if self.stop_signals.reason is not None:  # a stop signal: torque off before anything else
             self.fault(k, self.stop_signals.reason, drive_fault=False)
             return None
-        t_start = time.perf_counter()
+        ts[0] = t_start = clock()
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        ref_pos = plan.pos[k]
-        reason, flags, t_d, t_c, t_w = control_step(drives, sup, ctrl, t, ref_pos, plan.vel[k], plan.acc[k])
+        ref_pos, ref_vel, ref_acc = plan.pos[k], plan.vel[k], plan.acc[k]
+        err = self.err[k]
+        reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
+                                           not self.old_cycle, self.row, err)
         fb = self.fb = drives.feedback
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
-        np.subtract(ref_pos, fb.position, out=self.err[k])
         self.wake[k] = wake_s
         self.ran[k] = True
         self.cycles += 1
@@ -401,21 +391,41 @@ class Session:
             self.delays.add(k, lateness, time.monotonic())
             if self.pacing == "delay":  # a delay of a plant that waits: not a missed cycle (no watchdog)
                 late = False
-        self.comp[k] = time.perf_counter() - t_start
-        if self.views is not None:
-            self._stage(k, t, fb, wake_s, flags)
-        self.drive_t[k], self.ctrl_t[k] = t_d + t_w, t_c
-        self.cycle_t[k] = time.perf_counter() - t_start
+        wd = self.sup.overrun(late) if reason is None else None
+        ts[6] = clock()
+        comp = self.comp[k] = (ts[6] - t_start) * 1e-9
+        if self.old_cycle:
+            np.subtract(ref_pos, fb.position, out=err)
+            if self.views is not None:
+                self._stage(k, t, fb, wake_s, flags)
+        else:
+            row = self.row
+            if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
+                c = self.wake_col
+                row[0], row[c], row[c + 1], row[c + 2] = t, wake_s * 1e6, comp * 1e6, flags
+                if not drives.torque_on:
+                    row[self.tau_cols] = 0.0
+            else:
+                stage_row(row, t, ref_pos, ref_vel, ref_acc, fb.position, fb.velocity, self.ctrl.tau,
+                          drives.torque_on, self.ctrl.tau_model, wake_s * 1e6, comp * 1e6, flags, err)
+            if self.writer:
+                self.writer.commit()
+            if self.telemetry is not None:
+                self.telemetry.maybe_send(k, t, self.row, self.slices)
+        ts[7] = clock()
+        if reason is None and wd is None and nxt < plan.n and not self.old_cycle:
+            drives.advance(nxt * period)
+            ts[8] = clock()
+        self.parts.commit()
         if reason is not None:
             return None
-        wd = sup.overrun(late)
         if wd is not None:
             self.fault(k, wd)
             return None
         return nxt
 
     def _stage(self, k: int, t: float, fb, wake_s: float, flags: int) -> None:
-        """The cycle's log row and telemetry sample (preallocated staging row)."""
+        """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``)."""
         v, plan = self.views, self.plan
         v["t"][0] = t
         v["ref_pos"][...] = plan.pos[k]
@@ -439,6 +449,7 @@ class Session:
         self.start()
         stop = self.stop_signals
         wall0 = time.perf_counter()
+        self.cpu0 = time.thread_time()
         k = 0
         try:
             stop.in_loop = True
@@ -462,12 +473,13 @@ class Session:
         self.stop_signals.in_loop = False
         self.drives.disable()
         self.wall = time.perf_counter() - wall0
+        self.cpu = time.thread_time() - self.cpu0
         if self.rt_report:
             restore_realtime(self.rt_report)
 
     def summary(self) -> dict:
         """The run's summary; the log is closed with it."""
-        ran, period, cycles, wall = self.ran, self.period, self.cycles, self.wall
+        ran, period, cycles, wall, parts = self.ran, self.period, self.cycles, self.wall, self.parts
         e = self.err[ran]
         e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
         fault = self.fault_reason
@@ -485,13 +497,18 @@ class Session:
             "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
             "units": self.units, "saturated_cycles": self.saturated,
             "compute_us": percentiles_us(self.comp[ran]), "wake_latency_us": percentiles_us(self.wake[ran]),
-            # the cycle's parts: drivers (read + write: the bus or the simulated plant), controller,
-            # and the loop's own overhead (safety, bookkeeping, log and telemetry staging)
-            "drive_us": percentiles_us(self.drive_t[ran]), "controller_us": percentiles_us(self.ctrl_t[ran]),
-            "loop_overhead_us": percentiles_us((self.cycle_t - self.drive_t - self.ctrl_t)[ran]),
-            "cycle_without_drives_us": percentiles_us((self.cycle_t - self.drive_t)[ran]),
+            # the cycle's parts: drivers (read + write + the simulated plant's step), controller
+            # (model + law), the loop's own overhead (safety, bookkeeping, log and telemetry
+            # staging); each part in ``cycle_parts`` (p50, p99, max and mean, us)
+            "drive_us": parts.percentiles_us("drives"), "controller_us": parts.percentiles_us("controller"),
+            "loop_overhead_us": parts.percentiles_us("overhead"),
+            "cycle_without_drives_us": parts.percentiles_us("without_drives"),
+            "cycle_parts": parts.summary(),
             # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
             "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
+            # the same per second of the loop thread's CPU time (what a loaded host does not change)
+            "realtime_factor_cpu": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / self.cpu)
+            if self.cpu > 0 else None,
             "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
             "trajectory": self.plan.description.get("kind"), "log": self.log_path,
             "drives": self.drives.describe(),

@@ -45,6 +45,11 @@ class Supervisor:
 
     def check(self, fb, ref_pos) -> str | None:
         code, i = check_feedback(fb.position, fb.velocity, ref_pos, self.limits)
+        return self.verdict(code, i, fb, ref_pos)
+
+    def verdict(self, code: int, i: int, fb, ref_pos) -> str | None:
+        """The reason for ``check_feedback``'s (code, axis), or the stale counter's, or None
+        (the part of ``check`` after the kernel, which the loop may have called fused)."""
         if code != OK:
             return self.describe(code, i, fb, ref_pos)
         self.stale = 0 if fb.fresh else self.stale + 1
