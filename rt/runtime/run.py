@@ -19,6 +19,7 @@ from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from pkrt.rt.core.errors import Fault, Stopped, UserError
+from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
@@ -85,6 +86,35 @@ def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | Non
     validate(plan, lim.position[:, 0], lim.position[:, 1], lim.velocity, lim.acceleration, axes,
              in_domain=lambda pos: domain_mask(T, np.ascontiguousarray(pos)))
     return plan
+
+
+def reference_source(config: MachineConfig, tree: Tree, traj, duration: float | None):
+    """The run's reference as a streamed source (``pkrt.rt.runtime.refstream``): a ``Planned``
+    made before, or an actuator CSV evaluated per block from its spline; cut or held to
+    ``duration``; checked whole, block by block, against ranges, domain and limits before
+    anything moves (memory: one block, whatever the duration)."""
+    from pkrt.rt.runtime.refstream import PlannedSource, blocks_of, csv_source, with_duration
+
+    rate = config.rate_hz
+    axes, _ = tree_axes(tree)
+    if isinstance(traj, Planned):
+        src = PlannedSource(traj)
+    elif traj is None or traj == "demo":
+        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
+                        f"run (pkrt.rt.app.reference.plan_reference)")
+    elif hasattr(traj, "fill"):  # a source already
+        src = traj
+    else:
+        src = csv_source(traj, rate, axes)
+    if abs(src.rate_hz - rate) > 1e-9:
+        raise UserError(f"trajectory planned at {src.rate_hz} Hz, loop runs at {rate} Hz")
+    if duration is not None:
+        src = with_duration(src, duration)
+    lim, T = config.limits, tree.arrays
+    for k0, pos, vel, acc in blocks_of(src):
+        validate(Planned(rate, pos, vel, acc), lim.position[:, 0], lim.position[:, 1], lim.velocity,
+                 lim.acceleration, axes, in_domain=lambda p: domain_mask(T, np.ascontiguousarray(p)), k0=k0)
+    return src
 
 
 CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), ("ref_acc", None, "acc"),
@@ -266,7 +296,7 @@ class Session:
         self.realtime = realtime
         tree = tree if tree is not None else load_controller_tree(config)
         s = tree.s
-        self.plan = plan = plan_trajectory(config, tree, trajectory, duration)
+        self.ref = ref = RefStream(reference_source(config, tree, trajectory, duration), threaded=not lockstep)
         self.axes, self.units = axes, units = tree_axes(tree)
         self.kind = kind = controller or config.controller.kind
         if kind not in ("ct", "pd"):
@@ -279,8 +309,9 @@ class Session:
         self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
-        N = plan.n
-        # preallocated per-cycle records
+        # preallocated per-cycle records: a ring of the last WINDOW cycles (memory independent of
+        # the run's duration), written once here so that the loop takes no page fault on them
+        N = self.window = min(ref.n, WINDOW)
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
         # the cycle's parts (s): in the drivers (read + write), in the controller, and the whole
@@ -290,6 +321,11 @@ class Session:
         self.cycle_t = np.zeros(N)
         self.err = np.zeros((N, s))
         self.ran = np.zeros(N, dtype=bool)
+        self.errs = ErrorStats(s)  # tracking error over the whole run
+        self.last_k = -1
+        self.wake_max = self.comp_max = 0.0
+        for a in (self.wake, self.comp, self.drive_t, self.ctrl_t, self.cycle_t, self.err, self.ran):
+            a.fill(0)
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
@@ -304,7 +340,7 @@ class Session:
                       "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
                       "units": units, "controller": {"kind": kind, "model": self.model_kind, "kp": c.kp.tolist(),
                                                      "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
-                      "trajectory": plan.description, "lockstep": lockstep,
+                      "trajectory": ref.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
             self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
             self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
@@ -344,7 +380,7 @@ class Session:
         """Real-time settings, kernel warm-up, drives configured and enabled. On any failure
         (or a stop signal) the drives are disabled, the log closed with the reason, and the
         exception raised."""
-        stop, drives, plan = self.stop_signals, self.drives, self.plan
+        stop, drives, ref = self.stop_signals, self.drives, self.ref
         if not self.lockstep and self.realtime:  # before enabling: the full collection of gc_freeze holds
             r = self.config.realtime             # the GIL for tens of ms, which would starve the drives'
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)  # heartbeat thread
@@ -352,16 +388,19 @@ class Session:
         try:
             if stop.reason is not None:  # asked while the log opened
                 raise Stopped(stop.reason)
+            ref.start()  # the reference's first blocks, its producer thread when longer
+            p0, v0, a0 = ref.pos[0].copy(), ref.vel[0].copy(), ref.acc[0].copy()
             # warm up the kernels (compile or load from cache) before the first deadline
-            self.ctrl.update(plan.pos[0], plan.vel[0], plan.pos[0], plan.vel[0], plan.acc[0])
-            self.sup.check(_Probe(plan.pos[0], plan.vel[0]), plan.pos[0])
+            self.ctrl.update(p0, v0, p0, v0, a0)
+            self.sup.check(_Probe(p0, v0), p0)
             self.sup.stale = 0
-            drives.prepare(plan.pos[0].copy())
+            drives.prepare(p0)
             drives.configure()
             drives.enable()
         except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
             stop.abort = False
             drives.disable()
+            ref.close()
             if self.rt_report:
                 restore_realtime(self.rt_report)
             if self.writer:
@@ -374,7 +413,7 @@ class Session:
     def cycle(self, k: int) -> int | None:
         """Cycle k: wait for its deadline, read -> safety -> controller -> write -> staging;
         returns the next cycle (past a period skipped by an overrun), None when the run stops."""
-        drives, ctrl, sup, plan, period = self.drives, self.ctrl, self.sup, self.plan, self.period
+        drives, ctrl, sup, ref, period = self.drives, self.ctrl, self.sup, self.ref, self.period
         wake_s = self.clock.wait_until(k * period)
         if self.stop_signals.reason is not None:  # a stop signal: torque off before anything else
             self.fault(k, self.stop_signals.reason, drive_fault=False)
@@ -383,15 +422,23 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        ref_pos = plan.pos[k]
-        reason, flags, t_d, t_c, t_w = control_step(drives, sup, ctrl, t, ref_pos, plan.vel[k], plan.acc[k])
+        i = ref.slot(k)
+        if i < 0:  # the reference's producer fell behind: never wait for it in the loop
+            self.fault(k, ref.behind_reason(k))
+            return None
+        ref_pos = ref.pos[i]
+        reason, flags, t_d, t_c, t_w = control_step(drives, sup, ctrl, t, ref_pos, ref.vel[i], ref.acc[i])
         fb = self.fb = drives.feedback
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
-        np.subtract(ref_pos, fb.position, out=self.err[k])
-        self.wake[k] = wake_s
-        self.ran[k] = True
+        j = k % self.window
+        np.subtract(ref_pos, fb.position, out=self.err[j])
+        self.errs.add(self.err[j])
+        self.wake[j] = wake_s
+        self.ran[j] = True
+        self.last_k = k
+        self.wake_max = max(self.wake_max, wake_s)
         self.cycles += 1
         nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
         late = lateness > 0.0
@@ -401,11 +448,12 @@ class Session:
             self.delays.add(k, lateness, time.monotonic())
             if self.pacing == "delay":  # a delay of a plant that waits: not a missed cycle (no watchdog)
                 late = False
-        self.comp[k] = time.perf_counter() - t_start
+        self.comp[j] = comp = time.perf_counter() - t_start
+        self.comp_max = max(self.comp_max, comp)
         if self.views is not None:
-            self._stage(k, t, fb, wake_s, flags)
-        self.drive_t[k], self.ctrl_t[k] = t_d + t_w, t_c
-        self.cycle_t[k] = time.perf_counter() - t_start
+            self._stage(k, t, fb, wake_s, flags, i, comp)
+        self.drive_t[j], self.ctrl_t[j] = t_d + t_w, t_c
+        self.cycle_t[j] = time.perf_counter() - t_start
         if reason is not None:
             return None
         wd = sup.overrun(late)
@@ -414,19 +462,20 @@ class Session:
             return None
         return nxt
 
-    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int) -> None:
-        """The cycle's log row and telemetry sample (preallocated staging row)."""
-        v, plan = self.views, self.plan
+    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, i: int, comp: float) -> None:
+        """The cycle's log row and telemetry sample (preallocated staging row); ``i``: the
+        reference's ring row, ``comp``: the cycle's compute time (s)."""
+        v, ref = self.views, self.ref
         v["t"][0] = t
-        v["ref_pos"][...] = plan.pos[k]
-        v["ref_vel"][...] = plan.vel[k]
-        v["ref_acc"][...] = plan.acc[k]
+        v["ref_pos"][...] = ref.pos[i]
+        v["ref_vel"][...] = ref.vel[i]
+        v["ref_acc"][...] = ref.acc[i]
         v["pos"][...] = fb.position
         v["vel"][...] = fb.velocity
         v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
         v["tau_model"][...] = self.ctrl.tau_model
         v["wake_us"][0] = wake_s * 1e6
-        v["compute_us"][0] = self.comp[k] * 1e6
+        v["compute_us"][0] = comp * 1e6
         v["flags"][0] = flags
         if self.writer:
             self.writer.commit()
@@ -444,7 +493,7 @@ class Session:
             stop.in_loop = True
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            while k is not None and k < self.plan.n:
+            while k is not None and k < self.ref.n:
                 k = self.cycle(k)
         except KeyboardInterrupt:  # a second stop signal while stuck in a driver call
             self.fault(k, stop.reason or "interrupted by the user", drive_fault=False)
@@ -462,38 +511,39 @@ class Session:
         self.stop_signals.in_loop = False
         self.drives.disable()
         self.wall = time.perf_counter() - wall0
+        self.ref.close()
         if self.rt_report:
             restore_realtime(self.rt_report)
 
     def summary(self) -> dict:
         """The run's summary; the log is closed with it."""
         ran, period, cycles, wall = self.ran, self.period, self.cycles, self.wall
-        e = self.err[ran]
-        e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
-        fault = self.fault_reason
+        fault, errs = self.fault_reason, self.errs
+        compute, wake = percentiles_us(self.comp[ran]), percentiles_us(self.wake[ran])
+        if cycles:  # the ring keeps the last cycles' percentiles; the maxima are the whole run's
+            compute["max"], wake["max"] = self.comp_max * 1e6, self.wake_max * 1e6
         summary = {
             "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
             "lockstep": self.lockstep,
             "rate_hz": self.config.rate_hz,
-            "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
+            "duration_s": cycles and (self.last_k * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
             "fault_cycle": self.fault_cycle, "fault_time": self.fault_time, "torque_off_cycle": self.torque_off_cycle,
             "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
-            "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
-            "max_error": float(np.max(np.abs(e))) if len(e) else None,
-            "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
-            "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
+            **errs.summary(),
             "units": self.units, "saturated_cycles": self.saturated,
-            "compute_us": percentiles_us(self.comp[ran]), "wake_latency_us": percentiles_us(self.wake[ran]),
+            "compute_us": compute, "wake_latency_us": wake,
+            "timing_window_cycles": min(cycles, self.window),  # the percentiles' sample: the last cycles
             # the cycle's parts: drivers (read + write: the bus or the simulated plant), controller,
             # and the loop's own overhead (safety, bookkeeping, log and telemetry staging)
             "drive_us": percentiles_us(self.drive_t[ran]), "controller_us": percentiles_us(self.ctrl_t[ran]),
             "loop_overhead_us": percentiles_us((self.cycle_t - self.drive_t - self.ctrl_t)[ran]),
             "cycle_without_drives_us": percentiles_us((self.cycle_t - self.drive_t)[ran]),
             # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
-            "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
+            "realtime_factor": ((self.last_k + 1) * period / wall) if wall > 0 else None,
             "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
-            "trajectory": self.plan.description.get("kind"), "log": self.log_path,
+            "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
+            "log": self.log_path,
             "drives": self.drives.describe(),
         }
         if self.writer:
@@ -502,6 +552,9 @@ class Session:
             summary["log_rows_written"] = counts.get("rows_written")
             summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
         return summary
+
+
+WINDOW = 1 << 16  # cycles whose timings the summary's percentiles cover (65.5 s at 1 kHz)
 
 
 class HostDelays:
@@ -537,6 +590,35 @@ class HostDelays:
         if not self.count:
             return "none"
         return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
+
+
+class ErrorStats:
+    """Tracking error over a whole run in fixed memory: per axis the sum of squares, the
+    largest magnitude and the count of finite samples (a non-finite feedback sample is the
+    fault, not an error). ``add`` allocates nothing."""
+
+    def __init__(self, s: int):
+        self.sq, self.big, self.tmp = np.zeros(s), np.zeros(s), np.zeros(s)
+        self.n = 0
+
+    def add(self, e: np.ndarray) -> None:
+        tmp = self.tmp
+        np.multiply(e, e, out=tmp)
+        if not math.isfinite(tmp.sum()):
+            return
+        np.add(self.sq, tmp, out=self.sq)
+        np.abs(e, out=tmp)
+        np.maximum(self.big, tmp, out=self.big)
+        self.n += 1
+
+    def summary(self) -> dict:
+        """rms_error, max_error (all axes) and per axis, in actuator units; None without samples."""
+        if not self.n:
+            return {"rms_error": None, "max_error": None, "rms_error_axes": None, "max_error_axes": None}
+        axes = np.sqrt(self.sq / self.n)
+        return {"rms_error": float(np.sqrt(self.sq.sum() / (self.n * len(self.sq)))),
+                "max_error": float(self.big.max()), "rms_error_axes": axes.tolist(),
+                "max_error_axes": self.big.tolist()}
 
 
 class _Probe:
