@@ -22,6 +22,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import MAX_SAMPLES, Planned, read_csv_table
+from pkrt.rt.runtime.memory import prefault
 
 BLOCK = 512  # rows a block (0.5 s at 1 kHz)
 BLOCKS = 8   # blocks in the ring: the producer runs up to 4 s ahead at 1 kHz
@@ -110,8 +111,7 @@ class RefStream:
         self.src, self.n, self.rate_hz, self.description = src, src.n, src.rate_hz, src.description
         self.block, self.cap = block, block * blocks
         self.pos, self.vel, self.acc = (np.zeros((self.cap, src.s)) for _ in range(3))
-        for a in (self.pos, self.vel, self.acc):
-            a.fill(0.0)  # written once: every page faulted in before the loop
+        prefault(self.pos, self.vel, self.acc)  # the loop takes no page fault on the ring
         self.ready = 0   # rows [0, ready) are in the ring
         self.k = 0       # the loop's current row: rows below it may be overwritten
         self.threaded = threaded and self.n > self.cap

@@ -19,6 +19,7 @@ from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_STALE, Controller
 from pkrt.rt.core.errors import Fault, Stopped, UserError
+from pkrt.rt.runtime.memory import bound_arenas, prefault, status, thread_faults
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -324,8 +325,10 @@ class Session:
         self.errs = ErrorStats(s)  # tracking error over the whole run
         self.last_k = -1
         self.wake_max = self.comp_max = 0.0
-        for a in (self.wake, self.comp, self.drive_t, self.ctrl_t, self.cycle_t, self.err, self.ran):
-            a.fill(0)
+        prefault(self.wake, self.comp, self.drive_t, self.ctrl_t, self.cycle_t, self.err, self.ran)
+        # bounded before the log writer's and the reference's threads start (each would make its own)
+        self.mem_report = ({"malloc_arenas": bound_arenas()}
+                           if realtime and not lockstep and config.realtime.mlockall else {})
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
@@ -359,6 +362,7 @@ class Session:
         self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = 0.0
+        self.memory: dict = {}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -381,14 +385,16 @@ class Session:
         (or a stop signal) the drives are disabled, the log closed with the reason, and the
         exception raised."""
         stop, drives, ref = self.stop_signals, self.drives, self.ref
+        ref.start()  # the reference's first blocks; its producer thread (if any) before the real-time
+        # settings, which move the threads running then off the loop's CPU and priority
         if not self.lockstep and self.realtime:  # before enabling: the full collection of gc_freeze holds
             r = self.config.realtime             # the GIL for tens of ms, which would starve the drives'
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)  # heartbeat thread
+            self.rt_report.update(self.mem_report)
         stop.abort = True
         try:
             if stop.reason is not None:  # asked while the log opened
                 raise Stopped(stop.reason)
-            ref.start()  # the reference's first blocks, its producer thread when longer
             p0, v0, a0 = ref.pos[0].copy(), ref.vel[0].copy(), ref.acc[0].copy()
             # warm up the kernels (compile or load from cache) before the first deadline
             self.ctrl.update(p0, v0, p0, v0, a0)
@@ -493,8 +499,13 @@ class Session:
             stop.in_loop = True
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
+            self.memory["at_start"] = status()
+            faults0 = thread_faults()
             while k is not None and k < self.ref.n:
                 k = self.cycle(k)
+            faults1 = thread_faults()  # the loop thread's page faults over all its cycles
+            self.memory.update(at_end=status(), loop_minor_faults=faults1[0] - faults0[0],
+                               loop_major_faults=faults1[1] - faults0[1])
         except KeyboardInterrupt:  # a second stop signal while stuck in a driver call
             self.fault(k, stop.reason or "interrupted by the user", drive_fault=False)
         except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
@@ -544,7 +555,7 @@ class Session:
             "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
             "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
             "log": self.log_path,
-            "drives": self.drives.describe(),
+            "drives": self.drives.describe(), "memory": self.memory,
         }
         if self.writer:
             counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
