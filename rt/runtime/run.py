@@ -603,24 +603,31 @@ class HostDelays:
         return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
 
 
+@njit(cache=True)
+def _accumulate_error(e, sq, big) -> bool:
+    """Add one error sample to the sums of squares and maxima unless a value is not finite."""
+    for i in range(e.shape[0]):
+        if not np.isfinite(e[i]):
+            return False
+    for i in range(e.shape[0]):
+        sq[i] += e[i] * e[i]
+        big[i] = max(big[i], abs(e[i]))
+    return True
+
+
 class ErrorStats:
     """Tracking error over a whole run in fixed memory: per axis the sum of squares, the
     largest magnitude and the count of finite samples (a non-finite feedback sample is the
-    fault, not an error). ``add`` allocates nothing."""
+    fault, not an error). ``add``: one jitted call, nothing allocated."""
 
     def __init__(self, s: int):
-        self.sq, self.big, self.tmp = np.zeros(s), np.zeros(s), np.zeros(s)
+        self.sq, self.big = np.zeros(s), np.zeros(s)
         self.n = 0
+        _accumulate_error(np.zeros(s), np.zeros(s), np.zeros(s))  # compiled or loaded before the loop
 
     def add(self, e: np.ndarray) -> None:
-        tmp = self.tmp
-        np.multiply(e, e, out=tmp)
-        if not math.isfinite(tmp.sum()):
-            return
-        np.add(self.sq, tmp, out=self.sq)
-        np.abs(e, out=tmp)
-        np.maximum(self.big, tmp, out=self.big)
-        self.n += 1
+        if _accumulate_error(e, self.sq, self.big):
+            self.n += 1
 
     def summary(self) -> dict:
         """rms_error, max_error (all axes) and per axis, in actuator units; None without samples."""
