@@ -122,8 +122,8 @@ def _memory_lines(r: dict) -> list[str]:
     e = m.get("at_end")
     if not e or e.get("vmrss_mb") is None:
         return []
-    pinned = f", pinned {e['locked_mb']:.0f}" if e.get("locked_mb") else ""
-    return [f"  memory MB: VmRSS {e['vmrss_mb']:.0f}, VmLck {e['vmlck_mb']:.0f}{pinned}; "
+    locked = " (mlockall as touched: the resident memory is what is pinned)" if e.get("locked_mb") else ""
+    return [f"  memory MB: VmRSS {e['vmrss_mb']:.0f}, VmLck {e['vmlck_mb']:.0f}{locked}; "
             f"page faults in the loop: {m['loop_minor_faults']} minor, {m['loop_major_faults']} major"]
 
 

@@ -10,7 +10,9 @@ pinned at once and every page touched later is pinned when first touched; reserv
 never touched take no memory. What the loop touches is resident before it starts (warm-up
 cycles, ``prefault`` of its buffers), so the loop takes no page fault either way (counted:
 ``thread_faults``). ``VmLck`` still counts every mapping marked for locking, reservations
-included; the memory actually pinned is ``Locked`` of ``/proc/self/smaps_rollup``.
+included; the memory actually pinned is the resident set (``VmRSS``: every resident page is
+locked). ``Locked`` of ``/proc/self/smaps_rollup`` is its proportional share (pages shared with
+other processes, such as libraries, counted in part).
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ def thread_faults() -> tuple[int, int]:
 
 
 def status(pid: int | str = "self") -> dict:
-    """VmLck, VmRSS, VmSize (MB) of a process (``/proc/PID/status``) and ``locked_mb``: its
-    memory actually pinned (``Locked`` of ``smaps_rollup``); None where unreadable."""
+    """VmLck, VmRSS, VmSize (MB) of a process (``/proc/PID/status``) and ``locked_mb``: the
+    proportional share of its locked pages (``Locked`` of ``smaps_rollup``: shared pages counted
+    in part); None where unreadable."""
     out: dict = {"vmlck_mb": None, "vmrss_mb": None, "vmsize_mb": None, "locked_mb": None}
     keys = {"VmLck": "vmlck_mb", "VmRSS": "vmrss_mb", "VmSize": "vmsize_mb"}
     try:
