@@ -2,12 +2,14 @@
 nothing.
 
 Each figure is measured on ``pkrt run`` as a child process, side by side for this code and for
-the code before the memory change (the parent of the commit that added ``rt/runtime/memory.py``,
+the code before the memory change (the parent of the commit that added ``rt/runtime/refstream.py``,
 extracted from this package's git repository with ``git archive`` and run from a temporary
 directory; reported unavailable outside a git checkout). The child's ``/proc/PID/status``
 (VmLck, VmRSS) and its main thread's minor faults (``/proc/PID/task/PID/stat``) are sampled
 every 50 ms while it runs; "in the loop" is while VmLck > 0 (real time: mlockall is applied
-for the loop only) or, in lockstep, from the largest RSS on.
+for the loop only, so the window also holds the run's start and stop, and the old code's
+mlockall faulting every page in) or, in lockstep, from the largest RSS on. The loop's own
+count is the run's ``memory.loop_minor_faults`` (this code only).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIRST_FILE = "rt/runtime/memory.py"  # the commit that added it is "the change"
+FIRST_FILE = "rt/runtime/refstream.py"  # the commit that added it is the first of the change
 SAMPLE_S = 0.05
 
 
