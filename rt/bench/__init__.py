@@ -24,7 +24,10 @@ Orthoglide's G-code example end to end and two refused programs), ``identify``
 (identification against a truth plant: Y pi check, base count and rank, the exciting
 trajectory, a lockstep run, ``pkrt identify`` on its log, coverage of the intervals over noise
 seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``serve`` (a served machine: command round trip over its
-socket, the live-target generator's cost per cycle, a real-time stream of targets).
+socket, the live-target generator's cost per cycle, a real-time stream of targets), ``memory``
+(``pkrt run`` as a child process, this code beside the code before the memory change: VmLck
+and VmRSS at the loop's middle and the loop's page faults in real time; resident memory in
+lockstep along a 60 s and a 600 s actuator CSV).
 """
 
 from __future__ import annotations
@@ -46,4 +49,5 @@ SECTIONS = {
     "plan": ("pkrt.rt.bench.bench_plan", "run_plan_bench"),
     "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
     "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
+    "memory": ("pkrt.rt.bench.bench_memory", "run_memory_bench"),
 }

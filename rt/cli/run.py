@@ -72,7 +72,7 @@ def _text(r: dict) -> str:
         f"{mode} at {r['rate_hz']:g} Hz",
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
-        *_tracking_lines(r), *_timing_lines(r), *_output_lines(r),
+        *_tracking_lines(r), *_timing_lines(r), *_memory_lines(r), *_output_lines(r),
         f"  fault: {r['fault']} (cycle {r['fault_cycle']})" if r["fault"] else "  no faults",
     ]
     return "\n".join(lines)
@@ -120,6 +120,17 @@ def _timing_lines(r: dict) -> list[str]:
         lines.append(f"  cycle parts us p50/p99: {each}; plant step after write {parts['plant'][0]:.1f}/"
                      f"{parts['plant'][1]:.1f} (outside the compute)")
     return lines
+
+
+def _memory_lines(r: dict) -> list[str]:
+    """The loop process' memory at the loop's end (MB) and the loop thread's page faults."""
+    m = r.get("memory") or {}
+    e = m.get("at_end")
+    if not e or e.get("vmrss_mb") is None:
+        return []
+    locked = " (mlockall as touched: the resident memory is what is pinned)" if e.get("locked_mb") else ""
+    return [f"  memory MB: VmRSS {e['vmrss_mb']:.0f}, VmLck {e['vmlck_mb']:.0f}{locked}; "
+            f"page faults in the loop: {m['loop_minor_faults']} minor, {m['loop_major_faults']} major"]
 
 
 def _output_lines(r: dict) -> list[str]:

@@ -108,42 +108,61 @@ def csv_columns(path: str) -> list[str] | None:
     return None
 
 
-def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
-    """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
-    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
+def read_csv_table(path: str, allowed: list[list[str]]):
+    """A CSV with a header ``t`` then one of the ``allowed`` column lists, checked (finite
+    numbers, increasing time). Returns (header, t (n,), values (n, columns)). Rows are parsed
+    one at a time into flat float buffers (8 bytes a value, no list of rows in memory)."""
+    import array
+
     expect(path, CSV)  # another kind of file: say what it is
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+            head, t, vals = None, array.array("d"), array.array("d")
+            for i, r in enumerate(csv.reader(f)):
+                if not r or r[0].lstrip().startswith("#"):
+                    continue
+                if head is None:
+                    head = _csv_header(path, r, allowed)
+                    continue
+                if len(r) != len(head):
+                    raise UserError(f"{path}: row {len(t) + 2} has {len(r)} columns, expected {len(head)}")
+                try:
+                    row = [float(x) for x in r]
+                except ValueError as e:
+                    raise UserError(f"{path}: not a number: {e}") from None
+                t.append(row[0])
+                vals.extend(row[1:])
     except OSError as e:
         raise UserError(f"{path}: cannot read trajectory: {e.strerror}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text CSV file") from None
-    rows = [r for r in rows if r and not r[0].lstrip().startswith("#")]
-    if len(rows) < 3:
+    if head is None or len(t) < 2:
         raise UserError(f"{path}: a trajectory needs a header and at least 2 rows")
-    head = [h.strip().split(" ")[0] for h in rows[0]]
+    t = np.frombuffer(t, dtype=float)
+    vals = np.frombuffer(vals, dtype=float).reshape(len(t), len(head) - 1)
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(vals))):
+        raise UserError(f"{path}: values must be finite")
+    if np.any(np.diff(t) <= 0):
+        k = int(np.argmax(np.diff(t) <= 0))
+        raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
+    return head, t, vals
+
+
+def _csv_header(path: str, r: list[str], allowed: list[list[str]]) -> list[str]:
+    head = [h.strip().split(" ")[0] for h in r]
     if head[0] != "t":
         raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
     if head[1:] not in allowed:
         raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)}; "
                         f"got {','.join(head)}")
-    for i, r in enumerate(rows[1:]):
-        if len(r) != len(head):
-            raise UserError(f"{path}: row {i + 2} has {len(r)} columns, expected {len(head)}")
-    try:
-        data = np.array([[float(x) for x in r] for r in rows[1:]], dtype=float)
-    except ValueError as e:
-        raise UserError(f"{path}: not a number: {e}") from None
-    if data.shape[1] != len(head):
-        raise UserError(f"{path}: rows must have {len(head)} columns")
-    if not np.all(np.isfinite(data)):
-        raise UserError(f"{path}: values must be finite")
-    t = data[:, 0]
-    if np.any(np.diff(t) <= 0):
-        k = int(np.argmax(np.diff(t) <= 0))
-        raise UserError(f"{path}: time must increase (row {k + 3}: t = {t[k + 1]})")
-    return (head, *resample(t, data[:, 1:], rate_hz, str(path)))
+    return head
+
+
+def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
+    """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
+    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
+    head, t, vals = read_csv_table(path, allowed)
+    return (head, *resample(t, vals, rate_hz, str(path)))
 
 
 def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0) -> Planned:

@@ -61,9 +61,6 @@ class VirtualClock:
         return 0.0
 
 
-MCL_CURRENT, MCL_FUTURE = 1, 2
-
-
 def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
                    gc_freeze: bool = True) -> dict:
     """Apply what is asked and permitted; report each setting as applied, skipped or why not."""
@@ -87,15 +84,10 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
             rep["cpu_affinity"] = f"not applied: {e}"
     else:
         rep["cpu_affinity"] = "not requested"
-    if mlockall:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
-                rep["mlockall"] = f"not applied: {os.strerror(ctypes.get_errno())}"
-            else:
-                rep["mlockall"] = "applied"
-        except OSError as e:
-            rep["mlockall"] = f"not applied: {e}"
+    if mlockall:  # what the process has touched and will touch, not every mapped page (memory.py)
+        from pkrt.rt.runtime.memory import lock_memory
+
+        rep["mlockall"] = lock_memory()
     else:
         rep["mlockall"] = "not requested"
     rep["switch_interval"] = f"applied ({SWITCH_INTERVAL_S * 1e6:.0f} us, was {sys.getswitchinterval() * 1e6:.0f} us)"

@@ -20,6 +20,8 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
 from pkrt.rt.core.errors import Fault, Stopped, UserError
+from pkrt.rt.runtime.memory import bound_arenas, prefault, status, thread_faults
+from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
@@ -87,6 +89,35 @@ def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | Non
     validate(plan, lim.position[:, 0], lim.position[:, 1], lim.velocity, lim.acceleration, axes,
              in_domain=lambda pos: domain_mask(T, np.ascontiguousarray(pos)))
     return plan
+
+
+def reference_source(config: MachineConfig, tree: Tree, traj, duration: float | None):
+    """The run's reference as a streamed source (``pkrt.rt.runtime.refstream``): a ``Planned``
+    made before, or an actuator CSV evaluated per block from its spline; cut or held to
+    ``duration``; checked whole, block by block, against ranges, domain and limits before
+    anything moves (memory: one block, whatever the duration)."""
+    from pkrt.rt.runtime.refstream import PlannedSource, blocks_of, csv_source, with_duration
+
+    rate = config.rate_hz
+    axes, _ = tree_axes(tree)
+    if isinstance(traj, Planned):
+        src = PlannedSource(traj)
+    elif traj is None or traj == "demo":
+        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
+                        f"run (pkrt.rt.app.reference.plan_reference)")
+    elif hasattr(traj, "fill"):  # a source already
+        src = traj
+    else:
+        src = csv_source(traj, rate, axes)
+    if abs(src.rate_hz - rate) > 1e-9:
+        raise UserError(f"trajectory planned at {src.rate_hz} Hz, loop runs at {rate} Hz")
+    if duration is not None:
+        src = with_duration(src, duration)
+    lim, T = config.limits, tree.arrays
+    for k0, pos, vel, acc in blocks_of(src):
+        validate(Planned(rate, pos, vel, acc), lim.position[:, 0], lim.position[:, 1], lim.velocity,
+                 lim.acceleration, axes, in_domain=lambda p: domain_mask(T, np.ascontiguousarray(p)), k0=k0)
+    return src
 
 
 CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), ("ref_acc", None, "acc"),
@@ -252,7 +283,7 @@ class Session:
         self.realtime = realtime
         tree = tree if tree is not None else load_controller_tree(config)
         s = tree.s
-        self.plan = plan = plan_trajectory(config, tree, trajectory, duration)
+        self.ref = ref = RefStream(reference_source(config, tree, trajectory, duration), threaded=not lockstep)
         self.axes, self.units = axes, units = tree_axes(tree)
         self.kind = kind = controller or config.controller.kind
         if kind not in ("ct", "pd"):
@@ -265,8 +296,9 @@ class Session:
         self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
-        N = plan.n
-        # preallocated per-cycle records
+        # preallocated per-cycle records: a ring of the last WINDOW cycles (memory independent of
+        # the run's duration), written once here so that the loop takes no page fault on them
+        N = self.window = min(ref.n, WINDOW)
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
         self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
@@ -274,6 +306,13 @@ class Session:
         self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
         self.ran = np.zeros(N, dtype=bool)
+        self.errs = ErrorStats(s)  # tracking error over the whole run
+        self.last_k = -1
+        self.wake_max = self.comp_max = 0.0
+        prefault(self.wake, self.comp, self.err, self.ran, self.parts.hist)
+        # bounded before the log writer's and the reference's threads start (each would make its own)
+        self.mem_report = ({"malloc_arenas": bound_arenas()}
+                           if realtime and not lockstep and config.realtime.mlockall else {})
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
@@ -288,7 +327,7 @@ class Session:
                       "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
                       "units": units, "controller": {"kind": kind, "model": self.model_kind, "kp": c.kp.tolist(),
                                                      "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
-                      "trajectory": plan.description, "lockstep": lockstep,
+                      "trajectory": ref.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
             self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
             self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
@@ -309,6 +348,7 @@ class Session:
         self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = self.cpu = self.cpu0 = 0.0  # s: the loop's wall time, its thread's CPU time
+        self.memory: dict = {}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -330,25 +370,30 @@ class Session:
         """Real-time settings, kernel warm-up, drives configured and enabled. On any failure
         (or a stop signal) the drives are disabled, the log closed with the reason, and the
         exception raised."""
-        stop, drives, plan = self.stop_signals, self.drives, self.plan
+        stop, drives, ref = self.stop_signals, self.drives, self.ref
+        ref.start()  # the reference's first blocks; its producer thread (if any) before the real-time
+        # settings, which move the threads running then off the loop's CPU and priority
         if not self.lockstep and self.realtime:  # before enabling: the full collection of gc_freeze holds
             r = self.config.realtime             # the GIL for tens of ms, which would starve the drives'
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)  # heartbeat thread
+            self.rt_report.update(self.mem_report)
         stop.abort = True
         try:
             if stop.reason is not None:  # asked while the log opened
                 raise Stopped(stop.reason)
+            p0, v0, a0 = ref.pos[0].copy(), ref.vel[0].copy(), ref.acc[0].copy()
             # warm up the kernels (compile or load from cache) before the first deadline
-            self.ctrl.update(plan.pos[0], plan.vel[0], plan.pos[0], plan.vel[0], plan.acc[0])
-            warm_up(self.ctrl, self.sup, plan.pos[0], plan.vel[0], plan.acc[0])  # the cycle's parts' kernels
-            self.sup.check(_Probe(plan.pos[0], plan.vel[0]), plan.pos[0])
+            self.ctrl.update(p0, v0, p0, v0, a0)
+            warm_up(self.ctrl, self.sup, p0, v0, a0)  # the cycle's parts' kernels
+            self.sup.check(_Probe(p0, v0), p0)
             self.sup.stale = 0
-            drives.prepare(plan.pos[0].copy())
+            drives.prepare(p0)
             drives.configure()
             drives.enable()
         except BaseException as exc:  # the drives never came up (or a stop signal): torque off, the log says why
             stop.abort = False
             drives.disable()
+            ref.close()
             if self.rt_report:
                 restore_realtime(self.rt_report)
             if self.writer:
@@ -363,7 +408,7 @@ class Session:
         bookkeeping -> staging, each part stamped (``CycleParts``), then the simulated plant
         stepped to the next read (``Drives.advance``: in the sleep, not in the compute);
         returns the next cycle (past a period skipped by an overrun), None when the run stops."""
-        drives, plan, period, ts, clock = self.drives, self.plan, self.period, self.parts.ts, time.perf_counter_ns
+        drives, ref, period, ts, clock = self.drives, self.ref, self.period, self.parts.ts, time.perf_counter_ns
         wake_s = self.clock.wait_until(k * period)
         if self.stop_signals.reason is not None:  # a stop signal: torque off before anything else
             self.fault(k, self.stop_signals.reason, drive_fault=False)
@@ -372,16 +417,23 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        ref_pos, ref_vel, ref_acc = plan.pos[k], plan.vel[k], plan.acc[k]
-        err = self.err[k]
+        i = ref.slot(k)
+        if i < 0:  # the reference's producer fell behind: never wait for it in the loop
+            self.fault(k, ref.behind_reason(k))
+            return None
+        ref_pos, ref_vel, ref_acc = ref.pos[i], ref.vel[i], ref.acc[i]
+        j = k % self.window
+        err = self.err[j]
         reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
                                            not self.old_cycle, self.row, err)
         fb = self.fb = drives.feedback
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
-        self.wake[k] = wake_s
-        self.ran[k] = True
+        self.wake[j] = wake_s
+        self.ran[j] = True
+        self.last_k = k
+        self.wake_max = max(self.wake_max, wake_s)
         self.cycles += 1
         nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
         late = lateness > 0.0
@@ -393,11 +445,12 @@ class Session:
                 late = False
         wd = self.sup.overrun(late) if reason is None else None
         ts[6] = clock()
-        comp = self.comp[k] = (ts[6] - t_start) * 1e-9
+        comp = self.comp[j] = (ts[6] - t_start) * 1e-9
+        self.comp_max = max(self.comp_max, comp)
         if self.old_cycle:
             np.subtract(ref_pos, fb.position, out=err)
             if self.views is not None:
-                self._stage(k, t, fb, wake_s, flags)
+                self._stage(k, t, fb, wake_s, flags, i, comp)
         else:
             row = self.row
             if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
@@ -412,8 +465,9 @@ class Session:
                 self.writer.commit()
             if self.telemetry is not None:
                 self.telemetry.maybe_send(k, t, self.row, self.slices)
+        self.errs.add(err)  # tracking error over the whole run
         ts[7] = clock()
-        if reason is None and wd is None and nxt < plan.n and not self.old_cycle:
+        if reason is None and wd is None and nxt < ref.n and not self.old_cycle:
             drives.advance(nxt * period)
             ts[8] = clock()
         self.parts.commit()
@@ -424,19 +478,20 @@ class Session:
             return None
         return nxt
 
-    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int) -> None:
-        """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``)."""
-        v, plan = self.views, self.plan
+    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, i: int, comp: float) -> None:
+        """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``);
+        ``i``: the reference's ring row, ``comp``: the cycle's compute time (s)."""
+        v, ref = self.views, self.ref
         v["t"][0] = t
-        v["ref_pos"][...] = plan.pos[k]
-        v["ref_vel"][...] = plan.vel[k]
-        v["ref_acc"][...] = plan.acc[k]
+        v["ref_pos"][...] = ref.pos[i]
+        v["ref_vel"][...] = ref.vel[i]
+        v["ref_acc"][...] = ref.acc[i]
         v["pos"][...] = fb.position
         v["vel"][...] = fb.velocity
         v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
         v["tau_model"][...] = self.ctrl.tau_model
         v["wake_us"][0] = wake_s * 1e6
-        v["compute_us"][0] = self.comp[k] * 1e6
+        v["compute_us"][0] = comp * 1e6
         v["flags"][0] = flags
         if self.writer:
             self.writer.commit()
@@ -455,8 +510,13 @@ class Session:
             stop.in_loop = True
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            while k is not None and k < self.plan.n:
+            self.memory["at_start"] = status()
+            faults0 = thread_faults()
+            while k is not None and k < self.ref.n:
                 k = self.cycle(k)
+            faults1 = thread_faults()  # the loop thread's page faults over all its cycles
+            self.memory.update(at_end=status(), loop_minor_faults=faults1[0] - faults0[0],
+                               loop_major_faults=faults1[1] - faults0[1])
         except KeyboardInterrupt:  # a second stop signal while stuck in a driver call
             self.fault(k, stop.reason or "interrupted by the user", drive_fault=False)
         except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
@@ -474,44 +534,44 @@ class Session:
         self.drives.disable()
         self.wall = time.perf_counter() - wall0
         self.cpu = time.thread_time() - self.cpu0
+        self.ref.close()
         if self.rt_report:
             restore_realtime(self.rt_report)
 
     def summary(self) -> dict:
         """The run's summary; the log is closed with it."""
         ran, period, cycles, wall, parts = self.ran, self.period, self.cycles, self.wall, self.parts
-        e = self.err[ran]
-        e = e[np.all(np.isfinite(e), axis=1)]  # a non-finite feedback sample is the fault, not an error
-        fault = self.fault_reason
+        fault, errs = self.fault_reason, self.errs
+        compute, wake = percentiles_us(self.comp[ran]), percentiles_us(self.wake[ran])
+        if cycles:  # the ring keeps the last cycles' percentiles; the maxima are the whole run's
+            compute["max"], wake["max"] = self.comp_max * 1e6, self.wake_max * 1e6
         summary = {
             "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
             "lockstep": self.lockstep,
             "rate_hz": self.config.rate_hz,
-            "duration_s": cycles and (np.flatnonzero(ran)[-1] * period), "cycles": cycles,
+            "duration_s": cycles and (self.last_k * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
             "fault_cycle": self.fault_cycle, "fault_time": self.fault_time, "torque_off_cycle": self.torque_off_cycle,
             "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
-            "rms_error": float(np.sqrt(np.mean(e**2))) if len(e) else None,
-            "max_error": float(np.max(np.abs(e))) if len(e) else None,
-            "rms_error_axes": np.sqrt(np.mean(e**2, axis=0)).tolist() if len(e) else None,
-            "max_error_axes": np.max(np.abs(e), axis=0).tolist() if len(e) else None,
+            **errs.summary(),
             "units": self.units, "saturated_cycles": self.saturated,
-            "compute_us": percentiles_us(self.comp[ran]), "wake_latency_us": percentiles_us(self.wake[ran]),
+            "compute_us": compute, "wake_latency_us": wake,
+            "timing_window_cycles": min(cycles, self.window),  # the percentiles' sample: the last cycles
             # the cycle's parts: drivers (read + write + the simulated plant's step), controller
             # (model + law), the loop's own overhead (safety, bookkeeping, log and telemetry
-            # staging); each part in ``cycle_parts`` (p50, p99, max and mean, us)
+            # staging); each part in ``cycle_parts`` (p50, p99, max and mean, us), over the whole run
             "drive_us": parts.percentiles_us("drives"), "controller_us": parts.percentiles_us("controller"),
             "loop_overhead_us": parts.percentiles_us("overhead"),
             "cycle_without_drives_us": parts.percentiles_us("without_drives"),
             "cycle_parts": parts.summary(),
             # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
-            "realtime_factor": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / wall) if wall > 0 else None,
+            "realtime_factor": ((self.last_k + 1) * period / wall) if wall > 0 else None,
             # the same per second of the loop thread's CPU time (what a loaded host does not change)
-            "realtime_factor_cpu": ((np.flatnonzero(ran)[-1] + 1 if cycles else 0) * period / self.cpu)
-            if self.cpu > 0 else None,
+            "realtime_factor_cpu": ((self.last_k + 1) * period / self.cpu) if self.cpu > 0 else None,
             "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
-            "trajectory": self.plan.description.get("kind"), "log": self.log_path,
-            "drives": self.drives.describe(),
+            "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
+            "log": self.log_path,
+            "drives": self.drives.describe(), "memory": self.memory,
         }
         if self.writer:
             counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
@@ -519,6 +579,9 @@ class Session:
             summary["log_rows_written"] = counts.get("rows_written")
             summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
         return summary
+
+
+WINDOW = 1 << 16  # cycles whose timings the summary's percentiles cover (65.5 s at 1 kHz)
 
 
 class HostDelays:
@@ -554,6 +617,42 @@ class HostDelays:
         if not self.count:
             return "none"
         return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
+
+
+@njit(cache=True)
+def _accumulate_error(e, sq, big) -> bool:
+    """Add one error sample to the sums of squares and maxima unless a value is not finite."""
+    for i in range(e.shape[0]):
+        if not np.isfinite(e[i]):
+            return False
+    for i in range(e.shape[0]):
+        sq[i] += e[i] * e[i]
+        big[i] = max(big[i], abs(e[i]))
+    return True
+
+
+class ErrorStats:
+    """Tracking error over a whole run in fixed memory: per axis the sum of squares, the
+    largest magnitude and the count of finite samples (a non-finite feedback sample is the
+    fault, not an error). ``add``: one jitted call, nothing allocated."""
+
+    def __init__(self, s: int):
+        self.sq, self.big = np.zeros(s), np.zeros(s)
+        self.n = 0
+        _accumulate_error(np.zeros(s), np.zeros(s), np.zeros(s))  # compiled or loaded before the loop
+
+    def add(self, e: np.ndarray) -> None:
+        if _accumulate_error(e, self.sq, self.big):
+            self.n += 1
+
+    def summary(self) -> dict:
+        """rms_error, max_error (all axes) and per axis, in actuator units; None without samples."""
+        if not self.n:
+            return {"rms_error": None, "max_error": None, "rms_error_axes": None, "max_error_axes": None}
+        axes = np.sqrt(self.sq / self.n)
+        return {"rms_error": float(np.sqrt(self.sq.sum() / (self.n * len(self.sq)))),
+                "max_error": float(self.big.max()), "rms_error_axes": axes.tolist(),
+                "max_error_axes": self.big.tolist()}
 
 
 class _Probe:

@@ -33,9 +33,10 @@ def load_trajectory_csv(path: str, rate_hz: float, axes: list[str]) -> Planned:
 
 
 def validate(plan: Planned, lo: np.ndarray, hi: np.ndarray, vmax: np.ndarray, amax: np.ndarray,
-             axes: list[str], in_domain=None) -> None:
+             axes: list[str], in_domain=None, k0: int = 0) -> None:
     """Refuse a reference outside the actuator ranges, the model's domain or the velocity and
-    acceleration limits, naming the time and axis at fault."""
+    acceleration limits, naming the time and axis at fault (``k0``: the first row's index, when
+    ``plan`` is a block of a longer reference)."""
     checks = [("below its lower limit", plan.pos < lo - 1e-12, lo),
               ("above its upper limit", plan.pos > hi + 1e-12, hi),
               ("exceeds the velocity limit", np.abs(plan.vel) > vmax * (1 + 1e-9), vmax),
@@ -45,7 +46,7 @@ def validate(plan: Planned, lo: np.ndarray, hi: np.ndarray, vmax: np.ndarray, am
             k, i = np.argwhere(bad)[0]
             val = (plan.pos if "limit" in what and "velocity" not in what and "acceleration" not in what
                    else plan.vel if "velocity" in what else plan.acc)[k, i]
-            raise UserError(f"trajectory refused: at t = {k / plan.rate_hz:.4f} s axis {axes[i]} {what} "
+            raise UserError(f"trajectory refused: at t = {(k0 + k) / plan.rate_hz:.4f} s axis {axes[i]} {what} "
                             f"({val:.6g} vs {lim[i]:.6g})")
     if not np.all(np.isfinite(plan.pos)):
         raise UserError("trajectory refused: non-finite values")
@@ -53,5 +54,5 @@ def validate(plan: Planned, lo: np.ndarray, hi: np.ndarray, vmax: np.ndarray, am
         ok = in_domain(plan.pos)
         if not np.all(ok):
             k = int(np.argmin(ok))
-            raise UserError(f"trajectory refused: at t = {k / plan.rate_hz:.4f} s the position "
+            raise UserError(f"trajectory refused: at t = {(k0 + k) / plan.rate_hz:.4f} s the position "
                             f"{np.round(plan.pos[k], 6).tolist()} is outside the model's domain")
