@@ -78,9 +78,25 @@ def truth_mechanism(mech, payload: float = 0.5, heavier: float = 1.15):
     return compile_mechanism(dataclasses.replace(mech.description, bodies=tuple(bodies)))
 
 
-def write_truth(mech, config_path: Path, folder: Path, viscous: float = 15.0, coulomb: float = 4.0,
-                force_noise: float = 1.0, quantum: float = 1e-6):
-    """truth.toml and truth-sim.toml in ``folder``; returns (truth mechanism, config path)."""
+# the truth plant's friction, force noise and position quantum, relative to the machine's own
+# (the Orthoglide's: 15 N s/m and 4 N where the model says 20 and 5, 1 N of 400, 1 um of 0.32 m)
+VISCOUS_FACTOR, COULOMB_FACTOR = 0.75, 0.8
+NOISE_OF_TAU_MAX = 0.0025
+QUANTUM_OF_RANGE = 1e-6 / 0.32
+
+
+def truth_levels(cfg: dict, mech) -> dict:
+    """viscous, coulomb, force_noise, quantum of the truth plant for a machine configuration."""
+    ctl = cfg["controller"]
+    width = float(np.min(mech.ranges[:, 1] - mech.ranges[:, 0]))
+    return {"viscous": VISCOUS_FACTOR * float(ctl["viscous"]), "coulomb": COULOMB_FACTOR * float(ctl["coulomb"]),
+            "force_noise": NOISE_OF_TAU_MAX * float(ctl["tau_max"]),
+            "quantum": float(f"{QUANTUM_OF_RANGE * width:.2g}")}
+
+
+def write_truth(mech, config_path: Path, folder: Path):
+    """truth.toml and truth-sim.toml in ``folder`` (plant friction, force noise and quantum from
+    ``truth_levels``); returns (truth mechanism, config path)."""
     from pkrt.models.identify import body_values, dump_toml
     from pkrt.models.mechanism import load_mechanism
     from pkrt.models.regressor import model_parameters
@@ -96,8 +112,9 @@ def write_truth(mech, config_path: Path, folder: Path, viscous: float = 15.0, co
     cfg["machine"]["tree"] = str((d / cfg["machine"]["tree"]).resolve())
     dr = cfg["drives"]
     dr.pop("plant_tree", None)
-    dr.update(plant="exact", plant_model=str(folder / "truth.toml"), viscous=viscous, coulomb=coulomb, substeps=1,
-              force_noise=force_noise, quantization=quantum, noise=0.0, lockstep=True)
+    lv = truth_levels(cfg, mech)
+    dr.update(plant="exact", plant_model=str(folder / "truth.toml"), viscous=lv["viscous"], coulomb=lv["coulomb"],
+              substeps=1, force_noise=lv["force_noise"], quantization=lv["quantum"], noise=0.0, lockstep=True)
     cfg["realtime"] = {"priority": 0, "cpu": -1, "mlockall": False, "gc_freeze": True}
     (folder / "truth-sim.toml").write_text(dump_toml(cfg))
     return load_mechanism(str(folder / "truth.toml")), folder / "truth-sim.toml"
