@@ -25,7 +25,7 @@ def identify_logs(config, logs: list[str], out: str, machine_out: str, **options
         return _identify(config, logs, out, machine_out, **options)
 
 
-def _identify(config, logs: list[str], out: str, machine_out: str, *, window: float = 0.051,
+def _identify(config, logs: list[str], out: str, machine_out: str, *, window: float | None = None,
               decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
     from types import SimpleNamespace
 
@@ -35,12 +35,12 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     from pkrt.models.regressor import Regressor, model_parameters
 
     from pkrt.rt.core.friction import V_EPS
-    from pkrt.rt.runtime.identifylog import load_samples
+    from pkrt.rt.runtime.identifylog import WINDOW_S, load_samples
 
     t0 = time.perf_counter()
     c0 = time.process_time()
     mech = load_mechanism(config.model_path)
-    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window, decimate=decimate)
+    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window or WINDOW_S, decimate=decimate)
     reg = Regressor(mech)
     Y = reg.batch(samples.theta, samples.theta_dot, samples.theta_ddot)
     t_reg = time.perf_counter() - t0

@@ -20,6 +20,7 @@ first; ``PKRT_BENCH_IDENTIFY`` = comma-separated machines, default all three).
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -193,6 +194,8 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
         "well_determined": [{"name": b["name"], "estimate": b["value"], "truth": float(truth_base[i]),
                              "rsd_percent": b["rsd_percent"], "error_percent": e} for (i, b), e in zip(well, errs)],
         "within_1_percent": int(sum(abs(e) <= 1 for e in errs)), "of": len(errs),
+        # the count expected from the estimates' own spread: P(|N(0, rsd)| <= 1 %) summed
+        "expected_within_1_percent": float(sum(math.erf(1.0 / (math.sqrt(2) * b["rsd_percent"])) for _, b in well)),
         "held_out_rms": r["held_out_rms"]["consistent"], "noise_floor": floor,
         "held_out_over_floor": [x / floor for x in r["held_out_rms"]["consistent"]],
         "original_model_held_out_rms": r["held_out_rms"]["original_model"],

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="identified model file (TOML)")
     p.add_argument("--machine-out", help="machine configuration using the identified model and friction "
                                          "(default: OUTPUT with -machine.toml)")
-    p.add_argument("--window", type=positive_number, default=0.051,
+    p.add_argument("--window", type=positive_number, default=0.031,
                    help="Savitzky-Golay window in s for positions and forces alike (default: %(default)s)")
     p.add_argument("--decimate", type=whole_number(1), help="keep every N-th filtered sample (default: from the cutoff)")
     p.add_argument("--held-out", type=float, default=0.25,
