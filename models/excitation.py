@@ -2,7 +2,9 @@
 
     theta_i(t) = c_i + sum_k (a_ik / (k w)) sin(k w t) - (b_ik / (k w)) cos(k w t),  w = 2 pi f0,
 
-periodic (period 1 / f0), starting and ending at rest (sum_k a_ik = 0 and sum_k k b_ik = 0 are
+periodic (period 1 / f0; by default the frequency at which the positions' full range also
+reaches the velocity or acceleration limit, so that the masses, seen through the
+accelerations, are excited as hard as the limits allow), starting and ending at rest (sum_k a_ik = 0 and sum_k k b_ik = 0 are
 imposed by construction), whose coefficients minimise the condition number of the base
 regressor stacked over one period with its columns scaled to unit norm (the scaling of
 ``pkrt identify``'s fit), under position limits (ranges shrunk by a margin), velocity and
@@ -80,11 +82,36 @@ def scaled_condition(Yb: np.ndarray) -> float:
     return float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
 
 
-def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, tree, *,
-                    f0: float = 0.1, harmonics: int = 5, margin: float = 0.05, singular_margin: float = 3.0,
+def balanced_f0(x: np.ndarray, K: int, s: int, half: np.ndarray, limits: Limits) -> float:
+    """The base frequency (Hz) at which the shape x (free coefficients, velocity units),
+    scaled to use its position range fully, also reaches its velocity or its acceleration
+    limit. Per unit of x at f0 = 1 Hz, positions scale as 1 / f0, velocities not, accelerations
+    as f0: below this frequency the positions alone bound the amplitude (the accelerations,
+    which determine the masses, stay far below their limit); above it the positions shrink."""
+    a, b = _rest(x, K, s)
+    fo = Fourier(1.0, a, b, np.zeros(s))
+    th, td, tdd = fo.sample(np.arange(64 * K) / (64 * K))
+    P = float(np.max(np.abs(th) / half))
+    V = float(np.max(np.abs(td) / limits.velocity))
+    A = float(np.max(np.abs(tdd) / limits.acceleration))
+    return min(P / V, math.sqrt(P / A))
+
+
+def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, tree, **options
+                    ) -> tuple[Fourier, dict]:
+    """The exciting trajectory and its figures (condition number, peaks against limits); see
+    ``_plan`` for the options. BLAS runs on one thread: its matrices (a few hundred rows) are
+    far too small for threads, which on a loaded machine made each SVD 60 times slower."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):
+        return _plan(mech, bp, limits, pi0, tree, **options)
+
+
+def _plan(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, tree, *,
+                    f0: float | None = None, harmonics: int = 5, margin: float = 0.05, singular_margin: float = 3.0,
                     samples: int = 80, iterations: int = 150, seed: int = 0, check_rate: float = 10000.0,
                     starts: int = 4) -> tuple[Fourier, dict]:
-    """The exciting trajectory and its figures (condition number, peaks against limits)."""
     from scipy.optimize import minimize
 
     s, K = mech.n_act, harmonics
@@ -94,6 +121,10 @@ def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np
     plo, phi = lo + margin * w, hi - margin * w
     c = 0.5 * (plo + phi)
     half = 0.5 * (phi - plo)
+    x_starts = [rng.normal(size=s * 2 * (K - 1)) for _ in range(starts)]
+    f0_auto = f0 is None
+    if f0_auto:  # the median over the random starts, to 2 significant digits
+        f0 = float(f"{np.median([balanced_f0(x, K, s, half, limits) for x in x_starts]):.2g}")
     T = 1.0 / f0
     t_opt = np.arange(samples) * T / samples
     reg = Regressor(mech)
@@ -125,8 +156,8 @@ def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np
         if pen > 0:
             return 1e3 * (1 + pen)
         try:
-            exact.assembler.reset()
-            Y = np.stack([reg(a, b_, d) for a, b_, d in zip(th, td, tdd)])
+            reg.assembler.reset()
+            Y = reg.batch(th, td, tdd)
         except (AssemblyError, UserError):
             return 1e3
         tau = Y @ pi0
@@ -134,8 +165,7 @@ def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np
         return math.log10(scaled_condition(Y[:, :, bp.base].reshape(-1, bp.n_base))) + 10 * fpen
 
     best_x, best_c = None, math.inf
-    for _ in range(starts):
-        x0 = rng.normal(size=s * 2 * (K - 1))
+    for x0 in x_starts:
         cc = cost(x0)
         if cc < best_c:
             best_x, best_c = x0, cc
@@ -155,12 +185,13 @@ def plan_excitation(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np
     else:
         raise UserError(f"{mech.name}: no exciting trajectory meets the limits (shrunk to {shrink:.3g})")
     th, td, tdd = fo.sample(t_opt)
-    exact.assembler.reset()
-    Y = np.stack([reg(a, b_, d) for a, b_, d in zip(th, td, tdd)])
+    reg.assembler.reset()
+    Y = reg.batch(th, td, tdd)
     report.update({"condition_number": scaled_condition(Y[:, :, bp.base].reshape(-1, bp.n_base)),
                    "condition_scaling": "base regressor columns scaled to unit norm, "
                                         f"{samples} states over one period",
-                   "period_s": T, "harmonics": K, "amplitude_shrink": shrink,
+                   "period_s": T, "f0_hz": f0, "f0_from": "balanced" if f0_auto else "given",
+                   "harmonics": K, "amplitude_shrink": shrink,
                    "optimizer": {"method": "Powell", "evaluations": int(res.nfev), "start_cost": float(best_c),
                                  "final_cost": float(min(res.fun, best_c))}})
     return fo, report

@@ -86,3 +86,31 @@ def test_plant_model_needs_the_exact_plant(tmp_path):
     with pytest.raises(ConfigError, match="plant_model.*applies to plant = .exact. only"):
         load_machine(str(_truth_config(tmp_path, plant_tree=str(MACHINES / "orthoglide-plant.pkt"),
                                        plant_model="truth.toml")))
+
+
+def test_balanced_f0_reaches_a_rate_limit_with_the_full_range():
+    """At the balanced frequency the shape that spans its position range also reaches its
+    velocity or its acceleration limit, and neither is exceeded."""
+    from pkrt.models.excitation import Fourier, Limits, _rest, balanced_f0
+
+    s, K = 3, 4
+    half = np.array([0.1, 0.1, 0.2])
+    lim = Limits(-half, half, np.array([1.0, 1.0, 1.0]), np.array([20.0, 20.0, 20.0]), np.ones(3))
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        x = rng.normal(size=s * 2 * (K - 1))
+        f0 = balanced_f0(x, K, s, half, lim)
+        a, b = _rest(x, K, s)
+        th, td, tdd = Fourier(f0, a, b, np.zeros(s)).sample(np.arange(4096) / 4096 / f0)
+        g = np.max(np.abs(th) / half)  # the gain that makes the positions span the range
+        use = max(np.max(np.abs(td) / lim.velocity), np.max(np.abs(tdd) / lim.acceleration)) / g
+        assert use == pytest.approx(1.0, rel=0.02)
+
+
+def test_plan_duration_rounds_up_to_whole_periods(tmp_path, capsys):
+    out = tmp_path / "excite.csv"
+    code = main(["identify", "plan", "orthoglide", "-o", str(out), "--f0", "1", "--harmonics", "3",
+                 "--duration", "2.5", "--iterations", "4", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert code == 0 and r["periods"] == 3 and r["duration_s"] == 3.0 and r["rows"] == 3001
+    assert r["f0_from"] == "given" and r["f0_hz"] == 1.0

@@ -132,3 +132,21 @@ def test_correlation_factor_of_filtered_noise():
     assert correlation_factor(e[keep], keep) < 1.05
     ma = np.stack([np.convolve(e[:, i], np.ones(4) / 4, mode="same") for i in range(2)], axis=1)
     assert correlation_factor(ma[keep], keep) == pytest.approx(4.0, rel=0.05)
+
+
+def test_batch_equals_the_state_by_state_regressor(mech):
+    """``Regressor.batch`` (one numba loop, chord Newton between neighbouring states, the rest
+    vectorised) gives Y of ``Regressor.__call__`` along a trajectory and at scattered states
+    (which it walks to in sub-steps)."""
+    lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
+    t = np.linspace(0.0, 1.0, 120)[:, None]
+    k = np.arange(1, mech.n_act + 1)
+    th = 0.5 * (lo + hi) + 0.3 * (hi - lo) * np.sin(2 * np.pi * t * k)
+    rng = np.random.default_rng(5)
+    td, tdd = rng.normal(size=th.shape), rng.normal(size=th.shape)
+    scattered = random_states(mech, 12, seed=9)
+    for a, b, c in ((th, td, tdd), scattered):
+        one = Regressor(mech).stack(a, b, c)
+        many = Regressor(mech).batch(a, b, c)
+        assert many.shape == one.shape
+        assert np.abs(many - one).max() < 1e-9 * np.abs(one).max()

@@ -14,11 +14,19 @@ import numpy as np
 
 
 
-def identify_logs(config, logs: list[str], out: str, machine_out: str, *, window: float = 0.051,
-                  decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
+def identify_logs(config, logs: list[str], out: str, machine_out: str, **options):
     """The whole identification from run logs (see the module ``pkrt.models.identify``); writes
     the model and the machine configuration. Returns a namespace: ``report`` (the JSON report)
-    and the pieces (samples, Y, bp, est, pi, test, use) for benchmarks."""
+    and the pieces (samples, Y, bp, est, pi, test, use) for benchmarks. BLAS on one thread
+    (its matrices are small; threads only contend)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):
+        return _identify(config, logs, out, machine_out, **options)
+
+
+def _identify(config, logs: list[str], out: str, machine_out: str, *, window: float | None = None,
+              decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
     from types import SimpleNamespace
 
     from pkrt.models.baseparams import base_parameters
@@ -27,14 +35,14 @@ def identify_logs(config, logs: list[str], out: str, machine_out: str, *, window
     from pkrt.models.regressor import Regressor, model_parameters
 
     from pkrt.rt.core.friction import V_EPS
-    from pkrt.rt.runtime.identifylog import load_samples
+    from pkrt.rt.runtime.identifylog import WINDOW_S, load_samples
 
     t0 = time.perf_counter()
     c0 = time.process_time()
     mech = load_mechanism(config.model_path)
-    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window, decimate=decimate)
+    samples = load_samples(logs, mech.actuator_names, mech.name, mech.ranges, window or WINDOW_S, decimate=decimate)
     reg = Regressor(mech)
-    Y = reg.stack(samples.theta, samples.theta_dot, samples.theta_ddot)
+    Y = reg.batch(samples.theta, samples.theta_dot, samples.theta_ddot)
     t_reg = time.perf_counter() - t0
     bp = base_parameters(mech, reg=Regressor(mech))
     labels = [bp.label(i) for i in range(bp.n_base)]

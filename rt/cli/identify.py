@@ -4,6 +4,7 @@ logs) and ``pkrt identify plan MACHINE -o EXCITE.csv`` (an exciting trajectory).
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="identified model file (TOML)")
     p.add_argument("--machine-out", help="machine configuration using the identified model and friction "
                                          "(default: OUTPUT with -machine.toml)")
-    p.add_argument("--window", type=positive_number, default=0.051,
+    p.add_argument("--window", type=positive_number, default=0.031,
                    help="Savitzky-Golay window in s for positions and forces alike (default: %(default)s)")
     p.add_argument("--decimate", type=whole_number(1), help="keep every N-th filtered sample (default: from the cutoff)")
     p.add_argument("--held-out", type=float, default=0.25,
@@ -81,9 +82,13 @@ VERBS = {"identify": (add_arguments, run)}
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("machine", metavar="MACHINE", help="machine configuration file or built-in name")
     p.add_argument("-o", "--output", required=True, help="trajectory CSV (t and one column per actuator)")
-    p.add_argument("--f0", type=positive_number, default=0.2, help="base frequency in Hz (period 1/f0; default %(default)s)")
+    p.add_argument("--f0", type=positive_number,
+                   help="base frequency in Hz (period 1/f0; default: where the full position range also "
+                        "reaches the velocity or acceleration limit)")
     p.add_argument("--harmonics", type=whole_number(2), default=6, help="harmonics per actuator (default %(default)s)")
-    p.add_argument("--periods", type=whole_number(1), default=6, help="periods in the CSV (default %(default)s)")
+    p.add_argument("--duration", type=positive_number, default=30.0,
+                   help="seconds in the CSV, rounded up to whole periods (default %(default)s)")
+    p.add_argument("--periods", type=whole_number(1), help="periods in the CSV (instead of --duration)")
     p.add_argument("--iterations", type=whole_number(1), default=100,
                    help="cost evaluations of the optimiser (default %(default)s)")
     p.add_argument("--margin", type=float, default=0.05, help="position margin, fraction of each range (default %(default)s)")
@@ -121,9 +126,10 @@ def run_plan(args) -> int:
     fo, rep = plan_excitation(mech, bp, lim, pi0, load_tree(config.tree), f0=args.f0, harmonics=args.harmonics,
                               margin=args.margin, singular_margin=args.singular_margin,
                               iterations=args.iterations, seed=args.seed)
-    rows = write_csv(args.output, fo, mech.actuator_names, args.periods, config.rate_hz)
+    periods = args.periods or max(1, math.ceil(args.duration * fo.f0 - 1e-9))
+    rows = write_csv(args.output, fo, mech.actuator_names, periods, config.rate_hz)
     rep.update({"machine": config.path, "output": args.output, "rows": rows, "axes": mech.actuator_names,
-                "duration_s": args.periods / args.f0, "base_parameters": bp.n_base,
+                "periods": periods, "duration_s": periods / fo.f0, "base_parameters": bp.n_base,
                 "force_limit_used": "80 % of min(tau_max, the plant's force_limit)",
                 "coefficients": {"f0": fo.f0, "a": fo.a.tolist(), "b": fo.b.tolist(), "c": fo.c.tolist()},
                 "seconds": time.perf_counter() - t0})
