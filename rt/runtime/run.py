@@ -348,6 +348,7 @@ class Session:
         self.delays = HostDelays()
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = self.cpu = self.cpu0 = 0.0  # s: the loop's wall time, its thread's CPU time
+        self.loop_end: float | None = None  # time.perf_counter() when the last cycle ended
         self.memory: dict = {}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
 
     # -- the one fault path ------------------------------------------------------------------------
@@ -503,17 +504,18 @@ class Session:
         """start, cycles until the end of the reference or a fault, stop, summary."""
         self.start()
         stop = self.stop_signals
-        wall0 = time.perf_counter()
-        self.cpu0 = time.thread_time()
-        k = 0
+        self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
+        k, wall0 = 0, time.perf_counter()
         try:
             stop.in_loop = True
+            faults0 = thread_faults()
+            wall0 = time.perf_counter()
+            self.cpu0 = time.thread_time()
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            self.memory["at_start"] = status()
-            faults0 = thread_faults()
             while k is not None and k < self.ref.n:
                 k = self.cycle(k)
+            self.loop_end = time.perf_counter()
             faults1 = thread_faults()  # the loop thread's page faults over all its cycles
             self.memory.update(at_end=status(), loop_minor_faults=faults1[0] - faults0[0],
                                loop_major_faults=faults1[1] - faults0[1])
@@ -532,7 +534,7 @@ class Session:
         """Torque off (idempotent), loop time measured, real-time settings restored."""
         self.stop_signals.in_loop = False
         self.drives.disable()
-        self.wall = time.perf_counter() - wall0
+        self.wall = (self.loop_end or time.perf_counter()) - wall0
         self.cpu = time.thread_time() - self.cpu0
         self.ref.close()
         if self.rt_report:
