@@ -124,7 +124,10 @@ class Machine:
         self.home_result: dict | None = None  # what the drives reported when homing ended
         self.shutdown_reason: str | None = None
         self.finished = threading.Event()
-        self._q: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout) can block forever when
+        # it takes its lock on an empty queue (an item taken by get_nowait) after its deadline passed
+        # (seen as a hung lockstep test, the loop thread in a futex wait with no timeout)
+        self._q: queue.Queue[Pending] = queue.Queue()
         self.ref_now = self.start_pos.copy()  # the last reference (read by other threads for planning)
         self.pos_now = self.start_pos.copy()  # the last feedback
         self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
