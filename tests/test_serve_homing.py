@@ -69,7 +69,10 @@ def serve_can(tmp_path):
     em = CiA402Emulator.from_config(config, ch, plant=plant)
     em.start()
     srv = Served(config, socket_path=str(tmp_path / "c.sock"), log_path=str(tmp_path / "c.pktlog"),
-                 overrides={"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 / RATE, "max_missed_cycles": 2})
+                 overrides={"interface": "virtual", "channel": ch, "tpdo_timeout": 0.5 / RATE, "max_missed_cycles": 2,
+                            # the emulator is a thread of this process here (one GIL with the served
+                            # loop and its server), not a drive of its own: SYNC loss after 300 ms
+                            "sync_loss_cycles": 30})
     srv.start()
     try:
         with MachineClient(srv.socket_path) as c:
