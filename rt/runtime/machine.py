@@ -24,6 +24,7 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.core.plan import Planned
+from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
 from pkrt.rt.runtime.states import ENABLED, State, refusal
@@ -128,6 +129,7 @@ class Machine:
         # it takes its lock on an empty queue (an item taken by get_nowait) after its deadline passed
         # (seen as a hung lockstep test, the loop thread in a futex wait with no timeout)
         self._q: queue.Queue[Pending] = queue.Queue()
+        self._stamps = np.zeros(len(PARTS) + 2, dtype=np.int64)  # control_step's, allocated once
         self.ref_now = self.start_pos.copy()  # the last reference (read by other threads for planning)
         self.pos_now = self.start_pos.copy()  # the last feedback
         self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
@@ -518,7 +520,8 @@ class Machine:
         if self.state in ENABLED and self.state is not State.HOMING:
             src = self.source
             src.step(period)
-            reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc)
+            reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
+                                                self._stamps)
             if reason is not None:
                 self.fault(reason)
             else:

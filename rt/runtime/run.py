@@ -147,12 +147,16 @@ def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
 
 
 def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
-                 ref_vel: np.ndarray, ref_acc: np.ndarray) -> tuple[str | None, int, float, float, float]:
+                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None
+                 ) -> tuple[str | None, int, float, float, float]:
     """One read -> safety -> controller -> write at loop time t (s) towards the reference
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
     read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
-    a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``)."""
-    ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
+    a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``).
+    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none."""
+    if ts is None:
+        ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
+    ts[:] = 0
     ts[0] = time.perf_counter_ns()
     reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
     record_fill(ts)
