@@ -48,10 +48,12 @@ def attempt(tmp_path, probe, body) -> None:
             try:
                 body(srv, em, c)
             except (Fault, CommandRefused, Stalled) as e:  # a refusal too: an enable whose SDO a stall timed out
-                if not any(t in str(e) for t in STALL):
+                # a command refused because a fault put the machine in error stop: judged by that fault
+                why, at = f"{e}: {srv.machine.fault_reason}", srv.machine.fault_time
+                if not any(t in why for t in STALL):
                     raise
                 missing = [(t, w) for t, w in getattr(srv.drives, "events", []) if "missing" in w]
-                return emulator_trips(em) or missing or [(getattr(e, "at", None) or time.monotonic(), str(e))]
+                return emulator_trips(em) or missing or [(at or getattr(e, "at", None) or time.monotonic(), why)]
         return []
     judge(run, probe, find=lambda found: found, priority=RUN_PRIORITY)
 

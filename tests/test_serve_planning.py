@@ -15,6 +15,7 @@ import pytest
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
+from tests.realtime import judge
 from tests.waiting import wait_for
 
 PLAN_S = 600  # s: the longest wait for a plan on a loaded host (the demo takes ~1-10 s)
@@ -46,33 +47,44 @@ def planning_ended(c, job: int):
     return st if st["planning"] is None and (st["plan_result"] or {}).get("job") == job else None
 
 
-def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv):
-    before = c.status()
-    r = c.run("demo", speed=1.0)
-    during = c.status()
-    assert r["ok"] and r["planning"] is True and r["state"] == "standstill", r
-    # the reply did not wait for the plan: it is still under way, the machine holds
-    assert during["planning"] is not None and during["planning"]["job"] == r["job"], during
-    assert during["state"] == "standstill" and during["motion"]["kind"] == "hold"
-    refused = c.request({"cmd": "jog", "axis": 0, "velocity": 0.01})
-    assert not refused["ok"] and refused["error"] == "jog refused: a program is being planned (stop cancels it)"
-    held = np.array(during["reference"])
-    # status keeps answering during the planning; the reference does not move
-    st = wait_for(lambda: planning_ended(c, r["job"]), PLAN_S, "the demo's planning to end", poll_s=0.02)
-    assert st["plan_result"]["ok"] is True, st["plan_result"]
-    assert st["plan_result"]["duration_s"] > 1.0
-    assert st["cycle"] > during["cycle"]
-    # no cycle of the loop took more CPU time than its period while the worker planned (the
-    # loop's own per-cycle CPU-time ring, immune to the host's preemption), up to the cycle
-    # that took the plan over
+def long_cycles(m, first: int, last: int) -> list[tuple[float, str]]:
+    """The loop's cycles ``first``..``last`` (excluded) whose own CPU time exceeded the period,
+    as anomalies at the cycle's end on time.monotonic() (the host-pause probe's clock)."""
+    return [(t, f"cycle {k} took {cpu * 1e3:.2f} ms of the loop thread's CPU time ({wall * 1e3:.2f} ms wall)")
+            for t, wall, cpu, k in list(m.long_at) if first <= k < last and cpu > m.period]
+
+
+def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv, host_probe):
     m = srv.machine
-    cycles = np.arange(before["cycle"] + 1, st["plan_result"]["cycle"]) & 0xFFFF
-    assert len(cycles) > 100 and m.comp_cpu[cycles].max() < m.period, m.comp_cpu[cycles].max()
-    if st["state"] == "moving":
-        assert np.abs(np.array(st["reference"]) - held).max() < 0.05
-    end = c.wait_state("standstill", timeout=120)
-    assert end["plan_result"]["job"] == r["job"] and end["fault"] is None
-    assert np.allclose(end["reference"], held, atol=1e-9)  # the demo returns home
+
+    def attempt():
+        before = c.status()
+        r = c.run("demo", speed=1.0)
+        during = c.status()
+        assert r["ok"] and r["planning"] is True and r["state"] == "standstill", r
+        # the reply did not wait for the plan: it is still under way, the machine holds
+        assert during["planning"] is not None and during["planning"]["job"] == r["job"], during
+        assert during["state"] == "standstill" and during["motion"]["kind"] == "hold"
+        refused = c.request({"cmd": "jog", "axis": 0, "velocity": 0.01})
+        assert not refused["ok"] and refused["error"] == "jog refused: a program is being planned (stop cancels it)"
+        held = np.array(during["reference"])
+        # status keeps answering during the planning; the reference does not move
+        st = wait_for(lambda: planning_ended(c, r["job"]), PLAN_S, "the demo's planning to end", poll_s=0.02)
+        assert st["plan_result"]["ok"] is True, st["plan_result"]
+        assert st["plan_result"]["duration_s"] > 1.0
+        assert st["cycle"] > during["cycle"] + 100
+        if st["state"] == "moving":
+            assert np.abs(np.array(st["reference"]) - held).max() < 0.05
+        end = c.wait_state("standstill", timeout=120)
+        assert end["plan_result"]["job"] == r["job"] and end["fault"] is None
+        assert np.allclose(end["reference"], held, atol=1e-9)  # the demo returns home
+        return before["cycle"] + 1, st["plan_result"]["cycle"]
+
+    # no cycle of the loop took more CPU time than its period while the worker planned, up to the
+    # cycle that took the plan over. The loop thread's CPU time excludes other threads and
+    # processes but not the hypervisor: a host pause while the loop thread runs counts as its
+    # CPU time (measured on this machine type), so a long cycle is judged by the host-pause probe.
+    judge(attempt, host_probe, find=lambda span: long_cycles(m, *span))
 
 
 def test_a_program_off_the_workspace_is_refused_in_one_line_at_standstill(c, tmp_path):

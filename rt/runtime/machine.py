@@ -16,6 +16,7 @@ import json
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,7 @@ STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of lo
 # the server's internal commands -> the command whose allowed states they have
 INTERNAL = {"plan": "run", "planned": "status"}
 PLANNING_REFUSES = ("jog", "move", "run", "plan", "stream", "home")  # while a program is planned
+LONG_RING = 1024  # long cycles remembered (``long_at``)
 
 
 @dataclass
@@ -114,7 +116,10 @@ class Machine:
         self.t = 0.0
         self.overruns = self.cycles = 0
         self.long_cycles = 0  # cycles whose work (wake-up excluded) took longer than the period, wall time
-        self.long_cycles_cpu = 0  # ... in the loop thread's CPU time (preemption by the host excluded)
+        self.long_cycles_cpu = 0  # ... in the loop thread's CPU time (other threads excluded; on a virtual
+        # machine a pause of the hypervisor while the thread runs counts as its CPU time: measured here)
+        # the last LONG_RING long cycles: (time.monotonic() at the cycle's end, wall s, CPU s, cycle)
+        self.long_at: deque[tuple[float, float, float, int]] = deque(maxlen=LONG_RING)
         self.delays = HostDelays()  # late cycles (the host held the process, or a long cycle)
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
@@ -536,6 +541,7 @@ class Machine:
         cpu = self.comp_cpu[k & 0xFFFF] = time.thread_time() - c0
         if work > period:
             self.long_cycles += 1
+            self.long_at.append((t0 + work, work, cpu, k))
             if cpu > period:
                 self.long_cycles_cpu += 1
         self.cycles += 1
