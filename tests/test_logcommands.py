@@ -10,6 +10,8 @@ import pytest
 from PIL import Image
 
 from pkrt.rt.cli import main
+from pkrt.rt.core.plan import state_columns
+from pkrt.rt.runtime.trajectory import load_trajectory_csv
 from pkrt.rt.runtime.logstats import plot_log
 from pkrt.rt.runtime.logfile import read_log
 from tests.test_logfile import AXES, CHANNELS, write_demo_log
@@ -98,26 +100,24 @@ def test_export_traj_round_trip(demo, tmp_path, capsys):
     assert main(["log", "export", str(p), "--traj", str(ref)]) == 0
     assert main(["log", "export", str(p), "--traj", str(meas), "--measured"]) == 0
     capsys.readouterr()
-    for path, key in ((ref, "ref_pos"), (meas, "pos")):
+    # the reference with its logged velocities and accelerations; the measured positions alone
+    for path, head, keys in ((ref, state_columns(AXES), ("ref_pos", "ref_vel", "ref_acc")), (meas, AXES, ("pos",))):
         with open(path) as f:
             rows = list(csv.reader(f))
-        assert rows[0] == ["t"] + AXES
+        assert rows[0] == ["t"] + head
         a = np.array(rows[1:], dtype=float)
         np.testing.assert_array_equal(a[:, 0], d["t"] - d["t"][0])
-        np.testing.assert_array_equal(a[:, 1:], d[key])
+        np.testing.assert_array_equal(a[:, 1:], np.hstack([d[k] for k in keys]))
 
 
 def test_export_traj_loads_as_runtime_trajectory(demo, tmp_path):
-    trajectory = pytest.importorskip("pkrt.rt.runtime.trajectory")
-    if not hasattr(trajectory, "load_trajectory_csv"):
-        pytest.skip("pkrt.rt.runtime.trajectory.load_trajectory_csv not there yet")
     p, d = demo
     out = tmp_path / "ref.csv"
     assert main(["log", "export", str(p), "--traj", str(out)]) == 0
-    tr = trajectory.load_trajectory_csv(str(out), 1000.0, AXES)  # spline resampled at 1 kHz
-    n = min(tr.n, 2000)
-    assert n >= 1999
-    np.testing.assert_allclose(tr.pos[:n], d["ref_pos"][:n], atol=1e-12)
+    tr = load_trajectory_csv(str(out), 1000.0, AXES)  # the logged reference at 1 kHz: read back exactly
+    assert tr.n == 2000
+    for got, key in ((tr.pos, "ref_pos"), (tr.vel, "ref_vel"), (tr.acc, "ref_acc")):
+        np.testing.assert_allclose(got, d[key], rtol=0, atol=1e-9 * max(1.0, np.abs(d[key]).max()))
 
 
 def test_export_errors(demo, tmp_path, capsys):

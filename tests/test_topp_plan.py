@@ -17,6 +17,8 @@ from scipy.spatial import cKDTree
 from pkrt.models.gcode import parse_program
 from pkrt.models.geompath import Motion
 from pkrt.rt.cli import main
+from pkrt.rt.runtime.refstream import csv_source
+from pkrt.rt.runtime.trajectory import load_trajectory_csv
 from tests.orthoglide_oracle import orthoglide_fk
 from tests.test_gcode import plan_refused
 
@@ -51,7 +53,7 @@ def _programmed_points(step: float = 2e-5) -> np.ndarray:
 def test_planned_tool_path_within_the_g64_tolerance(planned):
     report, out, png = planned
     rows = np.loadtxt(out, delimiter=",", skiprows=1)
-    tool = np.array([orthoglide_fk(th, L) for th in rows[::3, 1:]])
+    tool = np.array([orthoglide_fk(th, L) for th in rows[::3, 1:4]])
     dist, _ = cKDTree(_programmed_points()).query(tool)
     assert dist.max() <= 0.5e-3 + 3e-5, dist.max()  # G64 P0.5, plus the dense sampling's spacing
     assert png.stat().st_size > 10_000
@@ -98,6 +100,41 @@ def _weak_orthoglide(tmp_path: Path, tau_max: float) -> Path:
     return p
 
 
+def test_planned_csv_carries_the_planned_velocities_and_accelerations(planned):
+    """``-o`` writes t, positions, then ``<name>_vel`` and ``<name>_acc``: ``pkrt run --traj``
+    (whole or streamed) reads them back exactly instead of differentiating a spline through
+    the positions (which rounds off the time-optimal profile's corners)."""
+    _, out, _ = planned
+    with open(out) as f:
+        head = f.readline().strip().split(",")
+    assert head == ["t", "q1", "q2", "q3", "q1_vel", "q2_vel", "q3_vel", "q1_acc", "q2_acc", "q3_acc"]
+    rows = np.loadtxt(out, delimiter=",", skiprows=1)
+    pos, vel, acc = rows[:, 1:4], rows[:, 4:7], rows[:, 7:10]
+    # the velocities are the positions' derivative (central differences at 1 kHz)...
+    dt = rows[1, 0] - rows[0, 0]
+    assert np.abs(np.gradient(pos, dt, axis=0) - vel)[1:-1].max() < 0.01 * np.abs(vel).max()
+    # ... and each acceleration is the mean over its period (what the loop holds for one cycle)
+    np.testing.assert_allclose(np.diff(vel, axis=0) / dt, acc[:-1], rtol=0, atol=1e-9 * np.abs(acc).max())
+    tr = load_trajectory_csv(str(out), 1000.0, ["q1", "q2", "q3"])
+    assert tr.n == len(rows)
+    for got, want in ((tr.pos, pos), (tr.vel, vel), (tr.acc, acc)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
+    src = csv_source(str(out), 1000.0, ["q1", "q2", "q3"])  # the streamed source pkrt run uses
+    block = [np.empty((len(rows) + 5, 3)) for _ in range(3)]
+    src.fill(0, *block)
+    for got, want in zip(block, (tr.pos, tr.vel, tr.acc)):
+        np.testing.assert_allclose(got[:len(rows)], want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
+    assert np.all(block[0][len(rows):] == pos[-1]) and np.all(block[1][len(rows):] == 0.0)
+
+
+def test_a_state_csv_with_a_column_missing_is_refused_in_one_line(tmp_path, capsys):
+    p = tmp_path / "short.csv"
+    p.write_text("t,q1,q2,q3,q1_vel,q2_vel,q3_vel\n0,-0.1,-0.1,-0.1,0,0,0\n1,-0.1,-0.1,-0.1,0,0,0\n")
+    code = main(["run", "--lockstep", "--no-log", "--traj", str(p)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "optionally followed by <name>_vel and <name>_acc" in err, err
+
+
 def test_program_asking_too_much_force_is_refused_naming_its_line(tmp_path, capsys):
     cfg = _weak_orthoglide(tmp_path, 85.0)  # 76.5 N to plan with: holds the platform near home only
     prog = tmp_path / "heavy.ngc"
@@ -121,11 +158,11 @@ def test_csv_paths_task_and_actuator(tmp_path, capsys):
         rows = np.loadtxt(out, delimiter=",", skiprows=1)
         assert r["duration_s"] == pytest.approx(rows[-1, 0]) and r["duration_s"] > 0.05
         if first is None:  # the tool passes through every point of the task path
-            tool = np.array([orthoglide_fk(th, L) for th in rows[:, 1:]])
+            tool = np.array([orthoglide_fk(th, L) for th in rows[:, 1:4]])
             for p in ([0, 0, 0], [0.02, 0.01, -0.01], [0.04, 0.0, -0.03]):
                 assert np.linalg.norm(tool - p, axis=1).min() < 1e-4
         else:
-            assert np.allclose(rows[0, 1:], first) and np.allclose(rows[-1, 1:], [0.0, -0.1, -0.15])
+            assert np.allclose(rows[0, 1:4], first) and np.allclose(rows[-1, 1:4], [0.0, -0.1, -0.15])
 
 
 @pytest.mark.parametrize("text, expected", [

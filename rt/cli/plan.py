@@ -13,13 +13,14 @@ import numpy as np
 from pkrt.rt.cli import emit, positive_number, vector, whole_number
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import state_columns
 from pkrt.rt.core.outputs import atomic_write, check_outputs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="a G-code program, or a CSV path (columns: the tool's task coordinates "
                                            "or the actuators' names, no t)")
-    p.add_argument("-o", "--output", help="planned reference CSV (t and one column per actuator)")
+    p.add_argument("-o", "--output", help="planned reference CSV (t, one column per actuator, then their velocities and accelerations: <name>_vel, <name>_acc)")
     p.add_argument("--machine", default="orthoglide", help="machine configuration file or built-in name")
     p.add_argument("--adept", action="store_true", help="the time-optimal Adept cycle of the machine's [demo] "
                                                         "(start, height, width, direction) instead of FILE")
@@ -65,13 +66,16 @@ def plan_from_args(args, config, mech=None):
 
 
 def write_csv(plan, names: list[str], path: str) -> None:
-    """t and one column per actuator at full precision, written whole or not at all."""
+    """t, the actuators' positions, then their velocities and accelerations (``<name>_vel``,
+    ``<name>_acc``: the planned ones, which ``pkrt run --traj`` reads back exactly at the loop
+    rate), at full precision, written whole or not at all."""
     with atomic_write(path, "-o", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t", *names])
+        w.writerow(["t", *state_columns(names)])
         t = np.arange(plan.n) / plan.rate_hz
-        for k in range(plan.n):
-            w.writerow([repr(float(t[k])), *(repr(float(v)) for v in plan.pos[k])])
+        rows = np.hstack([t[:, None], plan.pos, plan.vel, plan.acc])
+        for r in rows:
+            w.writerow([repr(float(v)) for v in r])
 
 
 def run(args) -> int:

@@ -95,6 +95,42 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
     return sp(tt), sp(tt, 1), sp(tt, 2)
 
 
+def hermite_at(t: np.ndarray, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray, tt: np.ndarray):
+    """Quintic Hermite interpolation of samples with their velocities and accelerations (t
+    increasing, s; each (n, k)) at times ``tt`` (m,) within [t[0], t[-1]]: each interval's
+    quintic meets the position, velocity and acceleration at both ends. Returns positions,
+    velocities, accelerations (m, k)."""
+    i = np.clip(np.searchsorted(t, tt, side="right") - 1, 0, len(t) - 2)
+    h = (t[i + 1] - t[i])[:, None]
+    u = (tt - t[i])[:, None] / h
+    p0, v0, a0 = pos[i], vel[i] * h, acc[i] * h**2
+    d = pos[i + 1] - p0 - v0 - 0.5 * a0
+    e = vel[i + 1] * h - v0 - a0
+    f = acc[i + 1] * h**2 - a0
+    # p(u) = p0 + v0 u + a0/2 u^2 + c3 u^3 + c4 u^4 + c5 u^5 on [0, 1] (derivatives scaled by h)
+    c2, c3, c4, c5 = 0.5 * a0, 10 * d - 4 * e + 0.5 * f, -15 * d + 7 * e - f, 6 * d - 3 * e + 0.5 * f
+    P = p0 + u * (v0 + u * (c2 + u * (c3 + u * (c4 + u * c5))))
+    V = (v0 + u * (2 * c2 + u * (3 * c3 + u * (4 * c4 + u * 5 * c5)))) / h
+    A = (2 * c2 + u * (6 * c3 + u * (12 * c4 + u * 20 * c5))) / h**2
+    return P, V, A
+
+
+def resample_hermite(t: np.ndarray, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray, rate_hz: float,
+                     what: str):
+    """``hermite_at`` at rate_hz from t[0] to t[-1]: a reference written at the loop rate
+    (``pkrt plan -o``) reads back exactly."""
+    span = t[-1] - t[0]
+    m = int(np.floor(span * rate_hz + 1e-6)) + 1
+    _check_length(m, rate_hz, what)
+    return hermite_at(t, pos, vel, acc, t[0] + np.minimum(np.arange(m) / rate_hz, span))
+
+
+def state_columns(names: list[str]) -> list[str]:
+    """The columns of a reference with its derivatives: the names, then ``<name>_vel``, then
+    ``<name>_acc`` (units: the names' per second and per second squared)."""
+    return [*names, *(f"{n}_vel" for n in names), *(f"{n}_acc" for n in names)]
+
+
 def csv_columns(path: str) -> list[str] | None:
     """The header of a CSV file (first line that is not a comment), None if it cannot be read
     (``read_csv_samples`` then says why)."""
@@ -152,16 +188,23 @@ def _csv_header(path: str, r: list[str], allowed: list[list[str]]) -> list[str]:
     head = [h.strip().split(" ")[0] for h in r]
     if head[0] != "t":
         raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
-    if head[1:] not in allowed:
-        raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)}; "
-                        f"got {','.join(head)}")
+    if head[1:] not in allowed and head[1:] not in [state_columns(a) for a in allowed]:
+        raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)} (optionally "
+                        f"followed by <name>_vel and <name>_acc columns); got {','.join(head)}")
     return head
 
 
 def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
     """A CSV with a header ``t`` then one of the ``allowed`` column lists, resampled to the
-    loop rate by a clamped cubic spline. Returns (header, P, Pd, Pdd), each (n, columns)."""
+    loop rate by a clamped cubic spline; or the list followed by its velocities and
+    accelerations (``state_columns``), resampled by quintic Hermite interpolation (read back
+    exactly at the loop rate). Returns (header: t and the positions' names, P, Pd, Pdd), each
+    (n, columns)."""
     head, t, vals = read_csv_table(path, allowed)
+    k = len(head) - 1
+    if k % 3 == 0 and head[1:] == state_columns(head[1:1 + k // 3]):  # positions with their derivatives
+        c = k // 3
+        return (head[:1 + c], *resample_hermite(t, vals[:, :c], vals[:, c:2 * c], vals[:, 2 * c:], rate_hz, str(path)))
     return (head, *resample(t, vals, rate_hz, str(path)))
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.plan import state_columns
 from pkrt.rt.runtime.flags import FLAG_BITS
 from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
 from pkrt.rt.core.outputs import atomic_write, check_outputs
@@ -258,12 +259,18 @@ def export_csv(log: Log, out: str) -> list[str]:
 
 def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
     """A ``--traj`` CSV: header ``t`` and the actuator names; t (s) from 0, positions from the
-    logged reference (``ref_pos``) or, with ``measured``, the measured ``pos``."""
+    logged reference (``ref_pos``, with its velocities and accelerations ``ref_vel``, ``ref_acc``
+    as ``<name>_vel``, ``<name>_acc`` columns when logged: replayed exactly) or, with
+    ``measured``, the measured ``pos`` (positions only: a spline joins them)."""
     name = "pos" if measured else "ref_pos"
     t, p = log.get("t"), log.get(name)
     if t is None or p is None:
         raise LogFileError(f"{log.path}: the log has no '{'t' if t is None else name}' channel")
     p = columns(p)
+    s = p.shape[1]
+    ders = [log.get(c) for c in ("ref_vel", "ref_acc")] if not measured else [None]
+    if all(d is not None for d in ders):
+        p = np.hstack([p, *(columns(d) for d in ders)])
     bad = ~(np.isfinite(t) & np.all(np.isfinite(p), axis=1))
     if bad.any():  # a faulted run's last row holds the bad reading: the trajectory ends before it
         n = int(np.argmax(bad))
@@ -272,14 +279,15 @@ def export_trajectory(log: Log, out: str, measured: bool = False) -> list[str]:
         raise LogFileError(f"{log.path}: the log holds {len(t)} cycle(s) with finite values, too few "
                            f"for a trajectory")
     axes = log.axes()
-    if len(axes) != p.shape[1]:
-        axes = [f"q{i + 1}" for i in range(p.shape[1])]
+    if len(axes) != s:
+        axes = [f"q{i + 1}" for i in range(s)]
+    head = ["t"] + (state_columns(axes) if p.shape[1] == 3 * s else axes)
     with atomic_write(out, "trajectory", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t"] + axes)
+        w.writerow(head)
         for ti, row in zip(t - t[0], p):
             w.writerow([repr(float(ti))] + [repr(float(v)) for v in row])
-    return ["t"] + axes
+    return head
 
 
 # -- plot ------------------------------------------------------------------------------------

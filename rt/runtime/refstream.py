@@ -5,7 +5,8 @@ A *source* computes rows ``k0 .. k0 + m - 1`` (t = k / rate_hz) of positions, ve
 accelerations (actuator units) on demand: ``PlannedSource`` copies them from a ``Planned`` held
 whole (the demo, a task-space path, a G-code program, a bag), ``SplineSource`` evaluates the
 clamped cubic spline of an actuator CSV (the same spline ``pkrt.rt.core.plan.resample`` samples),
-both holding the last position at rest past their end (``--duration``).
+``HermiteSource`` the quintic Hermite pieces of one that has velocities and accelerations,
+all holding the last position at rest past their end (``--duration``).
 
 ``RefStream`` holds ``blocks`` blocks of ``block`` rows. In lockstep the loop fills the next
 block itself when it needs it; in real time a producer thread fills blocks ahead and the loop
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.plan import MAX_SAMPLES, Planned, read_csv_table
+from pkrt.rt.core.plan import MAX_SAMPLES, Planned, hermite_at, read_csv_table
 from pkrt.rt.runtime.memory import prefault
 
 BLOCK = 512  # rows a block (0.5 s at 1 kHz)
@@ -68,9 +69,37 @@ class SplineSource:
         vel[past], acc[past] = 0.0, 0.0
 
 
-def csv_source(path: str, rate_hz: float, axes: list[str]) -> SplineSource:
-    """An actuator CSV (``t`` then one column per actuator) as a streamed source."""
+class HermiteSource:
+    """An actuator CSV with velocities and accelerations (``state_columns``) joined by quintic
+    Hermite pieces (``pkrt.rt.core.plan.hermite_at``), evaluated per block; past its end the
+    last position at rest. A reference written at the loop rate reads back exactly."""
+
+    def __init__(self, t: np.ndarray, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray, rate_hz: float,
+                 description: dict, what: str):
+        self.t, self.p, self.v, self.a = t - t[0], pos, vel, acc
+        self.span = float(self.t[-1])
+        self.rate_hz, self.description, self.s = rate_hz, description, pos.shape[1]
+        self.n = self.n_data = int(np.floor(self.span * rate_hz + 1e-6)) + 1  # as resample_hermite samples it
+        if self.n > MAX_SAMPLES:
+            raise UserError(f"{what}: {self.span:.6g} s at {rate_hz:g} Hz is {self.n} samples, more than the "
+                            f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
+
+    def fill(self, k0: int, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray) -> None:
+        k = np.arange(k0, k0 + len(pos))
+        pos[...], vel[...], acc[...] = hermite_at(self.t, self.p, self.v, self.a,
+                                                  np.minimum(k / self.rate_hz, self.span))
+        past = k >= self.n_data
+        pos[past], vel[past], acc[past] = self.p[-1], 0.0, 0.0
+
+
+def csv_source(path: str, rate_hz: float, axes: list[str]) -> SplineSource | HermiteSource:
+    """An actuator CSV (``t`` then one column per actuator, optionally followed by their
+    velocities and accelerations: ``state_columns``) as a streamed source."""
     head, t, vals = read_csv_table(path, [list(axes)])
+    s = len(axes)
+    if len(head) == 1 + 3 * s:
+        return HermiteSource(t, vals[:, :s], vals[:, s:2 * s], vals[:, 2 * s:], rate_hz,
+                             {"kind": "csv", "path": str(path), "columns": head[:1 + s]}, str(path))
     return SplineSource(t, vals, rate_hz, {"kind": "csv", "path": str(path), "columns": head}, str(path))
 
 
