@@ -10,7 +10,8 @@ from numba import njit
 from pkrt.models.build_trees import MACHINES
 from pkrt.models.splinebuild import fit, spline_tree
 from pkrt.rt.core.splinepoly import MAX_BINS, pad_width, span_basis_polys
-from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_outputs, eval_tau, eval_tau_w,
+from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_outputs, eval_model_w, eval_tau,
+                               eval_tau_w,
                                knot_span, n_outputs, span_lookup)
 from pkrt.rt.core.treefile import load_tree
 
@@ -158,9 +159,14 @@ def test_workspace_python_path_equals_dispatcher_for_any_input():
     td, tdd = np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, -3.0])
     eval_tau_w(tree.arrays, th, td, tdd, H, D, p, tau, np.zeros(ws.work.shape))
     wide = np.zeros((3, 2))
-    wide[:, 0] = th  # a strided view: the checked path, same values
-    for args in ((th, td, tdd), (wide[:, 0], td, tdd), (th, td[::-1][::-1].copy(), tdd)):
+    wide[:, 0] = th  # a strided view: copied into contiguous vectors, same values
+    compiled = (len(eval_tau_w.signatures), len(eval_model_w.signatures))
+    for args in ((th, td, tdd), (wide[:, 0], td, tdd), (th, td[::-1][::-1].copy(), tdd),
+                 (list(th), td.tolist(), tdd)):
         assert ws.tau_of(tree, *args) == OK and np.array_equal(ws.tau, tau)
     assert ws.model_of(tree, wide[:, 0]) == OK and np.array_equal(ws.H, H)
+    assert ws.tau_of(tree, th, td, np.array([1, 2, -3])) == OK and np.array_equal(ws.tau, tau)  # integers
+    # ... and numba compiled nothing new for them (a new layout costs a minute of compiling)
+    assert (len(eval_tau_w.signatures), len(eval_model_w.signatures)) == compiled
     other = load_tree(MACHINES / "orthoglide.pkt")  # another tree object: the dispatcher path
     assert ws.tau_of(other, th, td, tdd) == OK and np.array_equal(ws.tau, tau)

@@ -671,8 +671,10 @@ class TreeWorkspace:
 
     ``tau_of`` and ``model_of`` from Python call the kernels' compiled entry points directly
     when the tree is the workspace's own and the state vectors are contiguous float64 (about
-    1 us a call instead of 2.9 us through numba's dispatcher); other inputs take the
-    dispatcher's checked path."""
+    1 us a call instead of 2.9 us through numba's dispatcher); other vectors of the right
+    length (strided views, other dtypes, lists) are first copied into preallocated contiguous
+    ones (numba would compile a new specialisation, about a minute, for each new layout);
+    anything else takes the dispatcher's checked path."""
 
     def __init__(self, tree: Tree):
         s = tree.s
@@ -687,6 +689,19 @@ class TreeWorkspace:
                                                     self.tau, self.work))
         self._model_entry = _entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
                                                         self.work))
+        self._in = np.zeros((3, s))  # contiguous copies of other inputs
+
+    def _copied(self, *xs) -> tuple | None:
+        """The vectors ``xs`` copied into ``_in`` (contiguous float64), or None when one is not
+        a finite-size vector of this tree's length (the dispatcher then says why)."""
+        try:
+            for i, x in enumerate(xs):
+                if np.shape(x) != self._in[i].shape:  # no broadcasting of a scalar or a row
+                    return None
+                np.copyto(self._in[i], x, casting="same_kind")
+        except (TypeError, ValueError):
+            return None
+        return tuple(self._in[:len(xs)])
 
     def tau_of(self, tree: Tree, theta, theta_dot, theta_ddot) -> int:
         """Fill H, D, p_ext and tau at a state; return the status. Allocates nothing."""
@@ -694,6 +709,8 @@ class TreeWorkspace:
         if T is self._T and _vectors(theta, theta_dot, theta_ddot):
             return self._tau_entry(T, theta, theta_dot, theta_ddot, self.H, self.D, self.p_ext,
                                    self.tau, self.work)
+        if T is self._T and (v := self._copied(theta, theta_dot, theta_ddot)) is not None:
+            return self._tau_entry(T, *v, self.H, self.D, self.p_ext, self.tau, self.work)
         return eval_tau_w(T, theta, theta_dot, theta_ddot, self.H, self.D, self.p_ext,
                           self.tau, self.work)
 
@@ -702,4 +719,6 @@ class TreeWorkspace:
         T = tree.arrays
         if T is self._T and _vectors(theta):
             return self._model_entry(T, theta, self.H, self.D, self.p_ext, self.work)
+        if T is self._T and (v := self._copied(theta)) is not None:
+            return self._model_entry(T, v[0], self.H, self.D, self.p_ext, self.work)
         return eval_model_w(T, theta, self.H, self.D, self.p_ext, self.work)
