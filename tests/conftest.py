@@ -28,3 +28,16 @@ def host_probe():
 
     with HostProbe() as probe:
         yield probe
+
+
+def pytest_collection_modifyitems(config, items):
+    """The suite runs on pytest-xdist workers (``-n auto --dist loadgroup``, the README's
+    command): every real-time test (mark ``realtime``) in one group, run one after another on
+    one worker beside the host-pause probe, so that two real-time runs never share the CPUs;
+    every other test file a group of its own (its module fixtures built once), spread over the
+    workers. A test that asks for the probe is a real-time test and must say so."""
+    for item in items:
+        realtime = item.get_closest_marker("realtime") is not None
+        if "host_probe" in getattr(item, "fixturenames", ()) and not realtime:
+            raise pytest.UsageError(f"{item.nodeid} uses host_probe: mark it @pytest.mark.realtime")
+        item.add_marker(pytest.mark.xdist_group("realtime" if realtime else item.nodeid.split("::")[0]))

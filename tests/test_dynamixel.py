@@ -487,9 +487,12 @@ def test_each_fault_is_detected_with_torque_off_within_3_cycles(kind, emulator, 
     assert emu.injected_cycle == inject
     assert emu.torque_off_cycle is not None and emu.torque_off_cycle - emu.injected_cycle <= 3
     assert emu.nonzero_after_off == 0
-    expected = {"drop": "no valid feedback", "delay": "no valid feedback", "corrupt": "no valid feedback",
-                "drive-fault": "overload error", "sever": "no valid feedback", "nan": "implausible feedback"}
-    assert expected[kind] in reason
+    # a delayed answer is either missed (its read timed out) or taken late (after the timeout, in
+    # the next cycle's read): whichever of the driver's two checks trips first names it
+    expected = {"drop": ("no valid feedback",), "delay": ("no valid feedback", "answers arriving late"),
+                "corrupt": ("no valid feedback",), "drive-fault": ("overload error",),
+                "sever": ("no valid feedback",), "nan": ("implausible feedback",)}
+    assert any(e in reason for e in expected[kind]), reason
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -54,6 +54,7 @@ def long_cycles(m, first: int, last: int) -> list[tuple[float, str]]:
             for t, wall, cpu, k in list(m.long_at) if first <= k < last and cpu > m.period]
 
 
+@pytest.mark.realtime
 def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv, host_probe):
     m = srv.machine
 
