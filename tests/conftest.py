@@ -30,6 +30,7 @@ def host_probe():
         yield probe
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """The suite runs on pytest-xdist workers (``-n auto --dist loadgroup``, the README's
     command): every real-time test (mark ``realtime``) in one group, run one after another on
@@ -40,4 +41,12 @@ def pytest_collection_modifyitems(config, items):
         realtime = item.get_closest_marker("realtime") is not None
         if "host_probe" in getattr(item, "fixturenames", ()) and not realtime:
             raise pytest.UsageError(f"{item.nodeid} uses host_probe: mark it @pytest.mark.realtime")
-        item.add_marker(pytest.mark.xdist_group("realtime" if realtime else item.nodeid.split("::")[0]))
+        group = "realtime" if realtime else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False) and hasattr(item, "_id"):
+            # xdist 3.8 names the group in the node id (``nodeid@group``) by setting ``_nodeid``,
+            # which pytest 9.2 no longer reads (its node id is ``_id``): without this every test
+            # was scheduled alone, real-time ones on both workers at once
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")

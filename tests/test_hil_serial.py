@@ -96,7 +96,7 @@ def test_each_fault_verdict(kind, emulator, tmp_path, host_probe):
     assert r["injected_fault"] == kind and r["injected_cycle"] == 500
     assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
     assert r["fault"].startswith("drive: ")
-    assert r["emulator"]["nonzero_after_off"] == 0  # no current commanded after torque off
+    assert r["emulator"]["nonzero_after_off"] == 0, r["emulator"]  # no current commanded after torque off
     events = read_log(str(log)).events
     assert any(r["fault"] in json.dumps(e) for e in events)
 
@@ -168,7 +168,7 @@ def test_delta_and_hexapod_fault_verdict(machine, kind, host_probe):
         emu.stop()
     assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
     assert hil_verdict(r, kind).ok, hil_verdict(r, kind).reason
-    assert r["emulator"]["nonzero_after_off"] == 0
+    assert r["emulator"]["nonzero_after_off"] == 0, r["emulator"]
     assert len(r["emulator"]["torque_on"]) == len(config.drives.ids) and not any(r["emulator"]["torque_on"])
     assert len(r["emulator"]["theta"]) == len(config.drives.ids)
 
