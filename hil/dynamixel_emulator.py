@@ -531,7 +531,8 @@ class DynamixelEmulator:
 
     def _goal_written(self, now: float, hold: bool) -> None:
         """After a Sync Write of Goal Current: a plant period (unless ``hold``) when torque is
-        on; with torque off, a nonzero goal after the torque-off cycle is counted."""
+        on; with torque off, a nonzero goal after the torque-off cycle is counted (unless the
+        servo refused it: after a Bus Watchdog error its table keeps the last goal)."""
         if any(sv.torque for sv in self.servos.values()):
             if self.brake:
                 self.brake = False
@@ -543,8 +544,9 @@ class DynamixelEmulator:
                 self._k_plant += 1
             self.cycles += 1
             self._activate()
-        elif self.torque_off_cycle is not None and any(sv.goal_current() for sv in self.servos.values()):
-            self.nonzero_after_off += 1
+        elif self.torque_off_cycle is not None and any(sv.goal_current() and not sv.watchdog_error
+                                                       for sv in self.servos.values()):
+            self.nonzero_after_off += 1  # (a servo stopped by its Bus Watchdog refuses goal writes: not commanded)
 
     def _on_bulk_read(self, pkt: dxp.Packet, targets: list, now: float, out: list) -> bool:
         items = dxp.parse_bulk_read(pkt.params)
