@@ -170,15 +170,6 @@ def emulator_trips(em) -> list[tuple[float, str]]:
     return sorted(out)
 
 
-def servo_trips(r: dict) -> list[tuple[float, str]]:
-    """The Dynamixel emulator's Bus Watchdog trips in a serial HIL result ``r`` (its
-    ``emulator`` report), as (time.monotonic(), what): a servo that heard no instruction for its
-    watchdog time saw its master silent, the symptom of a stall (not of a fault that leaves the
-    line working: drop, delay, corrupt, drive-fault, nan)."""
-    return [(w["at"], f"servo {w['id']}: no instruction for {w['silent_s'] * 1e3:.1f} ms (Bus Watchdog)")
-            for w in (r.get("emulator") or {}).get("watchdog_trips") or []]
-
-
 def unmatched(events: list[tuple[float, str]], causes: list[float], window: float) -> list[tuple[float, str]]:
     """The ``events`` (time.monotonic(), what) that no injected cause explains: each cause (its
     time.monotonic()) explains one event from its time to ``window`` s after it, earliest first

@@ -21,7 +21,7 @@ from pkrt.rt.runtime.logfile import read_log
 from pkrt.hil.verdict import hil_verdict
 
 from .plans import demo_reference
-from .realtime import HostPauses, anomalies, judge, judge_wallclock, servo_trips
+from .realtime import HostPauses, anomalies, judge, judge_wallclock
 
 pytestmark = pytest.mark.realtime
 
@@ -79,12 +79,6 @@ EXPECTED = {"drop": "servo 2 on", "delay": "servos 1, 2, 3 on", "corrupt": "serv
             "drive-fault": "overload error", "sever": "servos 1, 2, 3 on", "nan": "implausible feedback"}
 
 
-def line_anomalies(r: dict, kind: str) -> list[tuple[float, str]]:
-    """A fault run's anomalies: ``anomalies`` for the expected fault, and the servos' Bus
-    Watchdog trips unless the fault severs the line (then the servos' watchdogs are expected)."""
-    return sorted(anomalies(r, EXPECTED[kind]) + (servo_trips(r) if kind != "sever" else []))
-
-
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_each_fault_verdict(kind, emulator, tmp_path, host_probe):
     logs = iter(tmp_path / f"hil{i}.pktlog" for i in range(100))
@@ -96,7 +90,7 @@ def test_each_fault_verdict(kind, emulator, tmp_path, host_probe):
                               reference=demo_reference)
 
     log = None
-    r = judge(run, host_probe, find=lambda r: line_anomalies(r, kind))
+    r = judge(run, host_probe, expected=EXPECTED[kind])
     v = hil_verdict(r, kind)
     assert v.ok, v.reason
     assert r["injected_fault"] == kind and r["injected_cycle"] == 500
@@ -169,7 +163,7 @@ def test_delta_and_hexapod_fault_verdict(machine, kind, host_probe):
     emu = EmulatorProcess.of(config)
     try:
         r = judge(lambda: run_serial_hil(machine, fault=kind, duration=1.0, emulator=emu, reference=demo_reference),
-                  host_probe, find=lambda r: line_anomalies(r, kind))
+                  host_probe, expected=EXPECTED[kind])
     finally:
         emu.stop()
     assert r["fault"] is not None and EXPECTED[kind] in r["fault"], r["fault"]
