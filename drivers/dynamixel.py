@@ -78,6 +78,8 @@ TICK_MS = 1.0  # resolution of the Realtime Tick (ms): a stamp is up to this muc
 READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
 # READ_SLICES_WORST (pkrt.rt.core.schema) = 1 + 1 / READ_SLICES timeouts
 SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
+SETUP_ATTEMPTS = 3  # setup transactions (ping, configuration) tried at least this often: a servo
+# just powered or a line just opened may miss one; the cycle's own ``retries`` fit a period
 
 
 def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
@@ -385,9 +387,10 @@ class DynamixelDrives(Drives):
 
     def transact(self, dxl_id: int, pkt: bytes, n_params: int, what: str) -> bytes:
         """Send an instruction to one servo and return the parameters of its status packet,
-        with retries (outside the cycle: ``SETUP_TIMEOUT`` each); raise DriveError when it
-        never answers correctly."""
-        for attempt in range(self.settings.retries + 1):
+        with retries (outside the cycle: at least ``SETUP_ATTEMPTS`` of ``SETUP_TIMEOUT`` each,
+        whatever the cycle's ``retries``); raise DriveError when it never answers correctly."""
+        attempts = max(SETUP_ATTEMPTS, self.settings.retries + 1)
+        for attempt in range(attempts):
             if attempt:
                 self.stats["retries"] += 1
             self._flush_input()
@@ -399,7 +402,7 @@ class DynamixelDrives(Drives):
                 continue
             return ans.params
         raise DriveError(f"servo {dxl_id} on {self.settings.port}: no valid answer to {what} "
-                         f"after {self.settings.retries + 1} attempts")
+                         f"after {attempts} attempts")
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _open(self) -> None:

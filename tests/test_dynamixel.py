@@ -247,10 +247,10 @@ def test_unopenable_port_is_a_clear_drive_error(config):
 def test_pyserial_url_loopback_hears_only_its_own_echo(config):
     """loop:// echoes our instruction packets: they are skipped, the servos never answer."""
     d = DynamixelDrives.from_config(config, {"port": "loop://", "timeout": 0.001})
-    with pytest.raises(DriveError, match=r"servo 1 on loop://: no valid answer to ping after 2 attempts"):
+    with pytest.raises(DriveError, match=r"servo 1 on loop://: no valid answer to ping after 3 attempts"):
         d.configure()
     assert "not available for" in d.low_latency or "not applied" in d.low_latency
-    assert d.stats["timeouts"] == 2 and d.stats["garbage_bytes"] == 0
+    assert d.stats["timeouts"] == 3 and d.stats["garbage_bytes"] == 0
     d.close()
 
 
