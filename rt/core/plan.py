@@ -24,6 +24,14 @@ def _check_length(n: int, rate_hz: float, what: str) -> None:
                         f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
 
 
+def sample_count(span: float, rate_hz: float, what: str) -> int:
+    """Loop-rate samples from 0 to ``span`` s inclusive (a tolerance: 1.001 s * 1000 Hz is
+    1000.9999999999999, still 1001 periods), refused past ``MAX_SAMPLES``."""
+    n = int(np.floor(span * rate_hz + 1e-6)) + 1
+    _check_length(n, rate_hz, what)
+    return n
+
+
 @dataclass
 class Planned:
     """A reference sampled at ``rate_hz``: rows k at t = k / rate_hz."""
@@ -89,9 +97,8 @@ def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):
     from scipy.interpolate import CubicSpline
 
     sp = CubicSpline(t - t[0], values, bc_type="clamped")
-    span = t[-1] - t[0]  # a tolerance: 1.001 s * 1000 Hz is 1000.9999999999999, still 1001 periods
-    _check_length(int(np.floor(span * rate_hz + 1e-6)) + 1, rate_hz, what)
-    tt = np.minimum(np.arange(0, int(np.floor(span * rate_hz + 1e-6)) + 1) / rate_hz, span)
+    span = t[-1] - t[0]
+    tt = np.minimum(np.arange(sample_count(span, rate_hz, what)) / rate_hz, span)
     return sp(tt), sp(tt, 1), sp(tt, 2)
 
 
@@ -120,9 +127,7 @@ def resample_hermite(t: np.ndarray, pos: np.ndarray, vel: np.ndarray, acc: np.nd
     """``hermite_at`` at rate_hz from t[0] to t[-1]: a reference written at the loop rate
     (``pkrt plan -o``) reads back exactly."""
     span = t[-1] - t[0]
-    m = int(np.floor(span * rate_hz + 1e-6)) + 1
-    _check_length(m, rate_hz, what)
-    return hermite_at(t, pos, vel, acc, t[0] + np.minimum(np.arange(m) / rate_hz, span))
+    return hermite_at(t, pos, vel, acc, t[0] + np.minimum(np.arange(sample_count(span, rate_hz, what)) / rate_hz, span))
 
 
 def state_columns(names: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.plan import MAX_SAMPLES, Planned, hermite_at, read_csv_table
+from pkrt.rt.core.plan import MAX_SAMPLES, Planned, hermite_at, read_csv_table, sample_count
 from pkrt.rt.runtime.memory import prefault
 
 BLOCK = 512  # rows a block (0.5 s at 1 kHz)
@@ -54,10 +54,7 @@ class SplineSource:
         self.spline = CubicSpline(t - t[0], values, bc_type="clamped")
         self.span = float(t[-1] - t[0])
         self.rate_hz, self.description, self.s = rate_hz, description, values.shape[1]
-        self.n = self.n_spline = int(np.floor(self.span * rate_hz + 1e-6)) + 1  # as resample() samples it
-        if self.n > MAX_SAMPLES:
-            raise UserError(f"{what}: {self.span:.6g} s at {rate_hz:g} Hz is {self.n} samples, more than the "
-                            f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
+        self.n = self.n_spline = sample_count(self.span, rate_hz, what)  # as resample() samples it
 
     def fill(self, k0: int, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray) -> None:
         k = np.arange(k0, k0 + len(pos))
@@ -79,10 +76,7 @@ class HermiteSource:
         self.t, self.p, self.v, self.a = t - t[0], pos, vel, acc
         self.span = float(self.t[-1])
         self.rate_hz, self.description, self.s = rate_hz, description, pos.shape[1]
-        self.n = self.n_data = int(np.floor(self.span * rate_hz + 1e-6)) + 1  # as resample_hermite samples it
-        if self.n > MAX_SAMPLES:
-            raise UserError(f"{what}: {self.span:.6g} s at {rate_hz:g} Hz is {self.n} samples, more than the "
-                            f"{MAX_SAMPLES} a run plans (are the times in seconds?)")
+        self.n = self.n_data = sample_count(self.span, rate_hz, what)  # as resample_hermite samples it
 
     def fill(self, k0: int, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray) -> None:
         k = np.arange(k0, k0 + len(pos))
