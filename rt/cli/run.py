@@ -129,8 +129,11 @@ def _memory_lines(r: dict) -> list[str]:
     if not e or e.get("vmrss_mb") is None:
         return []
     locked = " (mlockall as touched: the resident memory is what is pinned)" if e.get("locked_mb") else ""
+    moves = m.get("kernel_moves") or {}
+    meanwhile = (" (the kernel meanwhile, whole system: " + ", ".join(f"{k} {v}" for k, v in moves.items()) + ")"
+                 if moves and m["loop_minor_faults"] + m["loop_major_faults"] else "")
     return [f"  memory MB: VmRSS {e['vmrss_mb']:.0f}, VmLck {e['vmlck_mb']:.0f}{locked}; "
-            f"page faults in the loop: {m['loop_minor_faults']} minor, {m['loop_major_faults']} major"]
+            f"page faults in the loop: {m['loop_minor_faults']} minor, {m['loop_major_faults']} major{meanwhile}"]
 
 
 def _output_lines(r: dict) -> list[str]:

@@ -80,6 +80,26 @@ def thread_faults() -> tuple[int, int]:
     return r.ru_minflt, r.ru_majflt
 
 
+KERNEL_MOVES = ("thp_collapse_alloc", "thp_split_pmd", "pgmigrate_success", "numa_hint_faults")
+
+
+def kernel_moves() -> dict[str, int]:
+    """The kernel's page moves so far, whole system (``/proc/vmstat``): huge pages collapsed by
+    khugepaged or split, pages migrated (compaction), NUMA hinting faults. A thread touching a
+    page while the kernel moves it takes a minor fault that is not its own doing; a run reports
+    these counters' change over its loop beside the loop's faults. Absent counters read 0."""
+    out = dict.fromkeys(KERNEL_MOVES, 0)
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                name, _, val = line.partition(" ")
+                if name in out:
+                    out[name] = int(val)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def status(pid: int | str = "self") -> dict:
     """VmLck, VmRSS, VmSize (MB) of a process (``/proc/PID/status``) and ``locked_mb``: the
     proportional share of its locked pages (``Locked`` of ``smaps_rollup``: shared pages counted

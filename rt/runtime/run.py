@@ -20,7 +20,7 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
 from pkrt.rt.core.errors import Fault, Stopped, UserError
-from pkrt.rt.runtime.memory import bound_arenas, prefault, status, thread_faults
+from pkrt.rt.runtime.memory import bound_arenas, kernel_moves, prefault, status, thread_faults
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -512,7 +512,7 @@ class Session:
         k, wall0 = 0, time.perf_counter()
         try:
             stop.in_loop = True
-            faults0 = thread_faults()
+            moves0, faults0 = kernel_moves(), thread_faults()
             wall0 = time.perf_counter()
             self.cpu0 = time.thread_time()
             if not self.lockstep:
@@ -520,9 +520,10 @@ class Session:
             while k is not None and k < self.ref.n:
                 k = self.cycle(k)
             self.loop_end = time.perf_counter()
-            faults1 = thread_faults()  # the loop thread's page faults over all its cycles
+            faults1, moves1 = thread_faults(), kernel_moves()  # the loop thread's page faults over all its cycles
             self.memory.update(at_end=status(), loop_minor_faults=faults1[0] - faults0[0],
-                               loop_major_faults=faults1[1] - faults0[1])
+                               loop_major_faults=faults1[1] - faults0[1],
+                               kernel_moves={n: moves1[n] - moves0[n] for n in moves0 if moves1[n] != moves0[n]})
         except KeyboardInterrupt:  # a second stop signal while stuck in a driver call
             self.fault(k, stop.reason or "interrupted by the user", drive_fault=False)
         except BaseException as exc:  # anything unexpected: the drives are off, the log is kept
