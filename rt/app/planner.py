@@ -170,6 +170,29 @@ class Planner:
                     speed, accel = speed / 2, accel / 4
             raise UserError("task move refused: the actuators' limits do not hold even at a quarter of the speed")
 
+    def task_motion(self, theta0: np.ndarray, spec: dict, axes) -> tuple[Planned, bool]:
+        """A task-space motion from where the machine is (``theta0``), as the server validated
+        it: ``spec["kind"]`` "move" (``target``: the tool's pose), "step" (``step``: an offset
+        from the tool's pose) or "jog" (``direction``: a unit vector; a line ``JOG_AHEAD_S``
+        at ``speed`` ahead, cut short of the workspace's edge), each a line at ``speed`` (m/s)
+        and ``accel`` (m/s^2). Returns the plan and whether it is a continuous jog (one that
+        ``release`` and the dead-man end)."""
+        kind, speed, accel = spec["kind"], spec["speed"], spec["accel"]
+        if kind == "move":
+            return self.task_line(theta0, spec["target"], speed, accel, axes), False
+        x0 = self.forward(theta0)
+        off = np.asarray(spec["step"] if kind == "step" else spec["direction"], float)
+        if off.shape != x0.shape:
+            raise UserError(f"'{'step' if kind == 'step' else 'direction'}' needs {len(x0)} values "
+                            f"({', '.join(self.kin.tool.coordinates)})")
+        if kind == "step":
+            return self.task_line(theta0, x0 + off, speed, accel, axes), False
+        with self._lock:
+            far = self.reach(theta0, off, speed * JOG_AHEAD_S)
+        if far < 1e-4:
+            raise UserError("task jog refused: the workspace edge is reached in that direction")
+        return self.task_line(theta0, x0 + far * off, speed, accel, axes), True
+
     def reach(self, theta0: np.ndarray, direction: np.ndarray, most: float) -> float:
         """How far (m) the tool can go from where it is along ``direction`` (unit), up to
         ``most``, staying assembled and inside the actuator ranges (5 mm steps, then halving)."""

@@ -1,9 +1,12 @@
-"""Planning of a served machine's programs out of the loop's process: a worker process
+"""Planning of a served machine's motions out of the loop's process: a worker process
 (spawn context, started with the server and warmed up: imports and the machine's model loaded)
 plans what needs the model (the demo, a task-space CSV: inverse kinematics, time-optimal
-timing) and sends back the planned arrays (positions, velocities, accelerations at the loop
-rate). Planning in the loop's process would hold the interpreter lock for seconds and starve
-the loop's thread. Units: actuator (m or rad), seconds.
+timing; task-space moves and jogs: lines through the inverse kinematics) and sends back the
+planned arrays (positions, velocities, accelerations at the loop rate). Planning in the loop's
+process holds the interpreter lock and the loop's CPU: a task-space move planned in the
+server's thread (50-250 ms) made the loop's cycles take up to 1 ms and 2-8 of them late
+(measured at SCHED_FIFO; ``pkrt bench --only serve``, ``task_motion``). Units: actuator (m or
+rad), seconds.
 """
 
 from __future__ import annotations
@@ -75,6 +78,16 @@ def _plan(file: str, theta0: np.ndarray, axes: list[str], speed: float):
         return "error", f"cannot be planned: {type(e).__name__}: {e}"
 
 
+def _task(spec: dict, theta0: np.ndarray, axes: list[str]):
+    """In the worker: ("ok", (Planned, continuous)) or ("error", one line)."""
+    try:
+        return "ok", _PLANNER.task_motion(theta0, spec, axes)
+    except UserError as e:
+        return "error", str(e)
+    except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line
+        return "error", f"cannot be planned: {type(e).__name__}: {e}"
+
+
 class PlanWorker:
     """One planning process for one served machine. ``submit`` returns a ``Future`` whose
     result is ("ok", Planned) or ("error", message)."""
@@ -96,15 +109,23 @@ class PlanWorker:
             self.warm_s = fut.result()
 
     def submit(self, file: str, theta0: np.ndarray, axes: list[str], speed: float) -> Future:
+        """Plan the program ``file`` (``plan_program``)."""
+        return self._submit(_plan, file, theta0, list(axes), speed)
+
+    def submit_task(self, spec: dict, theta0: np.ndarray, axes: list[str]) -> Future:
+        """Plan a task-space move or jog (``Planner.task_motion``)."""
+        return self._submit(_task, spec, theta0, list(axes))
+
+    def _submit(self, fn, *args) -> Future:
         from concurrent.futures.process import BrokenProcessPool
 
         with self._lock:
             try:
-                return self._pool.submit(_plan, file, theta0, list(axes), speed)
+                return self._pool.submit(fn, *args)
             except (BrokenProcessPool, RuntimeError):  # the worker died (killed, out of memory): a new one
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = self._start()
-                return self._pool.submit(_plan, file, theta0, list(axes), speed)
+                return self._pool.submit(fn, *args)
 
     def close(self) -> None:
         """Stop the worker at once (a plan under way is abandoned)."""

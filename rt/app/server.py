@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.motion import plan_peaks
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
 SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
@@ -54,9 +55,11 @@ class Translator:
     """Turns a client's request into the loop's command: validates arguments, plans moves,
     jogs and programs (``Planner``) from the machine's current reference."""
 
-    def __init__(self, machine, planner, planning: bool = False):
+    def __init__(self, machine, planner, worker=None, task_timeout: float = 60.0):
         self.m, self.p = machine, planner
-        self.planning = planning  # programs that need the model are planned out of process
+        self.worker = worker  # a ``PlanWorker``: what needs the model is planned out of process
+        self.planning = worker is not None
+        self.task_timeout = task_timeout  # s: a task-space plan waited for this long at most
 
     def command(self, req: dict, owner: int) -> dict:
         m = self.m
@@ -89,8 +92,9 @@ class Translator:
             speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
             if space == "task":
                 self._need_homed("move")
-                plan = self.p.task_line(theta0, _vector(req, "target"), _number(req, "task_speed", 0.1, lo=1e-4, hi=10),
-                                        _number(req, "task_accel", 1.0, lo=1e-3, hi=1e3), axes)
+                plan, _ = self._task({"kind": "move", "target": _vector(req, "target"),
+                                      "speed": _number(req, "task_speed", 0.1, lo=1e-4, hi=10),
+                                      "accel": _number(req, "task_accel", 1.0, lo=1e-3, hi=1e3)}, theta0, "move")
             else:
                 plan = self.p.joint_move(theta0, _vector(req, "target", m.s), speed, axes)
             return {"cmd": "move", "plan": plan, "space": space}
@@ -114,6 +118,25 @@ class Translator:
         if not self.m.homed:
             raise UserError(f"{what} refused: task-space motion needs the machine homed (pkrt ctl home)")
 
+    def _task(self, spec: dict, theta0: np.ndarray, what: str):
+        """A task-space motion planned (``Planner.task_motion``): in the planning worker when
+        there is one (this thread waits, the loop's process does not plan), else here."""
+        if self.worker is None:
+            return self.p.task_motion(theta0, spec, self.m.axes)
+        if self.m.planning is not None:
+            raise UserError(f"{what} refused: a program is being planned (stop cancels it)")
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        try:
+            kind, value = self.worker.submit_task(spec, theta0, self.m.axes).result(self.task_timeout)
+        except FutureTimeout:
+            raise UserError(f"{what}: not planned within {self.task_timeout:g} s (the planning process is busy)") from None
+        except Exception as e:  # noqa: BLE001 - the worker died or was shut down
+            raise UserError(f"{what}: the planning process ended ({type(e).__name__})") from None
+        if kind != "ok":
+            raise UserError(value)  # the same line as planned here
+        return value
+
     def _jog(self, req: dict, space: str, theta0: np.ndarray, owner: int) -> dict:
         m, s = self.m, self.m.s
         st = m.settings
@@ -133,25 +156,18 @@ class Translator:
                 v[axis] = _number(req, "velocity", lo=-np.inf)
             return {"cmd": "jog", "velocity": v.tolist(), "owner": owner}
         self._need_homed("task jog")
-        speed = _number(req, "speed", 0.02, lo=1e-4, hi=1.0)
-        accel = _number(req, "accel", 0.2, lo=1e-3, hi=100.0)
-        with self.p._lock:
-            x0 = self.p.kin.forward(theta0)[0]
+        spec = {"speed": _number(req, "speed", 0.02, lo=1e-4, hi=1.0), "accel": _number(req, "accel", 0.2, lo=1e-3, hi=100.0)}
         if "step" in req:
-            target = x0 + _vector(req, "step", len(x0))
-            return {"cmd": "jog", "plan": self.p.task_line(theta0, target, speed, accel, m.axes), "space": "task",
-                    "owner": owner}
-        d = _vector(req, "direction", len(x0))
-        n = float(np.linalg.norm(d))
-        if not n > 0:
-            raise UserError("'direction' must not be zero")
-        d = d / n
-        with self.p._lock:
-            far = self.p.reach(theta0, d, speed * 2.0)
-        if far < 1e-4:
-            raise UserError("task jog refused: the workspace edge is reached in that direction")
-        plan = self.p.task_line(theta0, x0 + far * d, speed, accel, m.axes)
-        return {"cmd": "jog", "plan": plan, "space": "task", "owner": owner, "continuous": True}
+            spec.update(kind="step", step=_vector(req, "step"))
+        else:
+            d = _vector(req, "direction")
+            n = float(np.linalg.norm(d))
+            if not n > 0:
+                raise UserError("'direction' must not be zero")
+            spec.update(kind="jog", direction=d / n)
+        plan, continuous = self._task(spec, theta0, "jog")
+        out = {"cmd": "jog", "plan": plan, "space": "task", "owner": owner}
+        return {**out, "continuous": True} if continuous else out
 
     def _program(self, req: dict, theta0: np.ndarray) -> dict:
         """A program: planned out of process (``plan``: the server hands it to the planning
@@ -175,8 +191,8 @@ class Server:
 
     def __init__(self, machine, planner, socket_path: str, tcp_port: int | None = None, token: str | None = None,
                  reply_timeout: float = 10.0, worker=None):
-        self.m, self.tr = machine, Translator(machine, planner, planning=worker is not None)
-        self.worker = worker  # a ``PlanWorker``: programs that need the model are planned there
+        self.m, self.tr = machine, Translator(machine, planner, worker)
+        self.worker = worker  # a ``PlanWorker``: what needs the model is planned there
         self.path = str(socket_path)
         self.reply_timeout = reply_timeout
         self._ids = itertools.count(1)
@@ -286,6 +302,8 @@ class Server:
         except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line, the loop is untouched
             out = {"ok": False, "error": f"{req.get('cmd')}: cannot be planned: {type(e).__name__}: {e}"}
         else:
+            if "plan" in cmd:  # what the loop would otherwise compute in its cycle
+                cmd["peaks"] = plan_peaks(cmd["plan"])
             out = self.m.submit(cmd).wait(self.reply_timeout)
             out = {k: v for k, v in out.items()}
             if cmd["cmd"] == "plan" and out.get("ok"):
@@ -303,7 +321,7 @@ class Server:
             except Exception as e:  # noqa: BLE001 - the worker died or was shut down
                 kind, value = "error", f"the planning process ended ({type(e).__name__})"
             if kind == "ok":
-                self.m.submit({"cmd": "planned", "job": job, "plan": value, "space": "task"})
+                self.m.submit({"cmd": "planned", "job": job, "plan": value, "space": "task", "peaks": plan_peaks(value)})
             else:
                 self.m.submit({"cmd": "planned", "job": job, "error": value})
 

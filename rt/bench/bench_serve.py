@@ -239,6 +239,55 @@ def _run_demo(plan_process: bool) -> dict:
             "worker_warm_s": warm}
 
 
+TASK_REQUESTS = ({"cmd": "move", "space": "task", "target": [0.03, 0.02, -0.70], "task_speed": 0.2},
+                 {"cmd": "jog", "space": "task", "step": [-0.02, 0.0, 0.01]},
+                 {"cmd": "jog", "space": "task", "direction": [0.0, 1.0, 0.0], "speed": 0.05},
+                 {"cmd": "move", "space": "task", "target": [0.0, 0.0, -0.68], "task_speed": 0.2})
+
+
+def _task_motion(repeats: int = 5) -> dict:
+    """Task-space moves and jogs on the served Delta (real time, 1 kHz), planned in the
+    server's thread beside the loop (straight lines through the model's inverse kinematics,
+    ``Planner.task_line``): each request's reply time (ms, the planning included) and, over
+    the cycles from the request to its reply, the most CPU and wall time a cycle took and the
+    cycles that were long (own work over a period) or late."""
+    from pkrt.rt.app.client import MachineClient
+    from pkrt.rt.app.serve import Served
+
+    reply, cpu_max, wall_max, long_n, long_cpu_n, late_n, cycles = [], 0.0, 0.0, 0, 0, 0, 0
+    with tempfile.TemporaryDirectory() as d:
+        with Served("delta", socket_path=str(Path(d) / "t.sock"), log_path=None) as srv:
+            srv.start()
+            m = srv.machine
+            with MachineClient(srv.socket_path, timeout=120) as c:
+                c.enable()
+                c.home()
+                for _ in range(repeats):
+                    for req in TASK_REQUESTS:
+                        before = c.status()
+                        t0 = time.perf_counter()
+                        r = c.request(dict(req))
+                        reply.append(time.perf_counter() - t0)
+                        if not r.get("ok"):
+                            raise RuntimeError(f"{req}: {r.get('error')}")
+                        after = c.status()
+                        idx = np.arange(before["cycle"] + 1, after["cycle"] + 1) & 0xFFFF
+                        cycles += len(idx)
+                        cpu_max = max(cpu_max, float(m.comp_cpu[idx].max(initial=0.0)))
+                        wall_max = max(wall_max, float(m.comp[idx].max(initial=0.0)))
+                        long_n += after["long_cycles"] - before["long_cycles"]
+                        long_cpu_n += after["long_cycles_cpu"] - before["long_cycles_cpu"]
+                        late_n += after["overruns"] - before["overruns"]
+                        if req["cmd"] == "jog" and "direction" in req:
+                            time.sleep(0.3)
+                            c.release()
+                        c.wait_state("standstill", timeout=60)
+                fault = c.status()["fault"]
+    return {"requests": len(reply), "reply_ms": percentiles_us(np.array(reply) * 1e-3), "cycles_during": cycles,
+            "max_cycle_cpu_us": cpu_max * 1e6, "max_cycle_wall_us": wall_max * 1e6, "long_cycles": long_n,
+            "long_cycles_cpu": long_cpu_n, "late_cycles": late_n, "fault": fault}
+
+
 def planning_bench() -> dict:
     """``run demo`` planned in the worker process (now) and in the server's thread (before)."""
     return {"load_avg_1min": __import__("os").getloadavg()[0], "worker_process": _run_demo(True),
@@ -248,4 +297,5 @@ def planning_bench() -> dict:
 def run_serve_bench() -> dict:
     return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
             "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
-            "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY), "run_demo": planning_bench()}
+            "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY), "run_demo": planning_bench(),
+            "task_motion": _task_motion()}

@@ -219,7 +219,7 @@ class Machine:
         except (ValueError, TypeError, KeyError) as e:  # a malformed argument the caller did not catch
             reply = {"ok": False, "error": f"{name}: bad argument: {e}"}
         if name not in ("status", "alive"):
-            self.event("command", json.dumps({k: v for k, v in cmd.items() if k != "plan"}, default=str)
+            self.event("command", json.dumps({k: v for k, v in cmd.items() if k not in ("plan", "peaks")}, default=str)
                        + (" -> ok" if reply.get("ok") else f" -> refused: {reply.get('error')}"))
         reply.setdefault("state", self.state.value)
         p.set(reply)
@@ -464,7 +464,8 @@ class Machine:
             return {"ok": False, "error": f"{name} refused: it starts {gap:.3g} away from the machine's reference "
                                           f"(planned from a stale position)"}
         kind = "jog" if name == "jog" else ("move" if name == "move" else "program")
-        self.source = Program(plan, self.vmax, self.amax, self.settings.ramp_s, self.override, kind=kind)
+        self.source = Program(plan, self.vmax, self.amax, self.settings.ramp_s, self.override, kind=kind,
+                              peaks=cmd.get("peaks"))
         self.owner = cmd.get("owner") if kind == "jog" and cmd.get("continuous") else None
         self.last_alive = time.monotonic()
         self.set_state(State.MOVING, name)

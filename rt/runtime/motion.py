@@ -115,6 +115,12 @@ class JointJog(Source):
                 "at_limit": self.at_limit}
 
 
+def plan_peaks(plan: Planned) -> tuple[np.ndarray, np.ndarray]:
+    """The largest abs velocity and acceleration per axis of a plan. Taken where the plan is
+    made (the server's threads), not in the loop: 0.2 ms for 2000 samples of 3 axes."""
+    return np.abs(plan.vel).max(axis=0), np.abs(plan.acc).max(axis=0)
+
+
 class Program(Source):
     """A planned reference played with a time scaling (feed hold, resume, override, stop).
 
@@ -126,7 +132,8 @@ class Program(Source):
     kind = "program"
 
     def __init__(self, plan: Planned, vmax: np.ndarray, amax: np.ndarray, ramp_s: float = 0.25,
-                 override: float = 1.0, kind: str = "program"):
+                 override: float = 1.0, kind: str = "program",
+                 peaks: tuple[np.ndarray, np.ndarray] | None = None):
         s = plan.pos.shape[1]
         super().__init__(s)
         self.kind = kind
@@ -134,8 +141,7 @@ class Program(Source):
         self.h = 1.0 / plan.rate_hz
         self.t_end = (plan.n - 1) * self.h
         self.amax = np.asarray(amax, float) * np.ones(s)
-        peak_v = np.abs(plan.vel).max(axis=0)
-        peak_a = np.abs(plan.acc).max(axis=0)
+        peak_v, peak_a = peaks if peaks is not None else plan_peaks(plan)  # ``plan_peaks``, taken before
         with np.errstate(divide="ignore"):
             cap = min(np.min(np.where(peak_v > 0, vmax / np.maximum(peak_v, 1e-300), np.inf)),
                       np.min(np.where(peak_a > 0, np.sqrt(self.amax / np.maximum(peak_a, 1e-300)), np.inf)))
