@@ -8,7 +8,8 @@ it overran (``long_cycles``) apart from the host's delays, and the stream's roun
 ``run demo`` on the Delta served in real time, planned in the worker process (issue 23's fix)
 and, for comparison, in the server's thread as before it (``Served(plan_process=False)``):
 the reply's wall time, the time to motion start, and the loop's cycles during the planning
-(the most CPU time and wall time one took, the long and late ones)."""
+(the most CPU time and wall time one took, the long and late ones); task-space moves and jogs
+the same way, in the planning process and in the server's thread."""
 
 from __future__ import annotations
 
@@ -245,18 +246,26 @@ TASK_REQUESTS = ({"cmd": "move", "space": "task", "target": [0.03, 0.02, -0.70],
                  {"cmd": "move", "space": "task", "target": [0.0, 0.0, -0.68], "task_speed": 0.2})
 
 
-def _task_motion(repeats: int = 5) -> dict:
-    """Task-space moves and jogs on the served Delta (real time, 1 kHz), planned in the
-    server's thread beside the loop (straight lines through the model's inverse kinematics,
-    ``Planner.task_line``): each request's reply time (ms, the planning included) and, over
-    the cycles from the request to its reply, the most CPU and wall time a cycle took and the
-    cycles that were long (own work over a period) or late."""
+def _task_motion(repeats: int = 5, plan_process: bool = True, priority: int = STREAM_PRIORITY) -> dict:
+    """Task-space moves and jogs on the served Delta (real time, 1 kHz, the loop thread at
+    SCHED_FIFO ``priority`` as ``pkrt serve`` runs it, if permitted), planned in the planning
+    process (``plan_process``; False: in the server's thread beside the loop, as before): each
+    request's reply time (ms, the planning included; the first one waits for the worker's
+    warm-up) and, over the cycles from the request to its reply (the cycle taking the plan
+    over included), the most CPU and wall time a cycle took and the cycles that were long (own
+    work over a period, in wall and in CPU time) or late."""
+    import dataclasses
+
     from pkrt.rt.app.client import MachineClient
     from pkrt.rt.app.serve import Served
+    from pkrt.rt.runtime.config import load_machine
 
+    config = load_machine("delta")
+    config = dataclasses.replace(config, realtime=dataclasses.replace(config.realtime, priority=priority))
     reply, cpu_max, wall_max, long_n, long_cpu_n, late_n, cycles = [], 0.0, 0.0, 0, 0, 0, 0
     with tempfile.TemporaryDirectory() as d:
-        with Served("delta", socket_path=str(Path(d) / "t.sock"), log_path=None) as srv:
+        with Served(config, socket_path=str(Path(d) / "t.sock"), log_path=None, realtime=priority > 0,
+                    plan_process=plan_process) as srv:
             srv.start()
             m = srv.machine
             with MachineClient(srv.socket_path, timeout=120) as c:
@@ -283,7 +292,8 @@ def _task_motion(repeats: int = 5) -> dict:
                             c.release()
                         c.wait_state("standstill", timeout=60)
                 fault = c.status()["fault"]
-    return {"requests": len(reply), "reply_ms": percentiles_us(np.array(reply) * 1e-3), "cycles_during": cycles,
+    return {"sched_fifo": m.rt_report.get("sched_fifo"), "requests": len(reply),
+            "reply_ms": percentiles_us(np.array(reply) * 1e-3), "cycles_during": cycles,
             "max_cycle_cpu_us": cpu_max * 1e6, "max_cycle_wall_us": wall_max * 1e6, "long_cycles": long_n,
             "long_cycles_cpu": long_cpu_n, "late_cycles": late_n, "fault": fault}
 
@@ -298,4 +308,4 @@ def run_serve_bench() -> dict:
     return {"load_avg_1min": __import__("os").getloadavg()[0], "round_trip_us": _round_trips(),
             "live_target_generator": _generator_cost(), "stream_lockstep": _stream_lockstep(),
             "stream_real_time": _stream_realtime(priority=STREAM_PRIORITY), "run_demo": planning_bench(),
-            "task_motion": _task_motion()}
+            "task_motion": {"planning_process": _task_motion(), "server_thread_before": _task_motion(plan_process=False)}}
