@@ -130,31 +130,23 @@ def test_ctl_run_prints_accepted_then_the_start_or_one_line(c, srv, tmp_path):
     assert p.stdout.startswith("run: accepted, planning (job ") and "run: ok" in p.stdout, p.stdout
 
 
-@pytest.mark.realtime
-def test_task_moves_and_jogs_are_planned_in_the_worker_and_cost_the_loop_no_long_cycle(c, srv, host_probe):
+def test_task_moves_and_jogs_are_planned_in_the_worker(c, srv):
     """Task-space moves and jogs plan through the inverse kinematics in the worker process: the
     server's own planner never loads the model's kinematics; each reply carries the plan's
-    duration; no cycle from the request to the motion's end took more CPU time than a period
-    (judged by the host-pause probe); a target off the workspace gets one line."""
-    m = srv.machine
-
-    def attempt():
-        first = c.status()["cycle"] + 1
-        for req in ({"cmd": "move", "space": "task", "target": [0.03, 0.02, -0.70], "task_speed": 0.2},
-                    {"cmd": "jog", "space": "task", "step": [-0.02, 0.0, 0.01]},
-                    {"cmd": "move", "space": "task", "target": [0.0, 0.0, -0.68], "task_speed": 0.2}):
-            r = c.request(req)
-            assert r["ok"] and r["duration_s"] > 0.05, (req, r)
-            end = c.wait_state("standstill", timeout=60)
-            assert end["fault"] is None
-        r = c.request({"cmd": "jog", "space": "task", "direction": [0.0, 1.0, 0.0], "speed": 0.05})
-        assert r["ok"], r
-        assert c.status()["motion"]["kind"] == "jog"
-        c.release()
+    duration; a target off the workspace and a step of the wrong length get one line. (What
+    planning beside the loop cost it, and costs it now, is a benchmark: ``pkrt bench --only
+    serve``, ``task_motion``.)"""
+    for req in ({"cmd": "move", "space": "task", "target": [0.03, 0.02, -0.70], "task_speed": 0.2},
+                {"cmd": "jog", "space": "task", "step": [-0.02, 0.0, 0.01]},
+                {"cmd": "move", "space": "task", "target": [0.0, 0.0, -0.68], "task_speed": 0.2},
+                {"cmd": "jog", "space": "task", "direction": [0.0, 1.0, 0.0], "speed": 0.05}):
+        r = c.request(req)
+        assert r["ok"] and r["duration_s"] > 0.05, (req, r)
+        if "direction" in req:
+            assert c.status()["motion"]["kind"] == "jog"
+            c.release()
         end = c.wait_state("standstill", timeout=60)
-        return first, end["cycle"]
-
-    judge(attempt, host_probe, find=lambda span: long_cycles(m, *span))
+        assert end["fault"] is None
     assert srv.planner._kin is None  # the kinematics were loaded in the worker, not beside the loop
     r = c.request({"cmd": "move", "space": "task", "target": [0.0, 0.0, -3.0]})
     assert not r["ok"] and "\n" not in r["error"] and c.status()["state"] == "standstill", r

@@ -634,6 +634,10 @@ class Machine:
         if not self.lockstep and self.realtime:
             r = self.config.realtime
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
+            if self.rt_report["mlockall"].startswith("applied"):  # warmed up at construction
+                from pkrt.rt.runtime.memory import release_unused
+
+                self.rt_report["unlocked"] = release_unused()
         elif not self.lockstep:  # the loop must get the GIL back from planning threads within its period
             self.rt_report = apply_realtime(0, -1, False, False)
         k = 0

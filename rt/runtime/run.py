@@ -20,7 +20,7 @@ from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
 from pkrt.rt.core.errors import Fault, Stopped, UserError
-from pkrt.rt.runtime.memory import bound_arenas, kernel_moves, prefault, status, thread_faults
+from pkrt.rt.runtime.memory import bound_arenas, kernel_moves, prefault, release_unused, status, thread_faults
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -508,6 +508,8 @@ class Session:
         """start, cycles until the end of the reference or a fault, stop, summary."""
         self.start()
         stop = self.stop_signals
+        if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does not use
+            self.rt_report["unlocked"] = release_unused()
         self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
         k, wall0 = 0, time.perf_counter()
         try:
