@@ -9,11 +9,11 @@ that touches well under 200 MB. With ``MCL_ONFAULT`` (Linux 4.4) every page alre
 pinned at once and every page touched later is pinned when first touched; reservations that are
 never touched take no memory. What the loop touches is resident before it starts (warm-up
 cycles, ``prefault`` of its buffers), so the loop takes no page fault either way (counted:
-``thread_faults``). After the warm-up ``release_unused`` unlocks what the loop does not use:
-the compiler's library and every mapping with no resident page. ``VmLck`` still counts every mapping marked for locking, reservations
-included; the memory actually pinned is the resident set (``VmRSS``: every resident page is
-locked). ``Locked`` of ``/proc/self/smaps_rollup`` is its proportional share (pages shared with
-other processes, such as libraries, counted in part).
+``thread_faults``). After the warm-up ``release_unused`` unlocks what the loop does not use
+(the compiler's library, every run of pages the process has not mapped), so that ``VmLck``,
+which counts every mapping marked for locking, reservations included, comes down to what is
+mapped and pinned. ``Locked`` of ``/proc/self/smaps_rollup`` is the pinned memory's
+proportional share (pages shared with other processes, such as libraries, counted in part).
 """
 
 from __future__ import annotations
@@ -89,19 +89,20 @@ def _locked_mappings(smaps: str) -> list[tuple[int, int, bool]]:
     return out
 
 
-def release_unused(smaps: str = "/proc/self/smaps") -> str:
+def release_unused(smaps: str = "/proc/self/smaps", pagemap: str = "/proc/self/pagemap") -> str:
     """After the warm-up, just before the loop: ``munlock`` what the loop does not use, so the
     locked memory is what it touches. Unlocked: the compiler's library (LLVM, 150 MB mapped,
     ~70 MB of it resident after loading the kernels: numba runs it to compile and to load
     cached kernels, not to call them), and in every other locked mapping each run of at least
-    ``MIN_RUN`` pages that is not resident (``mincore``): reservations nobody touched
-    (OpenBLAS' 64 MB buffers, malloc's reserved heaps, thread stacks), library code never run.
-    A page of those that the loop touched later would fault just as it does under
-    ``MCL_ONFAULT``; the loop's page faults are counted and are 0 in the tests. Returns the
-    report's line."""
+    ``MIN_RUN`` pages that this process has not mapped (the present bit of
+    ``/proc/self/pagemap``): reservations nobody touched (OpenBLAS' 64 MB buffers, malloc's
+    reserved heaps, thread stacks), library code never run. A page of those that the loop
+    touched later would fault just as it does under ``MCL_ONFAULT``; the loop's page faults
+    are counted and are 0 in the tests. Returns the report's line."""
     try:
         libc = _libc()
         maps = _locked_mappings(smaps)
+        pm = open(pagemap, "rb", buffering=0)
     except OSError as e:
         return f"not applied: {e}"
     page = os.sysconf("SC_PAGE_SIZE")
@@ -112,20 +113,25 @@ def release_unused(smaps: str = "/proc/self/smaps") -> str:
         if libc.munlock(ctypes.c_void_p(lo), ctypes.c_size_t(n * page)) == 0:
             freed += n
 
-    for lo, hi, compiler in maps:
-        n = (hi - lo) // page
-        if compiler:
-            unlock(lo, n)
-            code += n
-            continue
-        vec = (ctypes.c_ubyte * n)()
-        if libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), vec) != 0:
-            continue
-        resident = np.frombuffer(vec, np.uint8) & 1
-        edges = np.flatnonzero(np.diff(np.r_[1, resident, 1]))  # starts and ends of non-resident runs
-        for start, end in zip(edges[::2], edges[1::2]):
-            if end - start >= MIN_RUN:
-                unlock(lo + int(start) * page, int(end - start))
+    with pm:
+        for lo, hi, compiler in maps:
+            n = (hi - lo) // page
+            if compiler:
+                unlock(lo, n)
+                code += n
+                continue
+            try:
+                pm.seek(lo // page * 8)
+                entries = np.frombuffer(pm.read(n * 8), np.uint64)
+            except (OSError, ValueError):
+                continue
+            if len(entries) != n:
+                continue
+            present = (entries >> np.uint64(63)).astype(np.int8)
+            edges = np.flatnonzero(np.diff(np.r_[1, present, 1]))  # starts and ends of runs not present
+            for start, end in zip(edges[::2], edges[1::2]):
+                if end - start >= MIN_RUN:
+                    unlock(lo + int(start) * page, int(end - start))
     mb = page / 2**20
     return f"applied ({freed * mb:.0f} MB unlocked, {code * mb:.0f} MB of it the compiler's library)"
 
