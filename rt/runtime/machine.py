@@ -627,19 +627,24 @@ class Machine:
         """Nothing moves under the loop's control (homing drives move themselves, in wall time)."""
         return self.state not in (State.MOVING, State.STOPPING)
 
-    def run(self, max_cycles: int | None = None, on_cycle=None) -> dict:
-        """Cycle until ``shutdown`` (then stop any motion, torque off) or ``max_cycles``.
-        ``on_cycle(machine)`` (tests) runs before each cycle in the loop's thread. In lockstep
-        an idle machine waits up to 1 ms of wall time for a command each cycle (no busy loop)."""
+    def _apply_realtime(self) -> None:
+        """The configuration's real-time settings (real time only), then what the loop does not
+        use unlocked (warmed up at construction; the drives are not enabled yet)."""
         if not self.lockstep and self.realtime:
             r = self.config.realtime
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
-            if self.rt_report["mlockall"].startswith("applied"):  # warmed up at construction
+            if self.rt_report["mlockall"].startswith("applied"):
                 from pkrt.rt.runtime.memory import release_unused
 
                 self.rt_report["unlocked"] = release_unused()
         elif not self.lockstep:  # the loop must get the GIL back from planning threads within its period
             self.rt_report = apply_realtime(0, -1, False, False)
+
+    def run(self, max_cycles: int | None = None, on_cycle=None) -> dict:
+        """Cycle until ``shutdown`` (then stop any motion, torque off) or ``max_cycles``.
+        ``on_cycle(machine)`` (tests) runs before each cycle in the loop's thread. In lockstep
+        an idle machine waits up to 1 ms of wall time for a command each cycle (no busy loop)."""
+        self._apply_realtime()
         k = 0
         wall0 = time.perf_counter()
         try:

@@ -90,7 +90,9 @@ def _locked_mappings(smaps: str) -> list[tuple[int, int, bool]]:
 
 
 def release_unused(smaps: str = "/proc/self/smaps", pagemap: str = "/proc/self/pagemap") -> str:
-    """After the warm-up, just before the loop: ``munlock`` what the loop does not use, so the
+    """After the warm-up, before the drives are enabled (37 ms for the main job; longer than a
+    servo's 60 ms Bus Watchdog allows between commands in a larger process, hence not between
+    enable and the first cycle): ``munlock`` what the loop does not use, so the
     locked memory is what it touches. Unlocked: the compiler's library (LLVM, 150 MB mapped,
     ~70 MB of it resident after loading the kernels: numba runs it to compile and to load
     cached kernels, not to call them), and in every other locked mapping each run of at least

@@ -392,6 +392,8 @@ class Session:
             warm_up(self.ctrl, self.sup, p0, v0, a0)  # the cycle's parts' kernels
             self.sup.check(_Probe(p0, v0), p0)
             self.sup.stale = 0
+            if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does
+                self.rt_report["unlocked"] = release_unused()  # not use (tens of ms: before the drives' watchdogs run)
             drives.prepare(p0)
             drives.configure()
             drives.enable()
@@ -508,8 +510,6 @@ class Session:
         """start, cycles until the end of the reference or a fault, stop, summary."""
         self.start()
         stop = self.stop_signals
-        if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does not use
-            self.rt_report["unlocked"] = release_unused()
         self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
         k, wall0 = 0, time.perf_counter()
         try:
