@@ -51,7 +51,7 @@ def attempt(tmp_path, probe, body) -> None:
                 # a command refused because a fault put the machine in error stop: judged by that fault
                 why, at = f"{e}: {srv.machine.fault_reason}", srv.machine.fault_time
                 if not any(t in why for t in STALL):
-                    raise
+                    raise AssertionError(f"{type(e).__name__}: {why}") from e  # with the fault behind a refusal
                 missing = [(t, w) for t, w in getattr(srv.drives, "events", []) if "missing" in w]
                 return emulator_trips(em) or missing or [(at or getattr(e, "at", None) or time.monotonic(), why)]
         return []
