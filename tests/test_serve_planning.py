@@ -135,7 +135,9 @@ def test_task_moves_and_jogs_are_planned_in_the_worker(c, srv):
     server's own planner never loads the model's kinematics; each reply carries the plan's
     duration; a target off the workspace and a step of the wrong length get one line. (What
     planning beside the loop cost it, and costs it now, is a benchmark: ``pkrt bench --only
-    serve``, ``task_motion``.)"""
+    serve``, ``task_motion``.) The machine is moved back to where it was: the module's other
+    tests share it."""
+    start = c.status()["reference"]
     for req in ({"cmd": "move", "space": "task", "target": [0.03, 0.02, -0.70], "task_speed": 0.2},
                 {"cmd": "jog", "space": "task", "step": [-0.02, 0.0, 0.01]},
                 {"cmd": "move", "space": "task", "target": [0.0, 0.0, -0.68], "task_speed": 0.2},
@@ -152,3 +154,5 @@ def test_task_moves_and_jogs_are_planned_in_the_worker(c, srv):
     assert not r["ok"] and "\n" not in r["error"] and c.status()["state"] == "standstill", r
     r = c.request({"cmd": "jog", "space": "task", "step": [0.01, 0.0]})
     assert not r["ok"] and r["error"].startswith("'step' needs 3 values"), r
+    c.move(start)
+    c.wait_state("standstill", timeout=60)

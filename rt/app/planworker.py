@@ -3,9 +3,9 @@
 plans what needs the model (the demo, a task-space CSV: inverse kinematics, time-optimal
 timing; task-space moves and jogs: lines through the inverse kinematics) and sends back the
 planned arrays (positions, velocities, accelerations at the loop rate). Planning in the loop's
-process holds the interpreter lock and the loop's CPU: a task-space move planned in the
-server's thread (50-250 ms) made the loop's cycles take up to 1 ms and 2-8 of them late
-(measured at SCHED_FIFO; ``pkrt bench --only serve``, ``task_motion``). Units: actuator (m or
+process holds the interpreter lock and the loop's CPU: task-space moves and jogs planned in
+the server's thread (20-250 ms each) made the loop's cycles take up to 1.3 ms of CPU time and
+11 of them late in 20 requests (loop at SCHED_FIFO; ``pkrt bench --only serve``, ``task_motion``). Units: actuator (m or
 rad), seconds.
 """
 

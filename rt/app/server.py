@@ -58,7 +58,6 @@ class Translator:
     def __init__(self, machine, planner, worker=None, task_timeout: float = 60.0):
         self.m, self.p = machine, planner
         self.worker = worker  # a ``PlanWorker``: what needs the model is planned out of process
-        self.planning = worker is not None
         self.task_timeout = task_timeout  # s: a task-space plan waited for this long at most
 
     def command(self, req: dict, owner: int) -> dict:
@@ -180,7 +179,7 @@ class Translator:
         if f != "demo" and not Path(f).is_file():
             raise UserError(f"{f}: no such file")
         speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
-        if self.planning and needs_model(f, self.m.axes):
+        if self.worker is not None and needs_model(f, self.m.axes):
             return {"cmd": "plan", "file": f, "speed": speed}
         return {"cmd": "run", "plan": plan_program(self.p, f, theta0, self.m.axes, speed), "space": "task"}
 

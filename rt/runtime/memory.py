@@ -69,7 +69,7 @@ def lock_memory() -> str:
 
 
 UNUSED_CODE = ("libllvmlite", "libLLVM")  # numba's compiler: run when compiling or loading kernels, never in the loop
-MIN_RUN = 16  # pages: shorter runs of non-resident pages stay locked (each unlocked run splits a mapping)
+MIN_RUN = 16  # pages: shorter runs of pages not mapped here stay locked (each unlocked run splits a mapping)
 
 
 def _locked_mappings(smaps: str) -> list[tuple[int, int, bool]]:
