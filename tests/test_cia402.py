@@ -248,6 +248,11 @@ def test_each_fault_detected_and_torque_off_within_3_cycles(config, plant, fault
 
     def attempt():
         drives, em, ch = make_pair(config, plant, fault=fault, inject_cycle=10)
+        # the delay of the stepped HIL (hil/timing.py): longer than the 3 windows of the detection,
+        # so no late TPDO lands in one of them. (The wall-clock 0.9 period put each late TPDO
+        # 0.1 period before the next SYNC: a loaded host delaying the emulator's thread by that
+        # much slipped it into the next window, read as timely, and detection came a cycle late.)
+        em.delay = 5 * PERIOD
         em.start()
         try:
             drives.configure()

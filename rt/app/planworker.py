@@ -99,8 +99,18 @@ class PlanWorker:
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
-                                   initargs=(self.config, self.settings))
+        """The pool, its process spawned at normal scheduling (``at_normal_priority``: the
+        server's threads may be real-time), its threads started here (they keep this thread's
+        scheduling: at normal priority, ordinary load could hold one while it holds the
+        interpreter lock the loop needs)."""
+        from pkrt.rt.runtime.loop import at_normal_priority
+
+        def spawn() -> ProcessPoolExecutor:
+            pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
+                                       initargs=(self.config, self.settings))
+            pool._adjust_process_count()  # the process, now (CPython spawns it in the first submit)
+            return pool
+        pool = at_normal_priority(spawn)
         pool.submit(_warm).add_done_callback(self._warmed)
         return pool
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.logfile import channel_slices
+from pkrt.rt.runtime.loop import normal_scheduling
 from pkrt.rt.runtime.mcapexport import json_schema, layout, message
 from pkrt.rt.runtime.telemetry import RateGate
 
@@ -181,10 +182,7 @@ def serve(spec: dict) -> None:
     """The child process: serve the topics; log each row read from standard input (t, cycle,
     row as little-endian float64) until its end; report on standard output."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loop's; the end of input stops this
-    try:
-        os.nice(10)
-    except OSError:
-        pass
+    normal_scheduling(nice=10)  # started by the loop's process: never at its real-time priority
     import foxglove
 
     topics = _topics(spec["axes"], spec["channels"])

@@ -12,8 +12,11 @@ import os
 import sys
 import threading
 import time
+from typing import Callable, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 SPIN_S = 150e-6  # spin the last part of each period (the kernel throttles a FIFO task that spins for good)
 # While the loop runs, a thread waiting for the GIL asks its holder to let go after this long
@@ -147,6 +150,42 @@ def restore_realtime(report: dict) -> None:
             ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").munlockall()
         except OSError:
             pass
+
+
+def normal_scheduling(nice: int = 0) -> None:
+    """This thread at normal scheduling (SCHED_OTHER, ``nice`` added), whatever it inherited.
+    A process started from a SCHED_FIFO thread inherits its policy: a helper process of the
+    loop's (planning, live views) must not run at the loop's priority."""
+    try:
+        if os.sched_getscheduler(0) != os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if nice:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    except (OSError, AttributeError):
+        pass
+
+
+def at_normal_priority(start: Callable[[], T]) -> T:
+    """``start()`` in a short-lived thread at normal scheduling: the processes it starts inherit
+    that, not the caller's SCHED_FIFO. (Under ``realtime_threads`` in the tests, a served
+    machine's planning worker was spawned at SCHED_FIFO 50: its import and warm-up, about 1 s of
+    CPU, held both CPUs from the loop and the drives' emulator at the same priority for 100 ms
+    after an enable, and the vertical axis fell out of its following-error limit.)"""
+    box: dict = {}
+
+    def run() -> None:
+        normal_scheduling()
+        try:
+            box["value"] = start()
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = e
+
+    th = threading.Thread(target=run, name="pkrt-start-normal", daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def percentiles_us(x: np.ndarray) -> dict:
