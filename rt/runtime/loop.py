@@ -91,6 +91,7 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
         from pkrt.rt.runtime.memory import lock_memory
 
         rep["mlockall"] = lock_memory()
+        rep["compaction"] = _compaction()
     else:
         rep["mlockall"] = "not requested"
     rep["switch_interval"] = f"applied ({SWITCH_INTERVAL_S * 1e6:.0f} us, was {sys.getswitchinterval() * 1e6:.0f} us)"
@@ -103,6 +104,20 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
     else:
         rep["gc_freeze"] = "not requested"
     return rep
+
+
+def _compaction() -> str:
+    """Whether the kernel's memory compaction may move locked pages (a thread touching one as it
+    moves takes a page fault: ``/proc/sys/vm/compact_unevictable_allowed``, 1 on most
+    distributions' kernels, 0 on PREEMPT_RT ones)."""
+    try:
+        with open("/proc/sys/vm/compact_unevictable_allowed") as f:
+            allowed = f.read().strip()
+    except OSError:
+        return "unknown (no /proc/sys/vm/compact_unevictable_allowed)"
+    if allowed == "0":
+        return "locked pages stay in place (vm.compact_unevictable_allowed = 0)"
+    return "may move locked pages (vm.compact_unevictable_allowed = 1; 0 keeps them in place)"
 
 
 def _other_threads_off(cpu: int, cpus: set[int]) -> str:
