@@ -25,6 +25,9 @@ from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, free_port  # noqa: E4
 PKRT = [str(BIN / "pkrt")]
 # the Orthoglide, 4^3 boxes: 1,325 exact samples and 1,501 for the verification, ~1 s of one core
 MODEL, BUILD = "orthoglide", ["--kind", "boxes", "--boxes", "4", "--verify-samples", "300"]
+# about a minute of batches, for the tests that act while batches run: BUILD's 4^3 boxes take
+# 2.7 s in all, and a loaded CI saw the build end before the test's signal reached it
+LONG_BUILD = [a if a != "4" else "8" for a in BUILD]
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +217,7 @@ def test_scheduler_lost_mid_build_one_line_exit_1(tmp_path):
     with ProcessCluster(1, tmp_path / "logs") as c:
         out = tmp_path / "tree.pkt"
         env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"}
-        proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *BUILD, "--scheduler", c.address],
+        proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *LONG_BUILD, "--scheduler", c.address],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             deadline = time.monotonic() + 60
@@ -266,7 +269,7 @@ def test_ctrl_c_cancels_the_batches(cluster, tmp_path):
     """SIGINT while batches run: exit 130, one line, and no pkrt task left on the scheduler."""
     address, client = cluster
     out = tmp_path / "tree.pkt"
-    proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *BUILD, "--scheduler", address],
+    proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *LONG_BUILD, "--scheduler", address],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

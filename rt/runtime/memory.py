@@ -26,7 +26,8 @@ import resource
 import numpy as np
 
 MCL_CURRENT, MCL_FUTURE, MCL_ONFAULT = 1, 2, 4
-M_ARENA_MAX = -8  # glibc mallopt parameter
+M_ARENA_MAX, M_TRIM_THRESHOLD = -8, -1  # glibc mallopt parameters
+KEEP_FREED = 1 << 30  # bytes of free heap top kept mapped rather than returned (never, in effect)
 ARENAS = 2  # the loop's thread and the others (log writer, reference producer, telemetry) share these
 
 
@@ -43,6 +44,44 @@ def bound_arenas(n: int = ARENAS) -> str:
     except (OSError, AttributeError) as e:
         return f"not applied: {e}"
     return f"applied (at most {n})" if ok == 1 else "not applied: mallopt refused"
+
+
+def keep_freed_heap() -> str:
+    """Free memory at the heap's top stays mapped for reuse instead of being returned to the
+    system (glibc ``M_TRIM_THRESHOLD``; this also ends glibc's dynamic thresholds). Returned, the
+    next allocation there maps fresh pages and the thread touching them takes page faults: a
+    lockstep loop filling its reference blocks (scipy's temporaries) took one in a 60 s run.
+    ``trim_heap`` still returns what is free when asked (before locking)."""
+    try:
+        ok = _libc().mallopt(M_TRIM_THRESHOLD, KEEP_FREED)
+    except (OSError, AttributeError) as e:
+        return f"not applied: {e}"
+    return "applied (freed heap kept for reuse)" if ok == 1 else "not applied: mallopt refused"
+
+
+HEAP_RESERVE = 4 << 20  # bytes of the calling thread's heap touched and kept free before the loop
+HEAP_CHUNK = 64 << 10  # below glibc's mmap threshold (128 kB): the chunks come from the heap
+
+
+def reserve_heap(nbytes: int = HEAP_RESERVE) -> None:
+    """Touch ``nbytes`` of this thread's malloc heap, then free them (kept mapped by
+    ``keep_freed_heap``): what the loop's temporaries take later is resident already. Without
+    it a lockstep loop's reference fills reached fresh heap pages (a page fault each) in a long
+    run."""
+    libc = _libc()
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    chunks = []
+    try:
+        for _ in range(nbytes // HEAP_CHUNK):
+            p = libc.malloc(HEAP_CHUNK)
+            if not p:
+                break
+            ctypes.memset(p, 0, HEAP_CHUNK)
+            chunks.append(p)
+    finally:
+        for p in chunks:
+            libc.free(p)
 
 
 def trim_heap() -> None:
