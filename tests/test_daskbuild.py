@@ -25,8 +25,8 @@ from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, free_port  # noqa: E4
 PKRT = [str(BIN / "pkrt")]
 # the Orthoglide, 4^3 boxes: 1,325 exact samples and 1,501 for the verification, ~1 s of one core
 MODEL, BUILD = "orthoglide", ["--kind", "boxes", "--boxes", "4", "--verify-samples", "300"]
-# about a minute of batches, for the tests that act while batches run: BUILD's 4^3 boxes take
-# 2.7 s in all, and a loaded CI saw the build end before the test's signal reached it
+# about a minute of batches, for the tests that act while batches run (BUILD's 4^3 boxes take
+# 2.7 s in all: under load the scheduler's state, which the test watches, can come too late)
 LONG_BUILD = [a if a != "4" else "8" for a in BUILD]
 
 
@@ -269,8 +269,11 @@ def test_ctrl_c_cancels_the_batches(cluster, tmp_path):
     """SIGINT while batches run: exit 130, one line, and no pkrt task left on the scheduler."""
     address, client = cluster
     out = tmp_path / "tree.pkt"
+    # Ctrl-C as at a terminal: a suite started in the background of a script (bash ignores
+    # SIGINT in its asynchronous commands) passes SIG_IGN on, and Python then installs no handler
     proc = subprocess.Popen(PKRT + ["build", MODEL, "-o", str(out), *LONG_BUILD, "--scheduler", address],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not any(str(k).startswith("run_batch") for keys in client.processing().values()
