@@ -64,7 +64,9 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
     and return it; repeat only runs whose every anomaly ``probe`` explains (at most
     ``attempts``), skip when all were; fail on an anomaly the probe does not explain. A
     ``DriveError`` from a setup transaction that timed out is an anomaly at the time it was
-    caught. ``priority``: each run with this process' threads at SCHED_FIFO ``priority``
+    caught. An anomaly ``(t, what)`` is explained by a pause of at least ``MIN_MS`` from
+    ``BEFORE`` s before to ``AFTER`` s after t; one that knows its own span gives
+    ``(t, what, before, after, min_ms)``. ``priority``: each run with this process' threads at SCHED_FIFO ``priority``
     (``realtime_threads``; None: as they are, e.g. a run of pkrt's loop that sets its own)."""
     import pytest
 
@@ -83,7 +85,7 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
             r, found = None, [(time.monotonic(), f"setup: {e}")]
         if not found:
             return r
-        said = [(t, what, probe.explain(t, BEFORE, AFTER, MIN_MS)) for t, what in found]
+        said = [(a[0], a[1], probe.explain(a[0], *(a[2:] or (BEFORE, AFTER, MIN_MS)))) for a in found]
         blind = [(t, what) for t, what, why in said if why is None]
         if blind:
             t, what = blind[0]
@@ -91,7 +93,7 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
             near = [(p.cpu, round(p.at - t, 4), p.ms) for p in probe.pauses(t0 - 2.0, t1 + 0.1, MIN_MS)]
             pytest.fail(f"run {i + 1}: {what} at t={t:.4f} s, and the host-pause probe saw no pause >= {MIN_MS:g} ms "
                         f"from {BEFORE * 1e3:.0f} ms before to {AFTER * 1e3:.0f} ms after it; anomalies (s from "
-                        f"it): {[(round(x - t, 4), w[:80]) for x, w in found[:6]]}; probe's pauses from 2 s before "
+                        f"it): {[(round(a[0] - t, 4), a[1][:80]) for a in found[:6]]}; probe's pauses from 2 s before "
                         f"(cpu, s from it, ms): {near[-12:]}")
         t, what, why = said[0]
         seen.append(f"run {i + 1}: {what[:120]} -- {why}")
