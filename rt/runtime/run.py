@@ -318,7 +318,7 @@ class Session:
         # bounded before the log writer's and the reference's threads start (each would make its own)
         self.mem_report = ({"malloc_arenas": bound_arenas()}
                            if realtime and not lockstep and config.realtime.mlockall else {})
-        self.heap = keep_freed_heap()  # before the reference's first blocks: their temporaries
+        heap = keep_freed_heap()  # before the reference's first blocks: their temporaries
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
@@ -355,7 +355,7 @@ class Session:
         self.fb = drives.feedback  # the last reading, even if the first read fails
         self.wall = self.cpu = self.cpu0 = 0.0  # s: the loop's wall time, its thread's CPU time
         self.loop_end: float | None = None  # time.perf_counter() when the last cycle ended
-        self.memory: dict = {"heap": self.heap}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
+        self.memory: dict = {"heap": heap}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -512,7 +512,7 @@ class Session:
         """start, cycles until the end of the reference or a fault, stop, summary."""
         self.start()
         stop = self.stop_signals
-        if self.heap.startswith("applied"):
+        if self.memory["heap"].startswith("applied"):
             reserve_heap()  # the loop's temporaries find resident heap (keep_freed_heap)
         self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
         k, wall0 = 0, time.perf_counter()
