@@ -59,7 +59,7 @@ def anomalies(r: dict, expected: str | None = None) -> list[tuple[float, str]]:
 
 def judge(run: Callable[[], T], probe, expected: str | None = None,
           find: Callable[[T], list[tuple[float, str]]] | None = None, attempts: int = ATTEMPTS,
-          priority: int | None = None) -> T:
+          priority: int | None = None, injected: "HostPauses | None" = None) -> T:
     """``run()`` until a run without anomalies (``find``, default ``anomalies(r, expected)``)
     and return it; repeat only runs whose every anomaly ``probe`` explains (at most
     ``attempts``), skip when all were; fail on an anomaly the probe does not explain. A
@@ -67,7 +67,9 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
     caught. An anomaly ``(t, what)`` is explained by a pause of at least ``MIN_MS`` from
     ``BEFORE`` s before to ``AFTER`` s after t; one that knows its own span gives
     ``(t, what, before, after, min_ms)``. ``priority``: each run with this process' threads at SCHED_FIFO ``priority``
-    (``realtime_threads``; None: as they are, e.g. a run of pkrt's loop that sets its own)."""
+    (``realtime_threads``; None: as they are, e.g. a run of pkrt's loop that sets its own).
+    ``injected``: the run's ``HostPauses``, whose pauses that were not ones (``explain``)
+    explain an anomaly as the probe's pauses do."""
     import pytest
 
     from pkrt.drivers.base import DriveError
@@ -85,7 +87,7 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
             r, found = None, [(time.monotonic(), f"setup: {e}")]
         if not found:
             return r
-        said = [(a[0], a[1], probe.explain(a[0], *(a[2:] or (BEFORE, AFTER, MIN_MS)))) for a in found]
+        said = [(a[0], a[1], _explain(probe, injected, a)) for a in found]
         blind = [(t, what) for t, what, why in said if why is None]
         if blind:
             t, what = blind[0]
@@ -94,11 +96,25 @@ def judge(run: Callable[[], T], probe, expected: str | None = None,
             pytest.fail(f"run {i + 1}: {what} at t={t:.4f} s, and the host-pause probe saw no pause >= {MIN_MS:g} ms "
                         f"from {BEFORE * 1e3:.0f} ms before to {AFTER * 1e3:.0f} ms after it; anomalies (s from "
                         f"it): {[(round(a[0] - t, 4), a[1][:80]) for a in found[:6]]}; probe's pauses from 2 s before "
-                        f"(cpu, s from it, ms): {near[-12:]}")
+                        f"(cpu, s from it, ms): {near[-12:]}" + (_spans_text(injected, t) if injected else ""))
         t, what, why = said[0]
         seen.append(f"run {i + 1}: {what[:120]} -- {why}")
         warnings.warn(HostPauseRepeat(f"real-time run repeated: {seen[-1]}"), stacklevel=2)
     pytest.skip(f"the host paused during each of {attempts} runs: " + " | ".join(seen))
+
+
+def _spans_text(injected: "HostPauses", t: float) -> str:
+    """The injected pauses of a run around time t, for a failure message."""
+    return "; injected pauses (s from it, stopped ms, stop and continue skews ms): " + str(
+        [(round(t0 - t, 4), round((t2 - t1) * 1e3, 2), round((t1 - t0) * 1e3, 2), round((t3 - t2) * 1e3, 2))
+         for t0, t1, t2, t3 in injected.spans])
+
+
+def _explain(probe, injected: "HostPauses | None", anomaly: tuple) -> str | None:
+    """What explains ``anomaly`` ``(t, what[, before, after, min_ms])``: a host pause the probe
+    saw, else an injected pause that was not one; None: nothing."""
+    t, span = anomaly[0], anomaly[2:] or (BEFORE, AFTER, MIN_MS)
+    return probe.explain(t, *span) or (injected.explain(t, span[0], span[1]) if injected else None)
 
 
 REALTIME_HOST = os.environ.get("PKRT_REALTIME_HOST") == "1"  # a host that holds wall-clock tolerances
@@ -192,31 +208,64 @@ class HostPauses:
     its children (the emulators; not ``spare``, e.g. the probe's processes) with SIGSTOP for
     ``ms`` milliseconds, ``count`` times, every ``every`` s from ``after`` s after this process
     switched to SCHED_FIFO (the loop's real-time settings: the loop is about to start). Every
-    thread of both ends stops at once, as when the host holds the vCPUs. A context manager."""
+    thread of both ends stops at once, as when the host holds the vCPUs. A context manager,
+    entered once per run.
+
+    The helper runs at SCHED_FIFO ``PRIORITY`` (above the loop and the probe): at normal
+    priority the suite's other worker delayed it up to 14 ms between continuing the test
+    process and its emulator, and by 0.9 s once, a one-sided pause of the emulator that no
+    host makes. It records when each stop and continue began and ended (``spans``,
+    time.monotonic()); ``explain`` names a pause that was not one (one end stopped or running
+    alone for more than ``SKEW_MS``), e.g. because the host held the helper itself."""
+
+    PRIORITY = 95  # SCHED_FIFO of the helper: over pkrt's loop (80) and the probe (90)
+    SKEW_MS = 1.0  # ms, the longest time one end may run while the other is stopped
 
     def __init__(self, ms: float = 5.0, count: int = 5, every: float = 0.3, after: float = 0.5,
                  spare: list[int] = ()):
-        import os
-
-        self.args = [os.getpid(), ms, count, every, after, list(spare)]
+        self.args = [os.getpid(), ms, count, every, after, list(spare), self.PRIORITY]
         self.proc = None
+        self.spans: list[tuple[float, float, float, float]] = []  # (stop begun, all stopped, continue begun, all running)
 
     def __enter__(self) -> "HostPauses":
         import subprocess
         import sys
 
-        self.proc = subprocess.Popen([sys.executable, "-c", _PAUSER, repr(self.args)])
+        self.spans = []
+        self.proc = subprocess.Popen([sys.executable, "-c", _PAUSER, repr(self.args)], stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc) -> None:
         self.proc.kill()
-        self.proc.wait()
+        out, _ = self.proc.communicate()
+        self.spans = [tuple(map(float, line.split())) for line in out.splitlines() if len(line.split()) == 4]
+
+    def skews(self) -> list[tuple[float, float]]:
+        """The (start, end) times, time.monotonic() s, at which one end ran while the other was
+        stopped for more than ``SKEW_MS``."""
+        out = []
+        for t0, t1, t2, t3 in self.spans:
+            out += [(a, b) for a, b in ((t0, t1), (t2, t3)) if b - a > self.SKEW_MS * 1e-3]
+        return out
+
+    def explain(self, t: float, before: float, after: float) -> str | None:
+        """A pause of this helper's that overlapped ``before`` s before to ``after`` s after t
+        and was not one (``skews``), as one line; None if there was none."""
+        for a, b in self.skews():
+            if a <= t + after and b >= t - before:
+                return (f"the pause helper stopped one end {(b - a) * 1e3:.1f} ms before the other at "
+                        f"t={a:.4f} s ({(a - t) * 1e3:+.1f} ms from the anomaly): no host pause")
+        return None
 
 
 _PAUSER = r"""
 import ast, os, signal, sys, time
-pid, ms, count, every, after, spare = ast.literal_eval(sys.argv[1])
+pid, ms, count, every, after, spare, priority = ast.literal_eval(sys.argv[1])
 spare = set(spare) | {os.getpid()}
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+except (PermissionError, OSError):
+    pass
 def family(p):
     out = [p]
     for task in os.listdir(f"/proc/{p}/task"):
@@ -236,10 +285,20 @@ while time.monotonic() < deadline:  # policy (field 41 of /proc/PID/stat) 1: SCH
 time.sleep(after)
 for _ in range(count):
     ps = family(pid)
+    t0 = time.monotonic()
     for p in ps:
-        os.kill(p, signal.SIGSTOP)
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except ProcessLookupError:  # ended meanwhile
+            pass
+    t1 = time.monotonic()
     time.sleep(ms / 1e3)
+    t2 = time.monotonic()
     for p in ps:
-        os.kill(p, signal.SIGCONT)
+        try:
+            os.kill(p, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    print(t0, t1, t2, time.monotonic(), flush=True)
     time.sleep(every)
 """

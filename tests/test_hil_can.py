@@ -62,11 +62,14 @@ def test_a_host_pause_delays_the_run_without_changing_it(host_probe):
     watchdog and heartbeat consumer stay quiet, and tracking is the lockstep run's."""
     machine, duration = "orthoglide-can", 3.0
 
+    pauses = HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids)
+
     def run():
-        with HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids):
+        with pauses:
             return run_can_hil(machine, duration=duration, reference=demo_reference)
 
-    hil = judge(run, host_probe)
+    hil = judge(run, host_probe, injected=pauses)
+    assert len(pauses.spans) == 6, pauses.spans  # every pause was injected
     assert hil["fault"] is None, hil["fault"]
     assert hil["cycles"] == round(duration * hil["rate_hz"]) + 1
     assert [e for e in hil["emulator"]["heartbeat_events"] if e["state_before"] == "OPERATION_ENABLED"] == []

@@ -54,11 +54,14 @@ def test_a_host_pause_delays_the_run_without_changing_it(emulator, host_probe):
     host delay, no timeout, and tracking is the lockstep run's."""
     ref = run_lockstep_reference(MACHINE, duration=3.0, reference=demo_reference)
 
+    pauses = HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids)
+
     def run():
-        with HostPauses(ms=6.0, count=6, every=0.25, after=0.5, spare=host_probe.pids):
+        with pauses:
             return run_serial_hil(MACHINE, duration=3.0, emulator=emulator, reference=demo_reference)
 
-    hil = judge(run, host_probe)
+    hil = judge(run, host_probe, injected=pauses)
+    assert len(pauses.spans) == 6, pauses.spans  # every pause was injected
     assert hil["fault"] is None and hil["driver"]["timeouts"] == 0, (hil["fault"], hil["driver"])
     assert hil["host_delays"]["count"] >= 3 and hil["host_delays"]["longest_ms"] >= 4.0, hil["host_delays"]
     assert hil["rms_error"] <= 1.2 * ref["rms_error"], run_figures(hil, ref)
