@@ -117,6 +117,7 @@ def _explain(probe, injected: "HostPauses | None", anomaly: tuple) -> str | None
     return probe.explain(t, *span) or (injected.explain(t, span[0], span[1]) if injected else None)
 
 
+WALLCLOCK_ATTEMPTS = 8  # runs of a strict wall-clock test the probe may explain before it is skipped
 REALTIME_HOST = os.environ.get("PKRT_REALTIME_HOST") == "1"  # a host that holds wall-clock tolerances
 
 
@@ -126,9 +127,13 @@ def judge_wallclock(run: Callable[[], T], probe, **kw) -> T:
     default; ``PKRT_REALTIME_HOST=1`` says otherwise) its unexplained timing anomalies are an
     expected failure, reported with the evidence (``xfail``, shown in every pytest summary):
     such a host delays a process by less than the probe's 1 ms yet more than a 0.6 ms serial
-    timeout. The stepped HIL tests hold the same paths to account on any host."""
+    timeout. The stepped HIL tests hold the same paths to account on any host. A run the probe
+    explains is repeated up to ``WALLCLOCK_ATTEMPTS`` times: a strict SYNC watchdog (3.5 periods
+    at 1 kHz) trips on one pause of the driver's CPU alone, and this VM's pauses come in bursts
+    (a quiet CI had each of 3 runs spoilt so; 2 of 12 runs spoilt beside it here)."""
     import pytest
 
+    kw.setdefault("attempts", WALLCLOCK_ATTEMPTS)
     try:
         return judge(run, probe, **kw)
     except pytest.fail.Exception as e:
