@@ -2,11 +2,20 @@
 physically consistent standard parameters that reproduce them.
 
 - ``fit``: weighted least squares on the base regressor, rows (sample, axis) stacked; weights
-  1 / sigma_i per axis from the residual variance of an ordinary least-squares pass (the
-  covariance inflated by the residuals' correlation between neighbouring samples); rows of
-  an axis whose velocity is near zero or changes sign within the filter window are left out
-  (the sign of Coulomb friction is undefined there, and the filter smears its step). Standard deviations from the weighted covariance, relative standard
-  deviation = standard deviation / |value|.
+  1 / sigma_i per axis from the residual variance of a first unweighted pass (the covariance
+  inflated by the residuals' correlation between neighbouring samples); rows of an axis whose
+  velocity is near zero or changes sign within the filter window are left out (the sign of
+  Coulomb friction is undefined there, and the filter smears its step). Standard deviations
+  from the weighted covariance, relative standard deviation = standard deviation / |value|.
+  With instruments: under control, a force disturbance (the drives' force noise, unmodelled
+  forces) moves the machine, so the measured accelerations in the regressor correlate with
+  the equation's error and least squares shrinks the parameters they multiply (the hexapod:
+  5 N of force noise against 1.9 m/s^2 of excitation, base parameters 3.5 standard deviations
+  off on average). The regressor of the reference the run followed (planned before it, so free
+  of its noise, and close to the measured one) is an instrument: solve Z^T W (tau - Y x) = 0
+  (IDIM-IV, Janot, Vandanjon and Gautier, IEEE TCST 2014, with the reference as the
+  instruments' source instead of a simulation), covariance (Z^T W Y)^-1 Z^T W Z (Y^T W Z)^-1
+  times the residual variance.
 - ``consistent``: standard parameters pi closest (scaled least squares) to the model's pi0
   such that beta pi equals the identified base parameters, every mass positive, every body's
   4x4 pseudo-inertia [[tr(I)/2 1 - I, m c], [(m c)^T, m]] (about the frame origin) positive
@@ -53,6 +62,7 @@ class Fit:
     rows: int
     cond: float  # condition number of the weighted, column-scaled data matrix
     correlation: float = 1.0  # variance factor for residuals correlated between samples
+    estimator: str = "least squares"
 
     @property
     def rsd(self) -> np.ndarray:
@@ -69,11 +79,13 @@ def design_rows(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray):
 
 
 def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
-        excite_rtol: float = 1e-7) -> Fit:
+        excite_rtol: float = 1e-7, Zb: np.ndarray | None = None) -> Fit:
     """WLS per axis on the rows where ``keep`` (n, s) holds (e.g. velocity steady in sign);
-    NotExcited names the parameters the data do not determine."""
+    NotExcited names the parameters the data do not determine. ``Zb`` (n, s, r): instruments,
+    the regressor of the run's reference (``instrumental``); None: least squares."""
     s = tau.shape[1]
     A, b, axis = design_rows(Yb, tau, keep)
+    Z = None if Zb is None else Zb[keep]
     r = A.shape[1]
     if len(b) < 2 * r:
         raise NotExcited(f"too few moving samples ({len(b)} rows for {r} base parameters); record a longer run")
@@ -88,7 +100,7 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
         raise NotExcited(f"parameter not excited by these logs: {'; '.join(names[:3])} "
                          f"({int(weak.sum() + np.sum(norms == 0))} direction(s)); "
                          f"record an exciting trajectory (pkrt identify plan)")
-    x0 = np.linalg.lstsq(A / scale, b, rcond=None)[0] / scale
+    x0 = _solve(A, b, Z)[0]
     res = b - A @ x0
     dof = max(len(b) - r, 1)
     sigma = np.array([math.sqrt(np.sum(res[axis == i] ** 2) / max(np.sum(axis == i) * dof / len(b), 1.0))
@@ -96,18 +108,37 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
     sigma = np.where(sigma > 0, sigma, max(float(sigma.max()), 1e-300))
     w = 1.0 / sigma[axis]
     Aw, bw = A * w[:, None], b * w
-    sw = np.linalg.norm(Aw, axis=0)
-    sw = np.where(sw > 0, sw, 1.0)
-    x = np.linalg.lstsq(Aw / sw, bw, rcond=None)[0] / sw
+    x, cov1, sw = _solve(Aw, bw, None if Z is None else Z * w[:, None])
     rw = bw - Aw @ x
     s2 = float(rw @ rw) / dof
     svw = np.linalg.svd(Aw / sw, compute_uv=False)
-    Ainv = np.linalg.pinv(Aw / sw)
     corr = correlation_factor(rw, keep)
-    cov = corr * s2 * (Ainv @ Ainv.T) / np.outer(sw, sw)
+    cov = corr * s2 * cov1
     # per-axis sigma after weighting (the weights rescale each axis to unit variance)
     sig = np.array([math.sqrt(np.mean(rw[axis == i] ** 2)) if np.any(axis == i) else 0.0 for i in range(s)]) * sigma
-    return Fit(x, np.sqrt(np.diag(cov)), cov, sig, len(b), float(svw[0] / svw[-1]), corr)
+    return Fit(x, np.sqrt(np.diag(cov)), cov, sig, len(b), float(svw[0] / svw[-1]), corr,
+               "least squares" if Z is None else "instrumental variables (the reference's regressor)")
+
+
+def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None):
+    """x minimising |b - A x| (Z None), or solving Z^T (b - A x) = 0 (instruments Z); and the
+    covariance of x per unit residual variance, (A^T A)^-1 or (Z^T A)^-1 Z^T Z (A^T Z)^-1;
+    columns scaled to unit norm (returned: the scale)."""
+    sc = np.linalg.norm(A, axis=0)
+    sc = np.where(sc > 0, sc, 1.0)
+    As = A / sc
+    if Z is None:
+        x = np.linalg.lstsq(As, b, rcond=None)[0]
+        Ainv = np.linalg.pinv(As)
+        return x / sc, (Ainv @ Ainv.T) / np.outer(sc, sc), sc
+    Zs = Z / sc
+    M = Zs.T @ As
+    if not np.all(np.isfinite(M)) or np.linalg.cond(M) > 1e12:
+        raise NotExcited("the reference in these logs does not follow the measured motion (its regressor and the "
+                         "measured one are not related); identify by least squares (--estimator ls)")
+    Mi = np.linalg.inv(M)
+    x = Mi @ (Zs.T @ b)
+    return x / sc, (Mi @ (Zs.T @ Zs) @ Mi.T) / np.outer(sc, sc), sc
 
 
 def correlation_factor(rw: np.ndarray, keep: np.ndarray, max_lag: int = 8) -> float:

@@ -39,8 +39,10 @@ def fourier_motion(mech: Mechanism, duration: float, rate: float, seed: int = 0,
 
 def write_log(path, mech: Mechanism, truth: Mechanism, duration: float = 8.0, rate: float = 1000.0,
               viscous=15.0, coulomb=4.0, noise: float = 1.0, quantum: float = 1e-6, seed: int = 0,
-              fault_at: int | None = None, motion_seed: int = 0) -> dict:
-    """A run log of ``mech``'s machine whose physics is ``truth``; returns the truth."""
+              fault_at: int | None = None, motion_seed: int = 0, reference: bool = True) -> dict:
+    """A run log of ``mech``'s machine whose physics is ``truth``; returns the truth. The
+    reference is the motion itself (perfect tracking), or with ``reference=False`` the first
+    position held (a log whose reference the machine did not follow)."""
     t, th, _, _ = fourier_motion(mech, duration, rate, motion_seed)
     # a drive holds command k over the period after sample k: the force that made the motion
     # is the truth's at mid-period (what pkrt replay and identify assume of a run log)
@@ -60,7 +62,7 @@ def write_log(path, mech: Mechanism, truth: Mechanism, duration: float = 8.0, ra
         w.row[:] = 0.0
         w.views["t"][:] = k / rate
         w.views["pos"][:] = pos[k]
-        w.views["ref_pos"][:] = th[k]
+        w.views["ref_pos"][:] = th[k] if reference else th[0]
         w.views["tau"][:] = tau[k]
         w.commit()
         if fault_at is not None and k == fault_at:

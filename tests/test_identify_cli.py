@@ -49,6 +49,7 @@ def test_identify_recovers_the_truth(good_log, ortho, truth, tmp_path, capsys):
     truth_base = bp.project(model_parameters(truth.description, tr["viscous"], tr["coulomb"]))
     names = [b["name"] for b in r["base"]]
     assert names == [bp.label(i) for i in range(bp.n_base)]
+    assert r["estimator"].startswith("instrumental variables")  # the log has its reference
     well = [(i, b) for i, b in enumerate(r["base"]) if b["rsd_percent"] < 5]
     assert len(well) >= 6  # at least the friction of every axis (the masses need a longer log)
     for i, b in well:
@@ -85,6 +86,19 @@ def _error(argv, capsys) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pkrt: error:"), err
     return lines[0]
+
+
+def test_a_reference_the_machine_did_not_follow(tmp_path, ortho, capsys):
+    """Instruments from a reference held still while the machine moved say so in one line;
+    least squares (``--estimator ls``) identifies from the same log."""
+    log = tmp_path / "r.pktlog"
+    write_log(log, ortho, truth_mechanism(ortho), duration=6.0, reference=False)
+    argv = [str(log), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")]
+    msg = _error(argv, capsys)
+    assert "does not follow the measured motion" in msg and "--estimator ls" in msg
+    code, text, err = _run(argv + ["--estimator", "ls", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(text)["estimator"] == "least squares"
 
 
 def test_log_of_another_machine(tmp_path, capsys):

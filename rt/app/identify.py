@@ -25,8 +25,12 @@ def identify_logs(config, logs: list[str], out: str, machine_out: str, **options
         return _identify(config, logs, out, machine_out, **options)
 
 
+ESTIMATORS = ("auto", "iv", "ls")  # auto: instruments when every log has its reference, else least squares
+
+
 def _identify(config, logs: list[str], out: str, machine_out: str, *, window: float | None = None,
-              decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None):
+              decimate: int | None = None, held_out: float = 0.25, v_min=None, plot: str | None = None,
+              estimator: str = "auto"):
     from types import SimpleNamespace
 
     from pkrt.models.baseparams import base_parameters
@@ -35,7 +39,8 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     from pkrt.models.regressor import Regressor, model_parameters
 
     from pkrt.rt.core.friction import V_EPS
-    from pkrt.rt.runtime.identifylog import WINDOW_S, load_samples
+    from pkrt.rt.core.errors import UserError
+    from pkrt.rt.runtime.identifylog import WINDOW_S, IdentifyInputError, load_samples
 
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -55,7 +60,17 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     vpeak = np.abs(samples.theta_dot).max(axis=0)
     v_min = v_min if v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
     use = samples.steady & (np.abs(samples.theta_dot) >= v_min)
-    est = fit(Yb[~test], samples.tau[~test], use[~test], labels)
+    if estimator not in ESTIMATORS:
+        raise UserError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+    if estimator == "iv" and samples.ref is None:
+        raise IdentifyInputError("--estimator iv: a log has no reference (ref_pos) to build the instruments from; "
+                                 "use --estimator ls")
+    Zb = None
+    if estimator != "ls" and samples.ref is not None:  # the reference's regressor: the instruments
+        tz = time.perf_counter()
+        Zb = reg.batch(*samples.ref)[:, :, bp.base][~test]
+        t_reg += time.perf_counter() - tz
+    est = fit(Yb[~test], samples.tau[~test], use[~test], labels, Zb=Zb)
     pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
     pi, sdp = consistent(mech, bp, est, pi0)
     # held-out residual, with the estimate and with the consistent parameters
@@ -76,7 +91,7 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         "from_model_sha256": mech.content_hash,
         "logs": [{"path": s["log"], "sha256": s["sha256"], "cycles": s["cycles"]} for s in samples.sources],
         "samples_fit": int((~test).sum()), "samples_held_out": int(test.sum()),
-        "base_parameters": bp.n_base, "condition_number": est.cond,
+        "base_parameters": bp.n_base, "estimator": est.estimator, "condition_number": est.cond,
         "max_rsd_percent": float(100 * est.rsd.max()),
         "held_out_rms": rms(pred_cons), "residual_sigma": est.sigma.tolist(),
         "friction": fr, "reproduces_estimate": sdp["reproduces_estimate"],
@@ -91,7 +106,7 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         "base": [{"name": labels[i], "value": float(est.value[i]), "std": float(est.std[i]),
                   "rsd_percent": float(100 * est.rsd[i]), "model": float(bp.project(pi0)[i]),
                   "consistent": float(bp.project(pi)[i])} for i in range(bp.n_base)],
-        "not_identifiable": [bp.names[j] for j in bp.zero],
+        "not_identifiable": [bp.names[j] for j in bp.zero], "estimator": est.estimator,
         "condition_number": est.cond, "residual_sigma": est.sigma.tolist(),
         "held_out_rms": {"identified": rms(pred_base), "consistent": rms(pred_cons), "original_model": rms(pred_orig)},
         "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
@@ -100,7 +115,7 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     if plot:
         _plot(plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
         report["plot"] = plot
-    return SimpleNamespace(report=report, mech=mech, samples=samples, Y=Y, bp=bp, est=est, pi=pi, pi0=pi0,
+    return SimpleNamespace(report=report, mech=mech, samples=samples, Y=Y, Zb=Zb, bp=bp, est=est, pi=pi, pi0=pi0,
                            test=test, use=use)
 
 

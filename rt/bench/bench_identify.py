@@ -14,8 +14,11 @@ first; ``PKRT_BENCH_IDENTIFY`` = comma-separated machines, default all three).
 4. Coverage of the 95 % intervals over noise seeds: the run's filtered regressor reused with the
    truth's forces plus fresh filtered noise, fitted again per seed.
 5. Tracking of the machine's demo on the truth plant with the original model, the truth and the
-   identified model in the controller (trees of 12 intervals per axis built here for the last
-   two).
+   identified models in the controller (trees of 12 intervals per axis built here for the last
+   ones).
+
+Steps 3 and 5 also for least squares on the same log (``identify_least_squares``,
+``identified-ls``), beside the default instrumental variables.
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ def _coverage(res, truth_base: np.ndarray, force_noise: float, seeds: int) -> di
     for _ in range(seeds):
         e = rng.normal(0.0, force_noise, (n_full, Yb.shape[1]))
         ef = savgol_filter(e, f["window"], f["polyorder"], axis=0)[half::f["decimate"]][:s.n]
-        est = fit(Yb[~res.test], (clean + ef)[~res.test], res.use[~res.test], labels)
+        est = fit(Yb[~res.test], (clean + ef)[~res.test], res.use[~res.test], labels, Zb=res.Zb)
         inside = np.abs(est.value - truth_base) <= 1.96 * est.std
         hits += int(inside[well].sum())
         total += int(well.sum())
@@ -178,40 +181,57 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     out["run"] = {"cycles": run["cycles"], "rms_error_m": run["rms_error"], "fault": run["fault"],
                   "seconds": time.perf_counter() - t0}
     config = load_machine(str(cfg_path))
+    d = config.drives
+    truth_base = bp.project(model_parameters(truth.description, d.viscous, d.coulomb))
     res = identify_logs(config, [str(log)], str(folder / "identified.toml"), str(folder / "identified-machine.toml"))
-    r = res.report
-    tr = truth.description
-    d = load_machine(str(cfg_path)).drives
-    truth_base = bp.project(model_parameters(tr, d.viscous, d.coulomb))
-    well = [(i, b) for i, b in enumerate(r["base"]) if b["rsd_percent"] < 5]
-    errs = [100 * (b["value"] - truth_base[i]) / truth_base[i] for i, b in well]
-    f = r["filter"]
+    out["identify"] = _figures(res, truth_base, d.force_noise)
+    out["coverage"] = _coverage(res, truth_base, d.force_noise, seeds)
+    # the same log by least squares, side by side (biased where force noise moves the machine)
+    ls = identify_logs(config, [str(log)], str(folder / "identified-ls.toml"), str(folder / "identified-ls-machine.toml"),
+                       estimator="ls")
+    out["identify_least_squares"] = _figures(ls, truth_base, d.force_noise)
+    if config.demo.points is not None or config.demo.task != "none":
+        out["tracking"] = _tracking(cfg_path, folder, {"identified": res.report["friction"],
+                                                       "identified-ls": ls.report["friction"]})
+    return out
+
+
+def _figures(res, truth_base: np.ndarray, force_noise: float) -> dict:
+    """An identification against the truth: the base parameters with rsd < 5 % and how many are
+    within 1 % of the truth, the spread of every estimate's error in its own standard deviations
+    (about 1 when unbiased), held-out residual against the noise floor (the force noise through
+    the filter), the consistent model's fit, times."""
     from scipy.signal import savgol_coeffs
 
-    floor = d.force_noise * float(np.linalg.norm(savgol_coeffs(f["window"], f["polyorder"])))
-    out["identify"] = {
-        "seconds": r["seconds"], "samples": r["samples"], "log_s": r["logs"][0]["duration_s"],
+    r = res.report
+    well = [(i, b) for i, b in enumerate(r["base"]) if b["rsd_percent"] < 5]
+    errs = [100 * (b["value"] - truth_base[i]) / truth_base[i] for i, b in well]
+    z = (res.est.value - truth_base) / res.est.std
+    f = r["filter"]
+    floor = force_noise * float(np.linalg.norm(savgol_coeffs(f["window"], f["polyorder"])))
+    return {
+        "estimator": r["estimator"], "seconds": r["seconds"], "samples": r["samples"],
+        "log_s": r["logs"][0]["duration_s"],
         "well_determined": [{"name": b["name"], "estimate": b["value"], "truth": float(truth_base[i]),
                              "rsd_percent": b["rsd_percent"], "error_percent": e} for (i, b), e in zip(well, errs)],
         "within_1_percent": int(sum(abs(e) <= 1 for e in errs)), "of": len(errs),
         # the count expected from the estimates' own spread: P(|N(0, rsd)| <= 1 %) summed
         "expected_within_1_percent": float(sum(math.erf(1.0 / (math.sqrt(2) * b["rsd_percent"])) for _, b in well)),
+        "error_in_std": {"rms": float(np.sqrt(np.mean(z ** 2))), "max": float(np.abs(z).max()),
+                         "over_3": int(np.sum(np.abs(z) > 3)), "of": len(z)},
         "held_out_rms": r["held_out_rms"]["consistent"], "noise_floor": floor,
         "held_out_over_floor": [x / floor for x in r["held_out_rms"]["consistent"]],
         "original_model_held_out_rms": r["held_out_rms"]["original_model"],
         "consistent": r["consistent"],
     }
-    out["coverage"] = _coverage(res, truth_base, d.force_noise, seeds)
-    if config.demo.points is not None or config.demo.task != "none":
-        out["tracking"] = _tracking(cfg_path, folder, res.report["friction"])
-    return out
 
 
-def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> dict:
-    """The machine's demo, lockstep, on the truth plant under computed torque with three
-    controller models: the original (its shipped tree), the truth and the identified one (trees
-    of ``boxes`` intervals per axis built here, the same for both), each with its friction
-    feedforward (original: the configuration's; truth: the plant's; identified: identified).
+def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: int = 12) -> dict:
+    """The machine's demo, lockstep, on the truth plant under computed torque with these
+    controller models: the original (its shipped tree), the truth and each ``identified`` one
+    (name: its friction; trees of ``boxes`` intervals per axis built here, the same for all),
+    each with its friction feedforward (original: the configuration's; truth: the plant's;
+    identified: identified).
     Beyond three actuators (the hexapod: 12^6 boxes is out of reach) the truth and the
     identified model run as ``[controller] model = "exact"`` (the model computed in the loop,
     lockstep) and their trees, of 2 intervals per axis, only serve the run's domain check."""
@@ -223,7 +243,8 @@ def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> 
     plant = base["drives"]
     runs = {"original": (None, None, None)}
     runs["truth"] = (folder / "truth.toml", plant["viscous"], plant["coulomb"])
-    runs["identified"] = (folder / "identified.toml", friction["viscous"], friction["coulomb"])
+    for name, fr in identified.items():  # each identified model (its file: NAME.toml) and its friction
+        runs[name] = (folder / f"{name}.toml", fr["viscous"], fr["coulomb"])
     out = {"tree_boxes": boxes, "controller_model": "exact" if exact_ctl else "tree"}
     from pkrt.models.identify import dump_toml
 
@@ -243,8 +264,10 @@ def _tracking(cfg_path: Path, folder: Path, friction: dict, boxes: int = 12) -> 
         code, r = _cli(["run", "--machine", str(path), "--no-log", "--no-rt"])
         out[name] = {"rms_error_m": r.get("rms_error"), "max_error_m": r.get("max_error"), "fault": r.get("fault"),
                      "exit": code}
-    t, i = out["truth"]["rms_error_m"], out["identified"]["rms_error_m"]
-    out["identified_over_truth"] = i / t if t and i else None
+    t = out["truth"]["rms_error_m"]
+    for name in identified:
+        i = out[name]["rms_error_m"]
+        out[f"{name}_over_truth"] = i / t if t and i else None
     return out
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.cli import emit, positive_number, whole_number
-from pkrt.rt.app.identify import identify_logs
+from pkrt.rt.app.identify import ESTIMATORS, identify_logs
 from pkrt.rt.core.errors import UserError
 
 
@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--v-min", type=float, help="leave out samples of an axis slower than this (m/s or rad/s; "
                                                "default: 2 %% of the axis's peak speed; samples whose velocity "
                                                "changes sign within the filter window are always left out)")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="auto",
+                   help="iv: instrumental variables, the regressor of the logged reference as instruments "
+                        "(unbiased when force noise moves the machine); ls: least squares; auto: iv when every "
+                        "log has its reference (default)")
     p.add_argument("--plot", help="PNG: measured vs predicted force on the held-out data, parameters with intervals")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -45,7 +49,8 @@ def run(args) -> int:
     check_outputs({"-o": out, "--machine-out": machine_out, "--plot": args.plot},
                   {f"log {p}": p for p in args.logs})
     result = identify_logs(config, list(args.logs), out, machine_out, window=args.window, decimate=args.decimate,
-                           held_out=args.held_out, v_min=args.v_min, plot=args.plot).report
+                           held_out=args.held_out, v_min=args.v_min, plot=args.plot,
+                           estimator=args.estimator).report
     emit(result, args.json, _text(result))
     return 0
 
@@ -54,7 +59,7 @@ def _text(r: dict) -> str:
     lines = [f"{Path(r['model']).name}: {len(r['base'])} base parameters from {r['samples_fit']} samples "
              f"({r['rows_fit']} rows), {r['samples_held_out']} held out; condition number {r['condition_number']:.3g}",
              f"  filter: window {r['filter']['window_s'] * 1e3:.0f} ms, cutoff {r['filter']['cutoff_hz']:.1f} Hz, "
-             f"decimated to {r['filter']['decimated_rate_hz']:.0f} Hz",
+             f"decimated to {r['filter']['decimated_rate_hz']:.0f} Hz; {r['estimator']}",
              "  #   estimate      rsd %   model        base parameter"]
     for i, b in enumerate(r["base"]):
         lines.append(f"  {i + 1:<3d} {b['value']:<12.6g} {b['rsd_percent']:<7.2f} {b['model']:<12.6g} {b['name']}")

@@ -12,6 +12,10 @@ around sample k reflects the command half a period earlier), go through the very
 Both are then decimated by the same factor (the filter's -3 dB frequency below a quarter of the
 decimated rate), and half a window is dropped at each end of a stretch (one-sided there).
 A drive that quantises its torque (HIL) only adds white noise, which the filter averages.
+
+The logged reference (``ref_pos``, planned before the run, so free of the run's noise) goes
+through the same filter, differences and decimation: the instruments of the fit
+(``pkrt.models.identify.fit``). None when a log has no reference.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Samples:
     rate_hz: float  # decimated rate
     filter: dict
     sources: list[dict] = field(default_factory=list)
+    # the reference at the same samples, filtered alike (None: a log without ``ref_pos``)
+    ref: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def n(self) -> int:
@@ -102,6 +108,7 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
     """Samples from run logs; one-line errors for a faulted run, a log of another machine,
     a log too short for the filter."""
     thetas, tds, tdds, taus, steadies, ts, idx, sources = [], [], [], [], [], [], [], []
+    refs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
     rate0 = None
     filt = {}
     for li, path in enumerate(paths):
@@ -123,6 +130,9 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
                 "window_s": window / rate, "polyorder": polyorder, "cutoff_hz": cutoff, "rate_hz": rate,
                 "decimate": k, "decimated_rate_hz": rate / k}
         pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
+        ref = columns(log.channels["ref_pos"]) if "ref_pos" in log.channels else None
+        if ref is None or ref.shape != pos.shape or not np.all(np.isfinite(ref)):
+            refs = None
         t = log.channels["t"]
         if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(tau))):
             raise IdentifyInputError(f"{path}: non-finite positions or forces in the log")
@@ -135,9 +145,7 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
             # the same filter on positions and forces, derivatives of the filtered positions by
             # central differences: the accelerations then carry the forces' filter response
             # (the Savitzky-Golay derivative filters have another one, which biases the masses)
-            p = derivatives(pos[a:b], rate, window, polyorder)[0]
-            v = np.gradient(p, 1.0 / rate, axis=0)
-            acc = np.gradient(v, 1.0 / rate, axis=0)
+            p, v, acc = _filtered(pos[a:b], rate, window, polyorder)
             held = tau[a:b].copy()
             held[1:] = 0.5 * (tau[a + 1:b] + tau[a:b - 1])
             tf = derivatives(held, rate, window, polyorder)[0]
@@ -145,6 +153,8 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
             thetas.append(p[sel]), tds.append(v[sel]), tdds.append(acc[sel]), taus.append(tf[sel])
             steadies.append(steady_sign(v, window)[sel])
             ts.append(t[a:b][sel]), idx.append(np.full(len(sel), li))
+            if refs is not None:
+                refs.append(tuple(x[sel] for x in _filtered(ref[a:b], rate, window, polyorder)))
             used += len(sel)
         duration = float(t[-1] - t[0]) if len(t) else 0.0
         if used == 0:
@@ -153,8 +163,18 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
         sources.append({"log": str(path), "sha256": _sha256(path), "cycles": log.n_cycles, "duration_s": duration,
                         "rate_hz": rate, "samples": used, "created": log.header.get("created"),
                         "problems": log.problem_text()})
+    ref = tuple(np.concatenate([r[i] for r in refs]) for i in range(3)) if refs else None
     return Samples(np.concatenate(thetas), np.concatenate(tds), np.concatenate(tdds), np.concatenate(taus),
-                   np.concatenate(steadies), np.concatenate(ts), np.concatenate(idx), rate0 / filt["decimate"], filt, sources)
+                   np.concatenate(steadies), np.concatenate(ts), np.concatenate(idx), rate0 / filt["decimate"], filt,
+                   sources, ref)
+
+
+def _filtered(pos: np.ndarray, rate: float, window: int, polyorder: int):
+    """Positions through the smoothing filter, velocities and accelerations by central
+    differences of them."""
+    p = derivatives(pos, rate, window, polyorder)[0]
+    v = np.gradient(p, 1.0 / rate, axis=0)
+    return p, v, np.gradient(v, 1.0 / rate, axis=0)
 
 
 __all__ = ["IdentifyInputError", "Samples", "WINDOW_S", "check_log_machine", "load_samples"]
