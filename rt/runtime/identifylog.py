@@ -107,55 +107,30 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
                  window_s: float = WINDOW_S, polyorder: int = 3, decimate: int | None = None) -> Samples:
     """Samples from run logs; one-line errors for a faulted run, a log of another machine,
     a log too short for the filter."""
-    thetas, tds, tdds, taus, steadies, ts, idx, sources = [], [], [], [], [], [], [], []
-    refs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+    parts: list[dict] = []  # one per contiguous stretch of a log
+    sources = []
     rate0 = None
     filt = {}
     for li, path in enumerate(paths):
-        log = read_log(path)
-        check_log_machine(log, axes, model_name, ranges)
-        faults = [e for e in log.events if "fault" in str(e.get("kind"))]
-        if faults:
-            e = faults[0]
-            raise IdentifyInputError(f"{path}: a faulted run (cycle {e.get('cycle')}: {e.get('message')}); "
-                                     f"the forces after a fault are not the machine's, record another run")
+        log = _checked_log(path, axes, model_name, ranges)
         rate = log_rate(log)
         if rate0 is not None and abs(rate - rate0) > 1e-9 * rate0:
             raise IdentifyInputError(f"{path}: logged at {rate:g} Hz, the first log at {rate0:g} Hz (give logs of one rate)")
         rate0 = rate
-        window = max(7, int(round(window_s * rate)) | 1)
-        cutoff = savgol_cutoff_hz(window, polyorder, rate)
-        k = decimate or max(1, int(rate / (4.0 * cutoff)))
-        filt = {"kind": "savitzky-golay (zero phase), positions and held forces alike", "window": window,
-                "window_s": window / rate, "polyorder": polyorder, "cutoff_hz": cutoff, "rate_hz": rate,
-                "decimate": k, "decimated_rate_hz": rate / k}
+        filt = _filter_settings(rate, window_s, polyorder, decimate)
+        window, k = filt["window"], filt["decimate"]
         pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
         ref = columns(log.channels["ref_pos"]) if "ref_pos" in log.channels else None
-        if ref is None or ref.shape != pos.shape or not np.all(np.isfinite(ref)):
-            refs = None
+        ref = ref if ref is not None and ref.shape == pos.shape and np.all(np.isfinite(ref)) else None
         t = log.channels["t"]
-        if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(tau))):
-            raise IdentifyInputError(f"{path}: non-finite positions or forces in the log")
         breaks = np.flatnonzero((np.diff(log.cycles) != 1) | (np.abs(np.diff(t) * rate - 1.0) > 1e-6)) + 1
-        half = window // 2
         used = 0
         for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(t)]):
-            if b - a < 3 * window:
-                continue
-            # the same filter on positions and forces, derivatives of the filtered positions by
-            # central differences: the accelerations then carry the forces' filter response
-            # (the Savitzky-Golay derivative filters have another one, which biases the masses)
-            p, v, acc = _filtered(pos[a:b], rate, window, polyorder)
-            held = tau[a:b].copy()
-            held[1:] = 0.5 * (tau[a + 1:b] + tau[a:b - 1])
-            tf = derivatives(held, rate, window, polyorder)[0]
-            sel = np.arange(half, b - a - half, k)
-            thetas.append(p[sel]), tds.append(v[sel]), tdds.append(acc[sel]), taus.append(tf[sel])
-            steadies.append(steady_sign(v, window)[sel])
-            ts.append(t[a:b][sel]), idx.append(np.full(len(sel), li))
-            if refs is not None:
-                refs.append(tuple(x[sel] for x in _filtered(ref[a:b], rate, window, polyorder)))
-            used += len(sel)
+            if b - a >= 3 * window:
+                part = _stretch(pos[a:b], tau[a:b], None if ref is None else ref[a:b], t[a:b], rate, window,
+                                polyorder, k)
+                parts.append(part | {"log_index": np.full(len(part["t"]), li)})
+                used += len(part["t"])
         duration = float(t[-1] - t[0]) if len(t) else 0.0
         if used == 0:
             raise IdentifyInputError(f"{path}: too short ({log.n_cycles} cycles, {duration:.3g} s; the filter "
@@ -163,10 +138,54 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
         sources.append({"log": str(path), "sha256": _sha256(path), "cycles": log.n_cycles, "duration_s": duration,
                         "rate_hz": rate, "samples": used, "created": log.header.get("created"),
                         "problems": log.problem_text()})
-    ref = tuple(np.concatenate([r[i] for r in refs]) for i in range(3)) if refs else None
-    return Samples(np.concatenate(thetas), np.concatenate(tds), np.concatenate(tdds), np.concatenate(taus),
-                   np.concatenate(steadies), np.concatenate(ts), np.concatenate(idx), rate0 / filt["decimate"], filt,
-                   sources, ref)
+    cat = {name: np.concatenate([q[name] for q in parts]) for name in parts[0] if name != "ref"}
+    ref = None
+    if all(q["ref"] is not None for q in parts):
+        ref = tuple(np.concatenate([q["ref"][i] for q in parts]) for i in range(3))
+    return Samples(cat["theta"], cat["theta_dot"], cat["theta_ddot"], cat["tau"], cat["steady"], cat["t"],
+                   cat["log_index"], rate0 / filt["decimate"], filt, sources, ref)
+
+
+def _filter_settings(rate: float, window_s: float, polyorder: int, decimate: int | None) -> dict:
+    """The filter of a log at ``rate`` Hz: its window in samples (odd, at least 7), cutoff and
+    decimation (the cutoff below a quarter of the decimated rate, unless ``decimate`` given)."""
+    window = max(7, int(round(window_s * rate)) | 1)
+    cutoff = savgol_cutoff_hz(window, polyorder, rate)
+    k = decimate or max(1, int(rate / (4.0 * cutoff)))
+    return {"kind": "savitzky-golay (zero phase), positions and held forces alike", "window": window,
+            "window_s": window / rate, "polyorder": polyorder, "cutoff_hz": cutoff, "rate_hz": rate,
+            "decimate": k, "decimated_rate_hz": rate / k}
+
+
+def _checked_log(path: str, axes: list[str], model_name: str, ranges: np.ndarray) -> Log:
+    """The log, refused in one line when of another machine, faulted or not finite."""
+    log = read_log(path)
+    check_log_machine(log, axes, model_name, ranges)
+    faults = [e for e in log.events if "fault" in str(e.get("kind"))]
+    if faults:
+        e = faults[0]
+        raise IdentifyInputError(f"{path}: a faulted run (cycle {e.get('cycle')}: {e.get('message')}); "
+                                 f"the forces after a fault are not the machine's, record another run")
+    if not (np.all(np.isfinite(columns(log.channels["pos"]))) and np.all(np.isfinite(columns(log.channels["tau"])))):
+        raise IdentifyInputError(f"{path}: non-finite positions or forces in the log")
+    return log
+
+
+def _stretch(pos: np.ndarray, tau: np.ndarray, ref: np.ndarray | None, t: np.ndarray, rate: float, window: int,
+             polyorder: int, k: int) -> dict:
+    """The samples of one contiguous stretch: the same filter on positions and forces,
+    derivatives of the filtered positions by central differences (the accelerations then carry
+    the forces' filter response; the Savitzky-Golay derivative filters have another one, which
+    biases the masses), every k-th sample but half a window at each end; the reference alike."""
+    half = window // 2
+    p, v, acc = _filtered(pos, rate, window, polyorder)
+    held = tau.copy()
+    held[1:] = 0.5 * (tau[1:] + tau[:-1])
+    tf = derivatives(held, rate, window, polyorder)[0]
+    sel = np.arange(half, len(t) - half, k)
+    return {"theta": p[sel], "theta_dot": v[sel], "theta_ddot": acc[sel], "tau": tf[sel],
+            "steady": steady_sign(v, window)[sel], "t": t[sel],
+            "ref": None if ref is None else tuple(x[sel] for x in _filtered(ref, rate, window, polyorder))}
 
 
 def _filtered(pos: np.ndarray, rate: float, window: int, polyorder: int):
