@@ -10,7 +10,7 @@ physically consistent standard parameters that reproduce them.
   With instruments: under control, a force disturbance (the drives' force noise, unmodelled
   forces) moves the machine, so the measured accelerations in the regressor correlate with
   the equation's error and least squares shrinks the parameters they multiply (the hexapod:
-  5 N of force noise against 1.9 m/s^2 of excitation, base parameters 3.5 standard deviations
+  5 N of force noise against 1.9 m/s^2 of excitation, base parameters 2.2 standard deviations
   off on average). The regressor of the reference the run followed (planned before it, so free
   of its noise, and close to the measured one) is an instrument: solve Z^T W (tau - Y x) = 0
   (IDIM-IV, Janot, Vandanjon and Gautier, IEEE TCST 2014, with the reference as the
