@@ -31,7 +31,7 @@ beyond the machine's limits themselves is refused.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit

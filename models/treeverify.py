@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.tree import BOXES, ORDER, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
+from pkrt.rt.core.tree import BOXES, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
 
 from .mechanism import AssemblyError, Mechanism
 from .reduction import (ExactModel, flatten_outputs, output_layout, quadratic_velocities,

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -204,14 +203,14 @@ def main() -> None:
           f"{r['local_cluster_1_stop_s']:.1f} s, 2 workers {r['local_cluster_2_start_s']:.1f} / "
           f"{r['local_cluster_2_stop_s']:.1f} s; --scheduler local (2 workers) with both: "
           f"{r['scheduler_local_2_workers_with_start_stop_s']:.1f} s")
-    print(f"peak RSS, one build each (pkrt build as a child process):")
+    print("peak RSS, one build each (pkrt build as a child process):")
     print(f"  single process             {r['single_process_cli_peak_rss_mb']:6.0f} MB "
           f"({r['single_process_cli_s']:.1f} s)")
     print(f"  client (--scheduler)       {r['cluster_client_peak_rss_mb']:6.0f} MB "
           f"({r['cluster_2_workers_cli_s']:.1f} s on 2 workers)")
     print(f"  scheduler                  {r['cluster_scheduler_peak_rss_mb']:6.0f} MB "
           f"(idle {r['cluster_idle_scheduler_rss_mb']:.0f} MB)")
-    print(f"  workers                    " + ", ".join(f"{x:.0f}" for x in r["cluster_worker_peak_rss_mb"])
+    print("  workers                    " + ", ".join(f"{x:.0f}" for x in r["cluster_worker_peak_rss_mb"])
           + " MB (idle " + ", ".join(f"{x:.0f}" for x in r["cluster_idle_worker_rss_mb"]) + " MB)")
     print(f"same bytes: all {r['builds_with_the_same_bytes']} builds")
 

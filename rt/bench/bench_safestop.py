@@ -199,6 +199,4 @@ def run_safestop_bench(repeats: int = 5) -> dict:
 
 
 if __name__ == "__main__":
-    import json
-
     print(json.dumps(run_safestop_bench(), indent=1))

@@ -46,7 +46,7 @@ def main() -> None:
     if a.json:
         print(json.dumps(r))
         return
-    print(f"Orthoglide demo, computed torque, lockstep; plant: the shipped plant tree")
+    print("Orthoglide demo, computed torque, lockstep; plant: the shipped plant tree")
     print(f"                         shipped ({r['shipped_tree']})     boxes 8^3 (before)")
     for ms in (1.0, 1.1):
         s, b = f"shipped_mass{ms:g}", f"boxes8_mass{ms:g}"

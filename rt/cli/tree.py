@@ -138,7 +138,7 @@ def run_tree_info(args) -> int:
     b, v = r["build"], r["verification"]
     lines = [f"{args.tree}: pkrt tree of model '{r['model']['name']}' "
              f"(content hash {r['model']['content_hash'][:16]}...)",
-             f"actuators: " + ", ".join(f"{n} [{lo:g}, {hi:g}] {u}" for n, u, (lo, hi)
+             "actuators: " + ", ".join(f"{n} [{lo:g}, {hi:g}] {u}" for n, u, (lo, hi)
                                         in zip(a["names"], a["units"], a["ranges"])),
              (f"kind spline: grid points per axis {'x'.join(map(str, r['grid_points']))}, "
               if r["kind"] == "spline" else
@@ -221,7 +221,7 @@ def verify_text(path: str, model: str, r: dict) -> str:
     lines += [f"max_rel_coef_error {_fmt(r.get('max_rel_coef_error'))}, max_rel_tau_error "
               f"{_fmt(r.get('max_rel_tau_error'))}, max_face_jump {_fmt(r['max_face_jump'])} over "
               f"{r['faces_checked']} faces{jump_at}",
-              f"scales: largest |output| of the tree header and of these states"
+              "scales: largest |output| of the tree header and of these states"
               + (f" (up to {above:.4f} times the header's)" if above is not None else ""),
               f"out-of-domain states {r['out_of_domain_samples']}, exact model failed "
               f"{r['exact_failed_samples']}"]

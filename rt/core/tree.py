@@ -64,7 +64,7 @@ from llvmlite import ir
 from numba import njit, typeof, types
 from numba.extending import intrinsic
 
-from pkrt.rt.core.splinepoly import empty_tables, pad_width, spline_tables
+from pkrt.rt.core.splinepoly import empty_tables, spline_tables
 
 OK, CLAMPED, OUT_OF_DOMAIN = 0, 1, 2
 BOXES, SPLINE = 0, 1

@@ -26,7 +26,7 @@ import numpy as np
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import TREE, expect
 
-from pkrt.rt.core.tree import BOXES, KIND_NAMES, ORDER, SPLINE, Tree, n_basis, n_outputs
+from pkrt.rt.core.tree import BOXES, KIND_NAMES, ORDER, Tree, n_basis, n_outputs
 
 FORMAT = "pkrt-tree"
 VERSION = 2

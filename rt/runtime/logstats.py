@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import state_columns
 from pkrt.rt.runtime.flags import FLAG_BITS
-from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
-from pkrt.rt.core.outputs import atomic_write, check_outputs
+from pkrt.rt.runtime.logfile import Log, LogFileError
+from pkrt.rt.core.outputs import atomic_write
 
 
 

@@ -35,7 +35,6 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
 from pkrt.rt.runtime.logstats import columns, loop_cycles
-from pkrt.rt.core.outputs import check_outputs
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise", "force_noise",
                   "quantization", "delay_cycles", "seed")
