@@ -193,36 +193,3 @@ def test_stage_row_refuses_a_short_row():
     row = np.zeros(4 + 7 * 3)
     stage_row(row, 1.0, z + 1, z, z, z + 0.5, z, z, True, z, 2.0, 3.0, 4, z)
     assert row[0] == 1.0 and row[-3:].tolist() == [2.0, 3.0, 4.0] and row[1] == 1.0
-
-
-def test_the_fused_call_takes_the_entry_point_with_the_dispatchers_result():
-    """``Controller.checked`` resolves the kernel's entry point for the loop's limits and row,
-    then takes it while the vectors are contiguous float64: the same outputs, row and error as
-    numba's dispatcher; strided vectors or another row go through the dispatcher."""
-    from pkrt.rt.core.cycleclock import ns_per_tick
-    from pkrt.rt.runtime.controller import Controller, checked_control
-    from pkrt.rt.runtime.safety import Supervisor
-
-    config, tree, _ = _machine()
-    c = config.controller
-    ctrl = Controller(tree, c.kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
-    sup = Supervisor(config.limits, ["q1", "q2", "q3"], ["m"] * 3)
-    pos, vel = np.array([0.01, -0.02, 0.015]), np.array([0.1, -0.05, 0.2])
-    ref = np.array([[0.011, -0.019, 0.016], [0.12, -0.04, 0.18], [1.0, -2.0, 0.5]])
-    row, err = np.zeros(4 + 7 * 3), np.zeros(3)
-    want_row, want_err = np.zeros_like(row), np.zeros_like(err)
-    want = checked_control(ctrl.arrays, ctrl.kind, pos, vel, *ref, ctrl.gains, sup.limits, ctrl.ws, 1.0,
-                           want_row, want_err)
-    want_tau = ctrl.tau.copy()
-    assert ctrl._checked is None
-    ctrl.checked(pos, vel, *ref, sup.limits, ns_per_tick(), row, err)  # resolves
-    assert ctrl._checked is not None and ctrl._checked[2] is row
-    ctrl.tau[:] = 0.0
-    got = ctrl.checked(pos, vel, *ref, sup.limits, 1.0, row, err)  # the entry point
-    assert got[:4] == want[:4] and np.array_equal(ctrl.tau, want_tau)
-    assert np.array_equal(row, want_row) and np.array_equal(err, want_err)
-    wide = np.zeros((3, 2))
-    wide[:, 0] = pos
-    ctrl.tau[:] = 0.0
-    got = ctrl.checked(wide[:, 0], vel, *ref, sup.limits, 1.0, row, err)  # strided: the dispatcher
-    assert got[:4] == want[:4] and np.array_equal(ctrl.tau, want_tau)

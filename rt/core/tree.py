@@ -648,7 +648,7 @@ _F64 = np.dtype(np.float64)
 _VEC = (8,)  # the strides of a contiguous float64 vector
 
 
-def entry_point(dispatcher, args: tuple):
+def _entry_point(dispatcher, args: tuple):
     """The compiled entry of a jitted kernel for exactly these arguments' numba types (loaded
     from the cache or compiled). Calling it skips the dispatcher's type resolution, which for
     the tree tuple costs about 1.5 us a call (measured); the caller guarantees the types."""
@@ -657,7 +657,7 @@ def entry_point(dispatcher, args: tuple):
     return dispatcher.overloads[sig].entry_point
 
 
-def float_vectors(*xs) -> bool:
+def _vectors(*xs) -> bool:
     """True when every x is a contiguous float64 numpy vector (the type the entry points were
     compiled for); anything else goes through the dispatcher, which checks and converts."""
     for x in xs:  # (anything without these attributes is not an array: the dispatcher says so)
@@ -685,9 +685,9 @@ class TreeWorkspace:
         self.work = np.zeros(work_size(s))
         self._T = tree.arrays
         v = np.zeros(s)
-        self._tau_entry = entry_point(eval_tau_w, (self._T, v, v, v, self.H, self.D, self.p_ext,
+        self._tau_entry = _entry_point(eval_tau_w, (self._T, v, v, v, self.H, self.D, self.p_ext,
                                                     self.tau, self.work))
-        self._model_entry = entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
+        self._model_entry = _entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
                                                         self.work))
         self._in = np.zeros((3, s))  # contiguous copies of other inputs
 
@@ -706,7 +706,7 @@ class TreeWorkspace:
     def tau_of(self, tree: Tree, theta, theta_dot, theta_ddot) -> int:
         """Fill H, D, p_ext and tau at a state; return the status. Allocates nothing."""
         T = tree.arrays
-        if T is self._T and float_vectors(theta, theta_dot, theta_ddot):
+        if T is self._T and _vectors(theta, theta_dot, theta_ddot):
             return self._tau_entry(T, theta, theta_dot, theta_ddot, self.H, self.D, self.p_ext,
                                    self.tau, self.work)
         if T is self._T and (v := self._copied(theta, theta_dot, theta_ddot)) is not None:
@@ -717,7 +717,7 @@ class TreeWorkspace:
     def model_of(self, tree: Tree, theta) -> int:
         """Fill H, D, p_ext at theta; return the status. Allocates nothing."""
         T = tree.arrays
-        if T is self._T and float_vectors(theta):
+        if T is self._T and _vectors(theta):
             return self._model_entry(T, theta, self.H, self.D, self.p_ext, self.work)
         if T is self._T and (v := self._copied(theta)) is not None:
             return self._model_entry(T, v[0], self.H, self.D, self.p_ext, self.work)

@@ -19,8 +19,7 @@ from numba import njit
 from pkrt.rt.runtime.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
 from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
-from pkrt.rt.core.tree import (CLAMPED, OUT_OF_DOMAIN, Tree, entry_point, eval_model_w, float_vectors, quad_velocities,
-                               work_size)
+from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 from pkrt.rt.runtime.safety import OK, check_feedback
 from pkrt.rt.runtime.staging import stage_row
 
@@ -123,7 +122,7 @@ def workspace_views(ws, s):
     return H, D, p, w, v, tau_model, tau, ws[o + 3 * s:]
 
 
-@njit(cache=True, _nrt=False)  # allocates nothing: no reference counting (see pkrt.rt.core.tree)
+@njit(cache=True)
 def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, ns_per_tick, row, err):
     """The safety checks of the feedback (``check_feedback``, ``limits`` the supervisor's),
     then, if they pass, ``control``, then the cycle's log row and error staged (``stage_row``:
@@ -170,7 +169,6 @@ class Controller:
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
         self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)  # (7, s)
-        self._checked = None  # (entry point, limits, row) of checked_control (``checked``)
 
     @property
     def named_gains(self) -> Gains:
@@ -189,24 +187,6 @@ class Controller:
         the flags (the second half of ``update``)."""
         return control_law(self.kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, self.H,
                            self.D, self.p, self.w, self.v, self.tau_model, self.tau)[0]
-
-    def checked(self, theta, theta_dot, ref_pos, ref_vel, ref_acc, limits, ns_per_tick: float, row, err) -> tuple:
-        """``checked_control`` on this controller's tree, gains and workspace (the tree in the
-        loop). Called from Python, numba's dispatcher types the tree tuple on every call (about
-        half of the call: 14 against 7 us beside a loaded CI, side by side); so once resolved for
-        these ``limits`` and ``row`` (the loop's, the same objects every cycle) it goes through
-        the kernel's compiled entry point while the vectors are contiguous float64 (their type
-        then is the resolved one), else through the dispatcher."""
-        args = (self.arrays, self.kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, limits, self.ws,
-                ns_per_tick, row, err)
-        e = self._checked
-        vectors = float_vectors(theta, theta_dot, ref_pos, ref_vel, ref_acc, err)
-        if e is not None and e[1] is limits and e[2] is row and vectors:
-            return e[0](*args)
-        out = checked_control(*args)
-        if vectors and float_vectors(row) and limits.dtype == np.float64 and limits.flags.c_contiguous:
-            self._checked = (entry_point(checked_control, args), limits, row)
-        return out
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""

@@ -27,7 +27,7 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.core.cycleclock import ns_per_tick
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller
+from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.staging import stage_row
 
@@ -141,7 +141,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
 
     With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.staging``) safety,
     tree, law and the staging of ``row`` and ``err`` (ref - pos) are one kernel call
-    (``Controller.checked``) split by the time-stamp counter: safety also holds the call's entry
+    (``checked_control``) split by the time-stamp counter: safety also holds the call's entry
     and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
     the path before the per-part budget (``Supervisor.check``, then ``Controller.update``,
     model and law counted together as ``tree``); the exact model: three calls."""
@@ -152,8 +152,9 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
         fb = drives.read(t)
         ts[1] = t1 = clock()
         if split and ctrl.model is None and row is not None:
-            code, axis, f, status, tree_ns, law_ns, stage_ns = ctrl.checked(
-                fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, sup.limits, ns_per_tick(), row, err)
+            code, axis, f, status, tree_ns, law_ns, stage_ns = checked_control(
+                ctrl.arrays, ctrl.kind, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, ctrl.gains, sup.limits,
+                ctrl.ws, ns_per_tick(), row, err)
             staged = True
             reason = sup.verdict(code, axis, fb, ref_pos)
             ts[4] = t4 = clock()
@@ -179,16 +180,15 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     return reason, flags, staged
 
 
-def warm_up(ctrl: Controller, sup: Supervisor, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray,
-            row: np.ndarray | None = None) -> None:
+def warm_up(ctrl: Controller, sup: Supervisor, pos: np.ndarray, vel: np.ndarray, acc: np.ndarray) -> None:
     """Before the first deadline: the counter's period measured (20 ms) and the kernels of
     ``timed_step`` and the staging compiled or loaded from the cache (a first call in the loop
-    cost 0.1 s: a run with ``skip`` pacing then skipped as many periods); ``row``: the loop's
-    log row, for which ``Controller.checked`` resolves its entry point here."""
+    cost 0.1 s: a run with ``skip`` pacing then skipped as many periods)."""
     s = pos.shape[0]
-    row, err = (np.zeros(4 + 7 * s) if row is None else row), np.zeros(s)
+    row, err = np.zeros(4 + 7 * s), np.zeros(s)
     if ctrl.model is None:
-        ctrl.checked(pos, vel, pos, vel, acc, sup.limits, ns_per_tick(), row, err)
+        checked_control(ctrl.arrays, ctrl.kind, pos, vel, pos, vel, acc, ctrl.gains, sup.limits, ctrl.ws,
+                        ns_per_tick(), row, err)
     stage_row(row, 0.0, pos, vel, acc, pos, vel, ctrl.tau, True, ctrl.tau_model, 0.0, 0.0, 0, err)
     parts = CycleParts()
     parts.ts[0] = time.perf_counter_ns()

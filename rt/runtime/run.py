@@ -391,7 +391,7 @@ class Session:
             p0, v0, a0 = ref.pos[0].copy(), ref.vel[0].copy(), ref.acc[0].copy()
             # warm up the kernels (compile or load from cache) before the first deadline
             self.ctrl.update(p0, v0, p0, v0, a0)
-            warm_up(self.ctrl, self.sup, p0, v0, a0, self.row)  # the cycle's parts' kernels
+            warm_up(self.ctrl, self.sup, p0, v0, a0)  # the cycle's parts' kernels
             self.sup.check(_Probe(p0, v0), p0)
             self.sup.stale = 0
             if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does
