@@ -100,7 +100,7 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
         raise NotExcited(f"parameter not excited by these logs: {'; '.join(names[:3])} "
                          f"({int(weak.sum() + np.sum(norms == 0))} direction(s)); "
                          f"record an exciting trajectory (pkrt identify plan)")
-    x0 = _solve(A, b, Z)[0]
+    x0 = _solve(A, b, Z, covariance=False)[0]
     res = b - A @ x0
     dof = max(len(b) - r, 1)
     sigma = np.array([math.sqrt(np.sum(res[axis == i] ** 2) / max(np.sum(axis == i) * dof / len(b), 1.0))
@@ -120,15 +120,17 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
                "least squares" if Z is None else "instrumental variables (the reference's regressor)")
 
 
-def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None):
-    """x minimising |b - A x| (Z None), or solving Z^T (b - A x) = 0 (instruments Z); and the
-    covariance of x per unit residual variance, (A^T A)^-1 or (Z^T A)^-1 Z^T Z (A^T Z)^-1;
-    columns scaled to unit norm (returned: the scale)."""
+def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool = True):
+    """x minimising |b - A x| (Z None), or solving Z^T (b - A x) = 0 (instruments Z); and (with
+    ``covariance``, else None) the covariance of x per unit residual variance, (A^T A)^-1 or
+    (Z^T A)^-1 Z^T Z (A^T Z)^-1; columns scaled to unit norm (returned: the scale)."""
     sc = np.linalg.norm(A, axis=0)
     sc = np.where(sc > 0, sc, 1.0)
     As = A / sc
     if Z is None:
         x = np.linalg.lstsq(As, b, rcond=None)[0]
+        if not covariance:
+            return x / sc, None, sc
         Ainv = np.linalg.pinv(As)
         return x / sc, (Ainv @ Ainv.T) / np.outer(sc, sc), sc
     Zs = Z / sc
@@ -138,7 +140,7 @@ def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None):
                          "measured one are not related); identify by least squares (--estimator ls)")
     Mi = np.linalg.inv(M)
     x = Mi @ (Zs.T @ b)
-    return x / sc, (Mi @ (Zs.T @ Zs) @ Mi.T) / np.outer(sc, sc), sc
+    return x / sc, (Mi @ (Zs.T @ Zs) @ Mi.T) / np.outer(sc, sc) if covariance else None, sc
 
 
 def correlation_factor(rw: np.ndarray, keep: np.ndarray, max_lag: int = 8) -> float:

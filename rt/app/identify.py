@@ -42,6 +42,8 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     from pkrt.rt.core.errors import UserError
     from pkrt.rt.runtime.identifylog import WINDOW_S, IdentifyInputError, load_samples
 
+    if estimator not in ESTIMATORS:
+        raise UserError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
     t0 = time.perf_counter()
     c0 = time.process_time()
     mech = load_mechanism(config.model_path)
@@ -60,8 +62,6 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
     vpeak = np.abs(samples.theta_dot).max(axis=0)
     v_min = v_min if v_min is not None else np.maximum(0.02 * vpeak, 5 * V_EPS)
     use = samples.steady & (np.abs(samples.theta_dot) >= v_min)
-    if estimator not in ESTIMATORS:
-        raise UserError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
     if estimator == "iv" and samples.ref is None:
         raise IdentifyInputError("--estimator iv: a log has no reference (ref_pos) to build the instruments from; "
                                  "use --estimator ls")

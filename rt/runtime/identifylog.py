@@ -112,14 +112,13 @@ def load_samples(paths: list[str], axes: list[str], model_name: str, ranges: np.
     rate0 = None
     filt = {}
     for li, path in enumerate(paths):
-        log = _checked_log(path, axes, model_name, ranges)
+        log, pos, tau = _checked_log(path, axes, model_name, ranges)
         rate = log_rate(log)
         if rate0 is not None and abs(rate - rate0) > 1e-9 * rate0:
             raise IdentifyInputError(f"{path}: logged at {rate:g} Hz, the first log at {rate0:g} Hz (give logs of one rate)")
         rate0 = rate
         filt = _filter_settings(rate, window_s, polyorder, decimate)
         window, k = filt["window"], filt["decimate"]
-        pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
         ref = columns(log.channels["ref_pos"]) if "ref_pos" in log.channels else None
         ref = ref if ref is not None and ref.shape == pos.shape and np.all(np.isfinite(ref)) else None
         t = log.channels["t"]
@@ -157,8 +156,9 @@ def _filter_settings(rate: float, window_s: float, polyorder: int, decimate: int
             "decimate": k, "decimated_rate_hz": rate / k}
 
 
-def _checked_log(path: str, axes: list[str], model_name: str, ranges: np.ndarray) -> Log:
-    """The log, refused in one line when of another machine, faulted or not finite."""
+def _checked_log(path: str, axes: list[str], model_name: str, ranges: np.ndarray):
+    """The log and its positions and forces (n, s), refused in one line when of another
+    machine, faulted or not finite."""
     log = read_log(path)
     check_log_machine(log, axes, model_name, ranges)
     faults = [e for e in log.events if "fault" in str(e.get("kind"))]
@@ -166,9 +166,10 @@ def _checked_log(path: str, axes: list[str], model_name: str, ranges: np.ndarray
         e = faults[0]
         raise IdentifyInputError(f"{path}: a faulted run (cycle {e.get('cycle')}: {e.get('message')}); "
                                  f"the forces after a fault are not the machine's, record another run")
-    if not (np.all(np.isfinite(columns(log.channels["pos"]))) and np.all(np.isfinite(columns(log.channels["tau"])))):
+    pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
+    if not (np.all(np.isfinite(pos)) and np.all(np.isfinite(tau))):
         raise IdentifyInputError(f"{path}: non-finite positions or forces in the log")
-    return log
+    return log, pos, tau
 
 
 def _stretch(pos: np.ndarray, tau: np.ndarray, ref: np.ndarray | None, t: np.ndarray, rate: float, window: int,
