@@ -99,6 +99,7 @@ def test_a_reference_the_machine_did_not_follow(tmp_path, ortho, capsys):
     code, text, err = _run(argv + ["--estimator", "ls", "--json"], capsys)
     assert code == 0, err
     assert json.loads(text)["estimator"] == "least squares"
+    assert "invalid choice: 'foo'" in _error(argv + ["--estimator", "foo"], capsys)
 
 
 def test_log_of_another_machine(tmp_path, capsys):
