@@ -186,11 +186,21 @@ def emulator_trips(em) -> list[tuple[float, str]]:
     """The CiA 402 emulator's (hil/cia402_emulator.py) own watchdogs that tripped -- SYNC loss
     and heartbeat consumer events -- as (time.monotonic() of the trip, what): a drive that
     leaves Operation enabled by them saw its master silent, the symptom of a host pause."""
-    out = [(e["at"], f"node {e['node']}: no SYNC for {e['silent_s'] * 1e3:.1f} ms (SYNC watchdog)")
-           for e in em.sync_events]
-    out += [(e["at"], f"node {e['node']}: no heartbeat of node {e['producer']} for {e['silent_s'] * 1e3:.1f} ms")
-            for e in em.heartbeat_events]
-    return sorted(out)
+    return [a[:2] for a in drive_trips({"sync_events": em.sync_events, "heartbeat_events": em.heartbeat_events})]
+
+
+def drive_trips(report: dict) -> list[tuple]:
+    """The emulated drives' own watchdogs that tripped, from an emulator's report (CiA 402: SYNC
+    loss and heartbeat consumer events; Dynamixel: Bus Watchdog trips), as anomalies that know
+    their span: (time.monotonic() of the trip, what, its silence + ``BEFORE``, ``AFTER``,
+    ``MIN_MS``): a trip is explained by a host pause within the master's silence before it."""
+    out = [(e["at"], f"node {e['node']}: no SYNC for {e['silent_s'] * 1e3:.1f} ms (SYNC watchdog)", e["silent_s"])
+           for e in report.get("sync_events") or []]
+    out += [(e["at"], f"node {e['node']}: no heartbeat of node {e['producer']} for {e['silent_s'] * 1e3:.1f} ms",
+             e["silent_s"]) for e in report.get("heartbeat_events") or []]
+    out += [(e["at"], f"servo {e['id']}: Bus Watchdog after {e['silent_s'] * 1e3:.1f} ms without an instruction",
+             e["silent_s"]) for e in report.get("watchdog_trips") or []]
+    return sorted((t, what, silent + BEFORE, AFTER, MIN_MS) for t, what, silent in out)
 
 
 def unmatched(events: list[tuple[float, str]], causes: list[float], window: float) -> list[tuple[float, str]]:

@@ -31,7 +31,7 @@ from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.bench.bench_safestop import RunEndedEarly, kill_run, machine_copy
 from tests.test_dynamixel import TcpThreadEmulator
 
-from .realtime import RUN_PRIORITY, drive_anomalies, judge
+from .realtime import RUN_PRIORITY, drive_anomalies, drive_trips, judge
 from .waiting import wait_for
 
 pytestmark = pytest.mark.realtime  # wall-clock threads and processes (tests/realtime.py)
@@ -464,13 +464,16 @@ def since_last_sign_of_life(r: dict) -> float | None:
 
 def judged_kill_run(tmp_path, probe, bus: str, watchdog_s: float | None = None, **kw) -> dict:
     """kill_run judged by the host-pause ``probe``: a run that ended before the kill (a fault:
-    none is expected) at the time of its fault; drives that stopped later than ``watchdog_s``
-    (+ slack) after the master's last sign of life at the time they stopped."""
+    none is expected) at the time of its fault, or, when the drives' own watchdogs had stopped
+    them before (the run's fault then follows, e.g. a following error of an axis without torque),
+    at each trip over the master's silence before it (``drive_trips``); drives that stopped later
+    than ``watchdog_s`` (+ slack) after the master's last sign of life at the time they stopped."""
     def run():
         try:
             r = kill_run(bus, tmp_path, **kw)
         except RunEndedEarly as e:
-            return None, [(e.summary.get("fault_time") or time.monotonic(), str(e)[:300])]
+            trips = [(a[0], f"{a[1]}, then {str(e)[:200]}", *a[2:]) for a in drive_trips(e.emulator)]
+            return None, trips or [(e.summary.get("fault_time") or time.monotonic(), str(e)[:300])]
         since = since_last_sign_of_life(r)
         if watchdog_s is None or since is None or since <= watchdog_s + SLACK_S:
             return r, []

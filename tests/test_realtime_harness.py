@@ -51,3 +51,18 @@ def test_the_pause_helper_stops_this_process_from_above_its_real_time_threads():
     if root:
         assert len(hp.spans) == 2, hp.spans
         assert all(t2 - t1 >= 2e-3 for t0, t1, t2, t3 in hp.spans), hp.spans
+
+
+def test_a_drives_own_watchdog_trip_is_judged_over_the_silence_before_it():
+    """``drive_trips``: each emulator's watchdog trip, from its report, with the master's silence
+    before it as its span (a pause anywhere in that silence explains it)."""
+    from .realtime import AFTER, BEFORE, MIN_MS, drive_trips
+
+    report = {"watchdog_trips": [{"id": 2, "at": 20.0, "silent_s": 0.065, "cycle": 38}],
+              "sync_events": [{"node": 1, "at": 10.0, "silent_s": 0.0035, "timeout_s": 0.0035}],
+              "heartbeat_events": []}
+    trips = drive_trips(report)
+    assert [t[0] for t in trips] == [10.0, 20.0]
+    assert trips[1][1] == "servo 2: Bus Watchdog after 65.0 ms without an instruction"
+    assert trips[1][2:] == (0.065 + BEFORE, AFTER, MIN_MS)
+    assert drive_trips({}) == []

@@ -100,11 +100,12 @@ class _Sniffer:
 
 class RunEndedEarly(RuntimeError):
     """``pkrt run`` ended by itself before the kill; ``summary``: its ``--json`` summary (its
-    ``fault`` and ``fault_time`` on time.monotonic()), empty when it printed none."""
+    ``fault`` and ``fault_time`` on time.monotonic()), empty when it printed none;
+    ``emulator``: the emulated drives' report then."""
 
-    def __init__(self, message: str, summary: dict):
+    def __init__(self, message: str, summary: dict, emulator: dict):
         super().__init__(message)
-        self.summary = summary
+        self.summary, self.emulator = summary, emulator
 
 
 def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cycles: int = 40,
@@ -154,8 +155,9 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
                     summary = json.loads(run.stdout.read() or "{}")
                 except ValueError:
                     summary = {}
+                report = emu.report()
                 raise RunEndedEarly(f"pkrt run ended (exit {run.returncode}) before the kill: {run.stderr.read()}; "
-                                    f"emulator: {emu.report()}", summary)
+                                    f"emulator: {report}", summary, report)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"pkrt run did not get going: {before}")
             time.sleep(0.02)
