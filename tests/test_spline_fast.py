@@ -159,7 +159,7 @@ def test_workspace_python_path_equals_dispatcher_for_any_input():
     td, tdd = np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, -3.0])
     eval_tau_w(tree.arrays, th, td, tdd, H, D, p, tau, np.zeros(ws.work.shape))
     wide = np.zeros((3, 2))
-    wide[:, 0] = th  # a strided view: copied into contiguous vectors, same values
+    wide[:, 0] = th  # a strided view: read in place by the any-layout entry, same values
     compiled = (len(eval_tau_w.signatures), len(eval_model_w.signatures))
     for args in ((th, td, tdd), (wide[:, 0], td, tdd), (th, td[::-1][::-1].copy(), tdd),
                  (list(th), td.tolist(), tdd)):
@@ -170,3 +170,21 @@ def test_workspace_python_path_equals_dispatcher_for_any_input():
     assert (len(eval_tau_w.signatures), len(eval_model_w.signatures)) == compiled
     other = load_tree(MACHINES / "orthoglide.pkt")  # another tree object: the dispatcher path
     assert ws.tau_of(other, th, td, tdd) == OK and np.array_equal(ws.tau, tau)
+
+
+def test_workspace_refuses_a_state_that_is_not_s_numbers():
+    tree = load_tree(MACHINES / "orthoglide.pkt")
+    ws = TreeWorkspace(tree)
+    th, td = (tree.lo + tree.hi) / 2, np.zeros(3)
+    other = load_tree(MACHINES / "orthoglide.pkt")
+    bad = (np.zeros(2), np.zeros(4), np.zeros((3, 1)), np.zeros((1, 3)), "abc", 1.0, [1, 2],
+           np.array(["a", "b", "c"]), np.zeros(3, complex))
+    for x in bad:
+        for call in (lambda: ws.tau_of(tree, th, x, td), lambda: ws.tau_of(tree, x, td, td),
+                     lambda: ws.model_of(tree, x)):
+            with pytest.raises(ValueError, match="a state vector must be 3 real numbers"):
+                call()
+    for x in bad[:2]:  # another tree object: the dispatcher's path, the kernel's shape check
+        with pytest.raises(ValueError, match="a state vector must be 3 real numbers"):
+            ws.tau_of(other, th, td, x)
+    assert ws.tau_of(tree, th, td, td) == OK  # the workspace still works
