@@ -159,7 +159,7 @@ def test_workspace_python_path_equals_dispatcher_for_any_input():
     td, tdd = np.array([0.1, -0.2, 0.3]), np.array([1.0, 2.0, -3.0])
     eval_tau_w(tree.arrays, th, td, tdd, H, D, p, tau, np.zeros(ws.work.shape))
     wide = np.zeros((3, 2))
-    wide[:, 0] = th  # a strided view: read in place by the any-layout entry, same values
+    wide[:, 0] = th  # a strided view: copied into contiguous vectors, same values
     compiled = (len(eval_tau_w.signatures), len(eval_model_w.signatures))
     for args in ((th, td, tdd), (wide[:, 0], td, tdd), (th, td[::-1][::-1].copy(), tdd),
                  (list(th), td.tolist(), tdd)):

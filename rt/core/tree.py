@@ -657,17 +657,14 @@ def spline_face_jumps(T, scale, per_face):
 
 
 _F64 = np.dtype(np.float64)
-_ANY_VEC = types.Array(types.float64, 1, "A")
+_VEC = (8,)  # the strides of a contiguous float64 vector
 
 
-def _entry_point(dispatcher, args: tuple, n_states: int):
-    """The compiled entry of a jitted kernel for these arguments' numba types, the
-    ``n_states`` vectors after the tree typed 1-d float64 of any layout (loaded from the cache
-    or compiled). Calling it skips the dispatcher's type resolution, which for the tree tuple
-    costs about 1.5 us a call (measured); the caller guarantees the states are 1-d float64
-    arrays (numba's unboxing checks the rest: an array, of 8-byte items) and passes the other
-    arguments as given here."""
-    sig = tuple(_ANY_VEC if 1 <= i <= n_states else typeof(a) for i, a in enumerate(args))
+def _entry_point(dispatcher, args: tuple):
+    """The compiled entry of a jitted kernel for exactly these arguments' numba types (loaded
+    from the cache or compiled). Calling it skips the dispatcher's type resolution, which for
+    the tree tuple costs about 1.5 us a call (measured); the caller guarantees the types."""
+    sig = tuple(typeof(a) for a in args)
     dispatcher.compile(sig)
     return dispatcher.overloads[sig].entry_point
 
@@ -683,11 +680,12 @@ class TreeWorkspace:
     """Preallocated outputs for one tree (the per-cycle data of the Model/Data split).
 
     ``tau_of`` and ``model_of`` from Python call the kernels' compiled entry points directly
-    when the tree is the workspace's own and the state vectors are 1-d float64 arrays of any
-    layout (1.2 us a call on this machine type instead of 2.9 us through numba's dispatcher);
-    other vectors of the right length (other dtypes, lists) are first copied into preallocated
+    when the tree is the workspace's own and the state vectors are contiguous float64 (1.2 us
+    a call on this machine type instead of 2.9 us through numba's dispatcher); other vectors of
+    the right length (strided views, other dtypes, lists) are first copied into preallocated
     contiguous ones (numba would compile a new specialisation, about a minute, for each new
-    type); anything else raises ValueError. Another tree object takes the dispatcher's path."""
+    layout); anything else raises ValueError. Another tree object takes the dispatcher's
+    path."""
 
     def __init__(self, tree: Tree):
         s = tree.s
@@ -699,9 +697,9 @@ class TreeWorkspace:
         self._T = tree.arrays
         v = np.zeros(s)
         self._tau_entry = _entry_point(eval_tau_w, (self._T, v, v, v, self.H, self.D, self.p_ext,
-                                                    self.tau, self.work), 3)
+                                                    self.tau, self.work))
         self._model_entry = _entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
-                                                        self.work), 1)
+                                                        self.work))
         self._in = np.zeros((3, s))  # contiguous copies of other inputs
 
     def _copied(self, s: int, *xs) -> tuple:
@@ -723,9 +721,11 @@ class TreeWorkspace:
         if T is not self._T:  # another tree: numba's dispatcher checks and converts
             return _checked(eval_tau_w(T, theta, theta_dot, theta_ddot, self.H, self.D,
                                        self.p_ext, self.tau, self.work), tree.s)
-        try:  # inline attribute checks: a helper function's call and loop cost 0.7 us here
+        try:  # inline checks (a helper function with a loop cost 0.7 us here): a contiguous
+            # float64 vector; numba's unboxing refuses what is not an array
             fast = (theta.dtype is _F64 and theta_dot.dtype is _F64 and theta_ddot.dtype is _F64
-                    and theta.ndim == 1 and theta_dot.ndim == 1 and theta_ddot.ndim == 1)
+                    and theta.strides == _VEC and theta_dot.strides == _VEC
+                    and theta_ddot.strides == _VEC)
         except AttributeError:  # not an array (the entry point would refuse it too)
             fast = False
         if not fast:
@@ -741,7 +741,7 @@ class TreeWorkspace:
         if T is not self._T:
             return _checked(eval_model_w(T, theta, self.H, self.D, self.p_ext, self.work), tree.s)
         try:
-            fast = theta.dtype is _F64 and theta.ndim == 1
+            fast = theta.dtype is _F64 and theta.strides == _VEC
         except AttributeError:
             fast = False
         if not fast:
