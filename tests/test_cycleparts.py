@@ -193,3 +193,45 @@ def test_stage_row_refuses_a_short_row():
     row = np.zeros(4 + 7 * 3)
     stage_row(row, 1.0, z + 1, z, z, z + 0.5, z, z, True, z, 2.0, 3.0, 4, z)
     assert row[0] == 1.0 and row[-3:].tolist() == [2.0, 3.0, 4.0] and row[1] == 1.0
+
+
+def test_fused_call_bound_to_the_loops_arrays():
+    """``Controller.checked`` goes through the entry point ``bind`` resolved only for the bound
+    arrays and rows of the bound rings, with the dispatcher's results; anything else (a copy of
+    a row, a foreign vector, rings that do not own their memory) takes the dispatcher."""
+    from pkrt.rt.runtime.controller import Controller, checked_control
+    from pkrt.rt.runtime.safety import Supervisor
+
+    config, tree, demo = _machine()
+    ctrl = Controller(tree, "ct", 400.0, 40.0, 500.0)
+    sup = Supervisor(config.limits, ["q1", "q2", "q3"], ["m"] * 3)
+    s = tree.s
+    pos, vel = demo.pos[100].copy(), np.array([0.01, -0.02, 0.03])
+    rings = tuple(a[:8].copy() for a in (demo.pos, demo.vel, demo.acc))
+    err_ring, row = np.zeros((8, s)), np.zeros(4 + 7 * s)
+
+    def call(rp, rv, ra, e):
+        return ctrl.checked(pos, vel, rp, rv, ra, sup.limits, 1.0, row, e)
+
+    ctrl.bind(pos, vel, sup.limits, row, rings, err_ring)
+    assert ctrl._bound is not None
+    bound_path = ctrl._bound[0]
+    rows = tuple(r[3] for r in rings)
+    want = checked_control(ctrl.arrays, ctrl.kind, pos, vel, *(r.copy() for r in rows), ctrl.gains, sup.limits,
+                           ctrl.ws, 1.0, np.zeros_like(row), np.zeros(s))
+    tau_want = ctrl.tau.copy()
+    got = call(*rows, err_ring[3])
+    assert got[:4] == want[:4] and np.array_equal(ctrl.tau, tau_want)
+    assert np.array_equal(err_ring[3], rows[0] - pos)
+    got = call(*(r.copy() for r in rows), np.zeros(s))  # not rows of the rings: the dispatcher
+    assert got[:4] == want[:4] and np.array_equal(ctrl.tau, tau_want)
+    assert ctrl._bound[0] is bound_path  # the binding stays for the loop's next cycle
+    used = []  # which calls take the entry point: a recorder in its place
+    ctrl._bound = ((lambda *a: used.append(a[4]) or bound_path(*a)), *ctrl._bound[1:])
+    call(*rows, err_ring[3])
+    call(*(r.copy() for r in rows), err_ring[3])
+    call(*rows, np.zeros(s))
+    assert len(used) == 1 and used[0] is rows[0]
+    ctrl.bind(pos, vel, sup.limits, row, tuple(r[::1, :] for r in rings), err_ring)  # views: not bound
+    assert ctrl._bound is None
+    assert call(*rows, err_ring[3])[:4] == want[:4]

@@ -660,7 +660,7 @@ _F64 = np.dtype(np.float64)
 _VEC = (8,)  # the strides of a contiguous float64 vector
 
 
-def _entry_point(dispatcher, args: tuple):
+def entry_point(dispatcher, args: tuple):
     """The compiled entry of a jitted kernel for exactly these arguments' numba types (loaded
     from the cache or compiled). Calling it skips the dispatcher's type resolution, which for
     the tree tuple costs about 1.5 us a call (measured); the caller guarantees the types."""
@@ -696,9 +696,9 @@ class TreeWorkspace:
         self.work = np.zeros(work_size(s))
         self._T = tree.arrays
         v = np.zeros(s)
-        self._tau_entry = _entry_point(eval_tau_w, (self._T, v, v, v, self.H, self.D, self.p_ext,
+        self._tau_entry = entry_point(eval_tau_w, (self._T, v, v, v, self.H, self.D, self.p_ext,
                                                     self.tau, self.work))
-        self._model_entry = _entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
+        self._model_entry = entry_point(eval_model_w, (self._T, v, self.H, self.D, self.p_ext,
                                                         self.work))
         self._in = np.zeros((3, s))  # contiguous copies of other inputs
 

@@ -141,7 +141,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
 
     With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.staging``) safety,
     tree, law and the staging of ``row`` and ``err`` (ref - pos) are one kernel call
-    (``checked_control``) split by the time-stamp counter: safety also holds the call's entry
+    (``Controller.checked``: ``checked_control``) split by the time-stamp counter: safety also holds the call's entry
     and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
     the path before the per-part budget (``Supervisor.check``, then ``Controller.update``,
     model and law counted together as ``tree``); the exact model: three calls."""
@@ -152,9 +152,8 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
         fb = drives.read(t)
         ts[1] = t1 = clock()
         if split and ctrl.model is None and row is not None:
-            code, axis, f, status, tree_ns, law_ns, stage_ns = checked_control(
-                ctrl.arrays, ctrl.kind, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, ctrl.gains, sup.limits,
-                ctrl.ws, ns_per_tick(), row, err)
+            code, axis, f, status, tree_ns, law_ns, stage_ns = ctrl.checked(
+                fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, sup.limits, ns_per_tick(), row, err)
             staged = True
             reason = sup.verdict(code, axis, fb, ref_pos)
             ts[4] = t4 = clock()
