@@ -18,7 +18,7 @@ import pytest
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.app.serve import Served
-from pkrt.rt.core.hostprobe import RECORD_US
+from pkrt.rt.core.hostprobe import PERIOD, RECORD_US
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.machine import ServeSettings
 from tests.realtime import judge, realtime_threads
@@ -54,16 +54,22 @@ def planning_ended(c, job: int):
 
 
 def long_cycles(m, first: int, last: int) -> list[tuple]:
-    """The loop's cycles ``first``..``last`` (excluded) whose own CPU time exceeded the period,
-    as anomalies at the cycle's end on time.monotonic() (the host-pause probe's clock), each
-    explained only by a pause the probe recorded (>= ``RECORD_US``) within the cycle itself.
-    A host pause of about a period while the loop thread runs counts as its CPU time, and the
-    probe, waking once a period, sees a pause of length P as a lateness between P - period and
-    P: a cycle of 1.15 ms of CPU time (a loaded CI) needs no pause the probe records at 1 ms."""
+    """The loop's cycles ``first``..``last`` (excluded) whose own CPU time exceeded the period
+    by more than the probe's blind spot, as anomalies at the cycle's end on time.monotonic()
+    (the host-pause probe's clock), each explained only by a pause the probe recorded
+    (>= ``RECORD_US``) within the cycle itself. A host pause while the loop thread runs counts
+    as its CPU time, and the probe, waking on a ``PERIOD`` grid, sees a pause of length P as a
+    lateness between P - PERIOD and P: a pause of up to PERIOD - RECORD_US (0.8 ms) can leave
+    no record at all. So a cycle is judged when its CPU time exceeds the period by more than
+    that (a quiet CI's cycle 10 of 1.05 ms CPU, 2.99 ms wall, had no probe record within 2 s;
+    the loop's cycles here take 0.07-0.09 ms CPU p50, 0.16-0.26 ms p99, 0.65 ms at most in 3
+    runs); the defect this guards against, planning or a plan's handover in the loop thread,
+    took several ms a cycle."""
     rec = RECORD_US * 1e-3
+    blind = PERIOD - RECORD_US * 1e-6
     return [(t, f"cycle {k} took {cpu * 1e3:.2f} ms of the loop thread's CPU time ({wall * 1e3:.2f} ms wall)",
              wall + m.period, m.period, rec)
-            for t, wall, cpu, k in list(m.long_at) if first <= k < last and cpu > m.period]
+            for t, wall, cpu, k in list(m.long_at) if first <= k < last and cpu > m.period + blind]
 
 
 @pytest.mark.realtime
@@ -93,8 +99,8 @@ def test_run_demo_is_accepted_at_once_planned_aside_and_runs_to_its_end(c, srv, 
         assert np.allclose(end["reference"], held, atol=1e-9)  # the demo returns home
         return before["cycle"] + 1, st["plan_result"]["cycle"]
 
-    # no cycle of the loop took more CPU time than its period while the worker planned, up to the
-    # cycle that took the plan over. The loop thread's CPU time excludes other threads and
+    # no cycle of the loop took more CPU time than its period (and the probe's blind spot) while
+    # the worker planned, up to the cycle that took the plan over. The loop thread's CPU time excludes other threads and
     # processes but not the hypervisor: a host pause while the loop thread runs counts as its
     # CPU time (measured on this machine type), so a long cycle is judged by the host-pause probe.
     judge(attempt, host_probe, find=lambda span: long_cycles(m, *span))
