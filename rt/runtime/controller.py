@@ -194,8 +194,8 @@ class Controller:
         drives' feedback vectors, the supervisor's ``limits``, the log ``row``, the reference's
         (pos, vel, acc) rings and the error ring, whose rows ``checked`` is given each cycle.
         From Python, numba's dispatcher types every argument on every call, the tree tuple's 19
-        among them: in lockstep the safety part (the call's entry and exit) took 4.3-6.2 us a
-        cycle through it and 2.9-4.1 us through the entry point (mean, 3 alternated pairs). The
+        among them: in lockstep the safety part (the call's entry and exit) took 5.2-6.6 us a
+        cycle through it and 3.9-5.3 us through the entry point (mean, 3 alternated pairs). The
         rings must own their (float64, C-order) memory: a row is recognised by its ``base``."""
         for a in (*ref_rings, err_ring):
             if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.ndim == 2
