@@ -169,7 +169,9 @@ class Controller:
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
         self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)  # (7, s)
-        self._bound: tuple | None = None  # checked_control's entry point and the loop's arrays (``bind``)
+        # ``bind``: (entry point, theta, theta_dot, limits, row, ref pos ring, ref vel ring, ref acc ring,
+        # error ring); a plain tuple read by position in ``checked``, once a cycle
+        self._bound: tuple | None = None
 
     @property
     def named_gains(self) -> Gains:
