@@ -6,7 +6,7 @@ evaluation, jitted loop along the demo and at random states, one Python call, be
 boxes, against the exact reduction; the shipped tree's build time), ``tracking`` (the demo under
 computed torque with the shipped controller tree beside the 8^3 boxes, same plant, nominal and
 10 % heavier), ``loop`` (the cycle as it is beside the cycle before, ``old_cycle``: lockstep
-speed by wall clock and CPU time, a real-time 1 kHz run each with a log split per part -- read,
+speed by wall clock and CPU time, also with every cycle through Python, ``compiled=False``, a real-time 1 kHz run each with a log split per part -- read,
 safety, tree, law, write, bookkeeping, stage, and the plant's step outside the compute --
 overruns, wake latency beside a bare sleep-then-spin loop), ``formats`` (MCAP, ROS 2 bag and CSV export speed and size; loop timing with
 the Foxglove live view and one client against without), ``can`` and ``serial`` (driver path per

@@ -18,7 +18,8 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int
     stepped after write, outside the compute) beside the cycle before (``old``: the plant
     stepped inside read, model and law in one call, numpy staging; ``run_session(old_cycle=True)``)
     in the same process: the lockstep speed (``repeats`` runs each, alternated; wall clock and
-    the loop thread's CPU time), and one real-time run each (held at the demo's end up to
+    the loop thread's CPU time; also the cycle as it is with every cycle through Python,
+    ``compiled=False``, as lockstep ran before ``pkrt.rt.runtime.lockstep``), and one real-time run each (held at the demo's end up to
     ``duration``) split per part (p50/p99 us), overruns; a bare sleep-then-spin loop for the
     same number of cycles beside them."""
     import dataclasses
@@ -35,21 +36,26 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)
     demo = plan_reference(config)
-    lock: dict = {"new": [], "old": []}
+    # lockstep variants: the cycle as it is (its plain cycles in one compiled loop), the same cycle
+    # every one through Python (``compiled=False``: the lockstep before the compiled loop), and the
+    # cycle before the per-part budget
+    variants = {"new": {}, "python": {"compiled": False}, "old": {"old_cycle": True}}
+    lock: dict = {name: [] for name in variants}
     out: dict = {"rate_hz": rate_hz, "duration_s": duration}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats):
-            for name in ("new", "old"):
+            for name, kw in variants.items():
                 r = run_session(config, open_drives(config), trajectory=demo, lockstep=True, tree=tree,
-                                log_path=str(Path(tmp) / f"lock-{name}-{i}.pktlog"), old_cycle=name == "old")
+                                log_path=str(Path(tmp) / f"lock-{name}-{i}.pktlog"), **kw)
                 lock[name].append((r["realtime_factor"], r["realtime_factor_cpu"], r["rms_error"]))
-        for name in ("new", "old"):
+        for name in variants:
             f = np.array([x[:2] for x in lock[name]])
             out[f"lockstep_{name}"] = {"realtime_factor_median": float(np.median(f[:, 0])),
                                        "realtime_factor_cpu_median": float(np.median(f[:, 1])),
                                        "rms_error": lock[name][0][2]}
-        out["lockstep_speedup_new_over_old_cpu"] = (out["lockstep_new"]["realtime_factor_cpu_median"]
-                                                    / out["lockstep_old"]["realtime_factor_cpu_median"])
+        for name in ("python", "old"):
+            out[f"lockstep_speedup_new_over_{name}_cpu"] = (out["lockstep_new"]["realtime_factor_cpu_median"]
+                                                            / out[f"lockstep_{name}"]["realtime_factor_cpu_median"])
         rt = {}
         for name in ("new", "old"):  # with a log: its staging is part of the compute
             rt[name] = run_session(config, open_drives(config), trajectory=demo, duration=duration, tree=tree,

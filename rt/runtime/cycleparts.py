@@ -46,7 +46,7 @@ NBINS = NFINE + (SPAN_NS - FINE_SPAN_NS) // COARSE_NS + 1
 CENTRES_NS = np.concatenate([(np.arange(NFINE) + 0.5) * FINE_NS,
                              FINE_SPAN_NS + (np.arange(NBINS - NFINE - 1) + 0.5) * COARSE_NS, [SPAN_NS]])
 # which parts each row sums: (rows, parts) 0/1
-_MEMBERS = np.array([[1 if p in (GROUPS.get(r) or (r,)) else 0 for p in PARTS] for r in ROWS], dtype=np.int64)
+MEMBERS = np.array([[1 if p in (GROUPS.get(r) or (r,)) else 0 for p in PARTS] for r in ROWS], dtype=np.int64)
 
 
 @njit(cache=True)
@@ -95,12 +95,12 @@ class CycleParts:
         self.sums = np.zeros(len(ROWS), dtype=np.int64)
         self.maxes = np.zeros(len(ROWS), dtype=np.int64)
         self.count = 0
-        record(self.ts, _MEMBERS, np.zeros_like(self.hist), np.zeros_like(self.sums),
+        record(self.ts, MEMBERS, np.zeros_like(self.hist), np.zeros_like(self.sums),
                np.zeros_like(self.maxes))  # compile (or load) before the loop
 
     def commit(self) -> None:
         """Record the stamped cycle; the stamp row is cleared for the next one."""
-        record(self.ts, _MEMBERS, self.hist, self.sums, self.maxes)
+        record(self.ts, MEMBERS, self.hist, self.sums, self.maxes)
         self.count += 1
 
     def percentiles_us(self, row: str) -> dict:

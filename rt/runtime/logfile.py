@@ -269,6 +269,20 @@ class LogWriter:
         if self._k == self.block_cycles:
             self._hand_over()
 
+    def free_rows(self) -> np.ndarray:
+        """The rows the next commits fill, in the buffer being filled ((m, width), m >= 1): a
+        compiled loop may write several cycles' rows there, then say so with ``committed``."""
+        return self._ring[self._cur, self._k:]
+
+    def committed(self, n: int) -> None:
+        """``n`` rows of ``free_rows`` were written as the next cycles (as n ``commit`` calls)."""
+        if not 0 <= n <= self.block_cycles - self._k:
+            raise ValueError(f"committed({n}): {self.block_cycles - self._k} rows were free")
+        self._k += n
+        self._cycle += n
+        if self._k == self.block_cycles:
+            self._hand_over()
+
     def _hand_over(self) -> None:
         b = self._cur
         self._first[b] = self._cycle - self._k

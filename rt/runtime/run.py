@@ -19,6 +19,8 @@ from pkrt.drivers.base import Drives
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
+from pkrt.rt.runtime.errorstats import ErrorStats
+from pkrt.rt.runtime.lockstep import LockstepBlock
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
                                      status, thread_faults)
@@ -233,7 +235,7 @@ def default_pacing(drives: Drives) -> str:
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None, pacing: str | None = None, old_cycle: bool = False) -> dict:
+                model=None, pacing: str | None = None, old_cycle: bool = False, compiled: bool = True) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -259,6 +261,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     ``old_cycle`` (benchmarks only): the cycle as before its per-part budget -- the simulated
     plant stepped inside the next ``read``, model and law in one kernel call, the log row
     staged by numpy slice assignments -- for a side-by-side comparison in one process.
+
+    ``compiled`` (lockstep only): the plain cycles of a lockstep run on the simulated plant run
+    in one compiled loop (``pkrt.rt.runtime.lockstep``), with the results of the Python cycle;
+    False: every cycle through ``Session.cycle`` (tests and benchmarks compare the two).
     """
     if pacing is None:
         pacing = default_pacing(drives)
@@ -267,7 +273,8 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     with StopSignals() as stop:
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
-                          tree=tree, realtime=realtime, model=model, pacing=pacing, old_cycle=old_cycle)
+                          tree=tree, realtime=realtime, model=model, pacing=pacing, old_cycle=old_cycle,
+                          compiled=compiled)
         return session.run()
 
 
@@ -281,7 +288,8 @@ class Session:
 
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
-                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip", old_cycle: bool = False):
+                 tree: Tree | None, realtime: bool, model=None, pacing: str = "skip", old_cycle: bool = False,
+                 compiled: bool = True):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
@@ -356,6 +364,8 @@ class Session:
         self.wall = self.cpu = self.cpu0 = 0.0  # s: the loop's wall time, its thread's CPU time
         self.loop_end: float | None = None  # time.perf_counter() when the last cycle ended
         self.memory: dict = {"heap": heap}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
+        # lockstep on the plain simulated plant: its plain cycles in one compiled loop
+        self.block = LockstepBlock.of(self) if compiled else None
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -395,6 +405,8 @@ class Session:
             if self.row is not None:  # the fused call's entry point for the loop's own arrays
                 self.ctrl.bind(drives.feedback.position, drives.feedback.velocity, self.sup.limits, self.row,
                                (ref.pos, ref.vel, ref.acc), self.err)
+            if self.block is not None:
+                self.block.warm_up()
             self.sup.check(_Probe(p0, v0), p0)
             self.sup.stale = 0
             if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does
@@ -527,6 +539,10 @@ class Session:
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
             while k is not None and k < self.ref.n:
+                if self.block is not None:  # what it can, then the cycle it leaves (if any) in Python
+                    k = self.block.run(k)
+                    if k >= self.ref.n:
+                        break
                 k = self.cycle(k)
             self.loop_end = time.perf_counter()
             faults1, moves1 = thread_faults(), kernel_moves()  # the loop thread's page faults over all its cycles
@@ -564,6 +580,7 @@ class Session:
         summary = {
             "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
             "lockstep": self.lockstep,
+            "compiled_cycles": self.block.cycles if self.block is not None else 0,
             "rate_hz": self.config.rate_hz,
             "duration_s": cycles and (self.last_k * period), "cycles": cycles,
             "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
@@ -633,42 +650,6 @@ class HostDelays:
         if not self.count:
             return "none"
         return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
-
-
-@njit(cache=True)
-def _accumulate_error(e, sq, big) -> bool:
-    """Add one error sample to the sums of squares and maxima unless a value is not finite."""
-    for i in range(e.shape[0]):
-        if not np.isfinite(e[i]):
-            return False
-    for i in range(e.shape[0]):
-        sq[i] += e[i] * e[i]
-        big[i] = max(big[i], abs(e[i]))
-    return True
-
-
-class ErrorStats:
-    """Tracking error over a whole run in fixed memory: per axis the sum of squares, the
-    largest magnitude and the count of finite samples (a non-finite feedback sample is the
-    fault, not an error). ``add``: one jitted call, nothing allocated."""
-
-    def __init__(self, s: int):
-        self.sq, self.big = np.zeros(s), np.zeros(s)
-        self.n = 0
-        _accumulate_error(np.zeros(s), np.zeros(s), np.zeros(s))  # compiled or loaded before the loop
-
-    def add(self, e: np.ndarray) -> None:
-        if _accumulate_error(e, self.sq, self.big):
-            self.n += 1
-
-    def summary(self) -> dict:
-        """rms_error, max_error (all axes) and per axis, in actuator units; None without samples."""
-        if not self.n:
-            return {"rms_error": None, "max_error": None, "rms_error_axes": None, "max_error_axes": None}
-        axes = np.sqrt(self.sq / self.n)
-        return {"rms_error": float(np.sqrt(self.sq.sum() / (self.n * len(self.sq)))),
-                "max_error": float(self.big.max()), "rms_error_axes": axes.tolist(),
-                "max_error_axes": self.big.tolist()}
 
 
 class _Probe:
