@@ -96,6 +96,24 @@ def test_a_fault_in_a_compiled_stretch_is_the_python_cycles_fault(tmp_path):
     assert not a[1].torque_on
 
 
+def test_a_plant_leaving_its_box_in_a_compiled_stretch(tmp_path):
+    """A plant six times heavier than the model, the safety limits opened wide: the plant's
+    step ahead of a compiled cycle leaves its tree's box, the compiled loop stops there and the
+    next read (in Python) stops the run, at the same cycle and with the same reason as in
+    Python."""
+    config, _, _ = _machine()
+    pos = config.limits.position.copy()
+    pos[:, 0] -= 0.2
+    pos[:, 1] += 0.2
+    wide = dataclasses.replace(config, limits=dataclasses.replace(
+        config.limits, position=pos, velocity=np.full(3, 100.0), following_error=np.full(3, 1.0)))
+    a, b = _pair(tmp_path, config=wide, overrides={"mass_scale": 6.0})
+    _same(a, b)
+    ra = a[0]
+    assert ra["fault"].startswith("drive: simulated plant left its tree's box") and ra["fault_cycle"] > 100
+    assert ra["compiled_cycles"] == ra["fault_cycle"] - 1
+
+
 def test_what_the_compiled_loop_cannot_do_runs_in_python(tmp_path):
     """Sensor noise, an injected fault or a per-cycle hook: every cycle in the Python cycle."""
     r = run_session(*_machine()[:1], open_drives(_machine()[0], {"noise": 1e-6}), trajectory=_machine()[2],
