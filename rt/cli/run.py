@@ -69,7 +69,8 @@ def _text(r: dict) -> str:
         mode += f" (by the configuration: {r['lockstep_by']})"
     lines = [
         f"{r['machine']}: {r['controller']} control on the {r['model']} model, {r['trajectory']} trajectory, "
-        f"{mode} at {r['rate_hz']:g} Hz",
+        f"{mode} at {r['rate_hz']:g} Hz" + (f" ({r['compiled_cycles']} of {r['cycles']} cycles compiled)"
+                                           if r.get("compiled_cycles") else ""),
         f"  cycles {r['cycles']} ({r['duration_s']:.3f} s), overruns {r['overruns']}, "
         f"saturated cycles {r['saturated_cycles']}, real-time factor {r['realtime_factor']:.2f}",
         *_tracking_lines(r), *_timing_lines(r), *_memory_lines(r), *_output_lines(r),
