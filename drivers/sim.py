@@ -471,6 +471,38 @@ class SimDrives(Drives):
         self._ahead_reason = self._step_to(t_next)
         self._ahead_t = t_next
 
+    # -- for a compiled loop stepping this plant itself (pkrt.rt.runtime.lockstep) -----------------
+    @property
+    def plain(self) -> bool:
+        """The plant on its tree with no sensor noise or quantisation, no force noise, no
+        transport delay and no fault injected: a read copies its state, a step is ``plant_step``."""
+        return (self.plant.model is None and self.noise == 0.0 and self.quantization == 0.0
+                and self.force_noise == 0.0 and len(self._hist) == 1 and not self.injections
+                and bool(self.period))
+
+    def step_arrays(self) -> tuple:
+        """What ``plant_step`` takes and ``advance`` keeps: (plant tree arrays, state x, the held
+        command, substeps, parameters, workspace, the state before the last step)."""
+        p = self.plant
+        return (p.tree.arrays, p.x, self._tau, p.substeps, p.params, p.ws, self._x_before)
+
+    def ahead_to(self, t: float) -> bool:
+        """Whether the plant was stepped ahead to a read at ``t`` (``advance``) and that step
+        left it on its model: the read would only copy the state."""
+        return self._ahead_t == t and self._ahead_reason is None
+
+    def stepped(self, t_read: float, t_next: float | None, status: int) -> None:
+        """After a compiled loop read the plant at ``t_read`` and (unless ``t_next`` is None)
+        stepped it ahead to ``t_next`` with the step's ``status``, as ``read`` then ``advance``
+        would leave these drives (the state before that step is in ``step_arrays``)."""
+        self._t = self.feedback.stamp = t_read
+        self.feedback.fresh = True
+        self._ahead_t, self._ahead_reason, self._drawn = None, None, None
+        if t_next is not None:
+            self._ahead_t = t_next
+            self.plant.status = status
+            self._ahead_reason = plant_left_its_model(self.plant, status)
+
     def _undo_ahead(self) -> None:
         """Back to the state before ``advance``'s step (its force noise draw kept for the redo)."""
         self.plant.x[:] = self._x_before

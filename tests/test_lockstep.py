@@ -8,6 +8,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.logfile import LogWriter, read_log
 from pkrt.rt.runtime.run import load_controller_tree, run_session
+from tests.processes import log_has_cycles
 
 _CACHE: dict = {}
 SAME = ("t", "ref_pos", "ref_vel", "ref_acc", "pos", "vel", "tau", "tau_model", "wake_us", "flags")
@@ -131,15 +133,26 @@ def test_a_stop_signal_stops_a_compiled_run_at_a_cycle_boundary(tmp_path):
     config, tree, demo = _machine()
     drives = open_drives(config)
     log = tmp_path / "s.pktlog"
-    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
+    running = log_has_cycles(log, 256)
+    done = threading.Event()
+
+    def signal_once_running():  # the handler is the run's only while its loop runs
+        while not done.is_set():
+            if running():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    sender = threading.Thread(target=signal_once_running, daemon=True)
+    sender.start()
     try:
-        r = run_session(config, drives, trajectory=demo, lockstep=True, tree=tree, duration=600.0,
+        r = run_session(config, drives, trajectory=demo, lockstep=True, tree=tree, duration=3600.0,
                         log_path=str(log))
     finally:
-        timer.cancel()
+        done.set()
+        sender.join()
     assert r["fault"] == "stopped by signal SIGTERM" and not drives.torque_on
-    assert 256 <= r["cycles"] < 600_000 and r["compiled_cycles"] >= r["cycles"] - 2
+    assert 256 <= r["cycles"] < 3_600_000 and r["compiled_cycles"] >= r["cycles"] - 2
     got = read_log(log)
     assert got.n_cycles == r["cycles"] and got.problems == [] and got.summary["fault"] == r["fault"]
 

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from pkrt.drivers.base import Drives
-from pkrt.drivers.sim import SimDrives, plant_left_its_model, plant_step
+from pkrt.drivers.sim import SimDrives, plant_step
 from pkrt.rt.core.cycleclock import ns_per_tick, rdtsc
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.runtime.controller import FLAG_NONFINITE, checked_control, workspace_views
@@ -111,11 +111,9 @@ def lockstep_cycles(k0, k1, n, period, ctl, fb_pos, fb_vel, refs, rec, plant, pa
 
 
 def plain_sim(drives: Drives) -> bool:
-    """Whether these drives are the simulated plant as ``lockstep_cycles`` steps it: its tree,
-    no sensor noise or quantisation, no force noise, no transport delay, no fault injected."""
-    return (isinstance(drives, SimDrives) and drives.plant.model is None and drives.noise == 0.0
-            and drives.quantization == 0.0 and drives.force_noise == 0.0 and len(drives._hist) == 1
-            and not drives.injections and bool(drives.period))
+    """Whether these drives are the simulated plant as ``lockstep_cycles`` steps it
+    (``SimDrives.plain``)."""
+    return isinstance(drives, SimDrives) and drives.plain
 
 
 class LockstepBlock:
@@ -124,11 +122,10 @@ class LockstepBlock:
 
     def __init__(self, session):
         self.session = session
-        sn, drives, ctrl = session, session.drives, session.ctrl
-        p = drives.plant
+        sn, ctrl = session, session.ctrl
         self.ctl = (ctrl.arrays, ctrl.kind, ctrl.gains, sn.sup.limits, ctrl.ws, ns_per_tick())
         self.refs = (sn.ref.pos, sn.ref.vel, sn.ref.acc)
-        self.plant = (p.tree.arrays, p.x, drives._tau, p.substeps, p.params, p.ws, drives._x_before)
+        self.plant = session.drives.step_arrays()
         pt = sn.parts
         self.parts = (pt.ts, MEMBERS, pt.hist, pt.sums, pt.maxes)
         self.spare = np.zeros((FREE_ROWS, sn.row.shape[0]))  # the rows' target without a log
@@ -161,8 +158,8 @@ class LockstepBlock:
         """Cycle k can run compiled: the drives are enabled and stepped ahead to its read, the
         supervisor's counters cannot trip on a plain cycle, no stop signal is pending."""
         sn, d = self.session, self.session.drives
-        return (sn.stop_signals.reason is None and d.torque_on and d._ahead_t == k * sn.period
-                and d._ahead_reason is None and plain_sim(d) and sn.sup.stale_max > 0 and sn.sup.watchdog_max > 0)
+        return (sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
+                and sn.sup.stale_max > 0 and sn.sup.watchdog_max > 0)
 
     def run(self, k: int) -> int:
         """Cycles from k in compiled calls while ``ready``; returns the first cycle left to
@@ -194,14 +191,8 @@ class LockstepBlock:
         sn.last_k = k_last
         sn.comp_max = max(sn.comp_max, comp_max)
         sn.sup.stale = sn.sup.late = 0
-        t = k_last * sn.period
-        d._t = d.feedback.stamp = t
-        d.feedback.fresh = True
-        d._ahead_t, d._ahead_reason, d._drawn = None, None, None  # the last cycle's read took the step ahead
-        if k_last + 1 < sn.ref.n:  # its own step ahead, to the next read
-            d._ahead_t = (k_last + 1) * sn.period
-            d.plant.status = st
-            d._ahead_reason = plant_left_its_model(d.plant, st)
+        t_next = (k_last + 1) * sn.period if k_last + 1 < sn.ref.n else None  # no step after the last cycle
+        d.stepped(k_last * sn.period, t_next, st)
 
 
 __all__ = ["LockstepBlock", "lockstep_cycles", "plain_sim"]
