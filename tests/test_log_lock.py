@@ -20,10 +20,11 @@ PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
 
 def test_second_run_on_the_same_log_is_refused(tmp_path):
     log = tmp_path / "same.pktlog"
-    # lockstep: 2.5 h of motion run for about a minute here (160 x real time, compiled: a run
-    # of 400 s ended before the second run had started), with no watchdog to stop the first run
-    # on its own on a loaded machine
-    with child(PKRT + ["run", "--lockstep", "--duration", "9000", "--log", str(log), "--json"]) as first:
+    # the first run in real time, without real-time settings: it lives as long as the test needs
+    # it (a lockstep run fills hundreds of thousands of rows a second, which the stopped run then
+    # spends tens of seconds on: its plot; a run of 400 s ended before the second run started),
+    # and the simulated plant's runs are paced as delays (no watchdog stops it on a loaded machine)
+    with child(PKRT + ["run", "--no-rt", "--duration", "600", "--log", str(log), "--json"]) as first:
         assert wait_until(first, log_has_cycles(log, 1), poll_s=0.05), first.communicate()
         run_id = read_log(log).header["run_id"]
         second = subprocess.run(PKRT + ["run", "--lockstep", "--duration", "0.5", "--log", str(log), "--json"],

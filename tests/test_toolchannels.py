@@ -276,3 +276,22 @@ def test_six_dof_and_planar_tools_from_a_log(tmp_path, name, task):
     assert list(m["reference"]) == coords
     assert max(abs(m["reference"][c] - task.pos[10, i]) for i, c in enumerate(coords)) < 1e-9
     assert main(["log", "plot", str(tmp_path / "h.pktlog"), "-o", str(tmp_path / "h.png")]) == 0
+
+
+def test_a_long_run_leaves_its_tool_channels_to_the_log_commands(tmp_path, capsys, monkeypatch):
+    """``pkrt run`` computes the tool channels after the run only for a log of at most
+    ``TOOL_ROWS_AFTER_RUN`` rows (a long run, or one stopped by a signal, ends promptly): beyond
+    it a note, no tool error, the plot without the tool panels; ``pkrt log plot`` still has them."""
+    import pkrt.rt.app.machinerun as machinerun
+
+    monkeypatch.setattr(machinerun, "TOOL_ROWS_AFTER_RUN", 100)
+    log = tmp_path / "long.pktlog"
+    code, r = _run(capsys, "--duration", "0.5", "--log", str(log))
+    assert code == 0 and r["cycles"] == 501
+    assert r["tool_channels"]["channels"] == [] and r["tool_error"] is None
+    assert r["tool_channels"]["note"].startswith("tool channels left out after the run: 501 rows, more than 100")
+    assert r["plot"] and (tmp_path / "long.png").stat().st_size > 0
+    assert main(["log", "plot", str(log), "--out", str(tmp_path / "p.png")]) == 0
+    capsys.readouterr()
+    data, tool = tool_channels(read_log(log))
+    assert tool["channels"] == ["tool_ref", "tool"] and tool["note"] is None
