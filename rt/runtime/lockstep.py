@@ -135,10 +135,11 @@ class LockstepBlock:
     def of(cls, session) -> "LockstepBlock | None":
         """The compiled path of a session that can have one: lockstep on the plain simulated plant
         (``plain_sim``) with the tree controller, no telemetry, no per-cycle hook, the cycle as it
-        is (not ``old_cycle``); else None."""
+        is (not ``old_cycle``), supervisor counters that a plain cycle cannot trip; else None."""
         sn = session
         if (sn.lockstep and not sn.old_cycle and sn.ctrl.model is None and sn.telemetry is None
-                and sn.on_cycle is None and plain_sim(sn.drives)):
+                and sn.on_cycle is None and plain_sim(sn.drives) and sn.sup.stale_max > 0
+                and sn.sup.watchdog_max > 0):
             return cls(session)
         return None
 
@@ -155,11 +156,10 @@ class LockstepBlock:
                                d.feedback.velocity, self.refs, rec, self.plant, self.parts)
 
     def ready(self, k: int) -> bool:
-        """Cycle k can run compiled: the drives are enabled and stepped ahead to its read, the
-        supervisor's counters cannot trip on a plain cycle, no stop signal is pending."""
+        """Cycle k can run compiled: the drives are enabled, still plain and stepped ahead to its
+        read, no stop signal is pending."""
         sn, d = self.session, self.session.drives
-        return (sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
-                and sn.sup.stale_max > 0 and sn.sup.watchdog_max > 0)
+        return sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
 
     def run(self, k: int) -> int:
         """Cycles from k in compiled calls while ``ready``; returns the first cycle left to
