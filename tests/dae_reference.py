@@ -71,7 +71,7 @@ def sine_motion(c, a, w, ph):
 def assert_power_balance(mech, model, theta_of_t, times, min_watts, h=2e-3, rel=1e-7):
     """theta_dot . tau = dE/dt along the motion to ``rel`` of the peak power, which must be
     above ``min_watts`` (a real exchange of energy)."""
-    from pkrt.models.reduction import Assembler
+    from pkrt.models.kinematics.assembly import Assembler
 
     power, rate = power_balance(mech, model, Assembler(mech), theta_of_t, times, h)
     scale = np.abs(power).max()

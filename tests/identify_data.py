@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pkrt.models.mechanism import Mechanism
-from pkrt.models.reduction import ExactModel
+from pkrt.models.kinematics.mechanism import Mechanism
+from pkrt.models.reduction.exact import ExactModel
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.runtime.logfile import LogWriter
 from pkrt.rt.bench.bench_identify import truth_mechanism  # noqa: F401 (the tests' truth too)

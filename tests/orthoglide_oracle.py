@@ -1,6 +1,6 @@
 """The Orthoglide's closed forms (shared/reference-models.md), kept as test oracles: the
 inverse and forward kinematics and the demo as it was planned before the demo became the
-configuration's ``[demo]`` table planned from the model (``pkrt.models.taskspace.plan_demo``)."""
+configuration's ``[demo]`` table planned from the model (``pkrt.models.kinematics.taskspace.plan_demo``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from pkrt.models.mechanism import load_mechanism  # noqa: E402
+from pkrt.models.kinematics.mechanism import load_mechanism  # noqa: E402
 
 from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, free_port  # noqa: E402
 
@@ -62,7 +62,7 @@ def test_cluster_build_same_bytes_as_single_process(cluster, reference, tmp_path
     assert r.stderr == ""  # no progress bar off a terminal, no dask log lines
     assert out.read_bytes() == reference
     # the model was unloaded from the workers when the build's client left
-    loaded = client.run(lambda: list(importlib.import_module("pkrt.models.daskeval")._mechs))
+    loaded = client.run(lambda: list(importlib.import_module("pkrt.models.trees.daskeval")._mechs))
     assert len(loaded) == 2 and not any(loaded.values())
 
 
@@ -71,8 +71,8 @@ def test_batches_of_chunks_in_index_order(cluster):
     the in-process evaluation's."""
     import numpy as np
 
-    from pkrt.models.daskeval import BATCH_CHUNKS
-    from pkrt.models.treeverify import CHUNK, SampleEvaluator
+    from pkrt.models.trees.daskeval import BATCH_CHUNKS
+    from pkrt.models.trees.sampling import CHUNK, SampleEvaluator
 
     address, client = cluster
     mech = load_mechanism("fivebar")
@@ -240,7 +240,7 @@ def test_scheduler_lost_mid_build_one_line_exit_1(tmp_path):
 def test_worker_that_differs_from_the_client_is_refused(cluster, what):
     """The plugin compares the worker's versions and its reading of the model with what the
     client sent; a batch on a worker that differs raises WorkerMismatch naming it."""
-    from pkrt.models.daskeval import NUMERICS, ModelPlugin, WorkerMismatch, run_batch
+    from pkrt.models.trees.daskeval import NUMERICS, ModelPlugin, WorkerMismatch, run_batch
     from pkrt.rt.core.versions import software_versions
 
     address, client = cluster
@@ -305,7 +305,7 @@ def test_without_dask_installed_one_line_exit_2(capsys, tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ModuleNotFoundError
-    monkeypatch.delitem(sys.modules, "pkrt.models.daskeval", raising=False)
+    monkeypatch.delitem(sys.modules, "pkrt.models.trees.daskeval", raising=False)
     code, err, out = _main(capsys, tmp_path, "--scheduler", "local")
     assert code == 2 and err == "pkrt: error: --scheduler needs dask.distributed: pip install 'pkrt[dask]'\n"
     assert not out.exists()

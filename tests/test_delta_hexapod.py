@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models import mechanism as mm
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import Assembler, ExactModel
-from pkrt.models.taskspace import TaskKinematics, rpy_matrix, tool_pose
+from pkrt.models.kinematics import mechanism as mm
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.assembly import Assembler
+from pkrt.models.reduction.exact import ExactModel
+from pkrt.models.kinematics.taskspace import TaskKinematics, rpy_matrix, tool_pose
 from tests.dae_reference import assert_power_balance, dae_inverse_dynamics, sine_motion
 
 # -- Delta (section 3) ----------------------------------------------------------------------

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pkrt.drivers.base import DriveConfigError, DriveError
-from pkrt.models.description import ModelError
-from pkrt.models.mechanism import AssemblyError
+from pkrt.models.kinematics.description import ModelError
+from pkrt.models.kinematics.mechanism import AssemblyError
 from pkrt.rt.core import errors
 from pkrt.rt.cli import EXIT_CODES, exit_code, main
 from pkrt.rt.runtime.logfile import LogFileError

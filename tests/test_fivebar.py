@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel, quadratic_velocities
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel, quadratic_velocities
 from tests.dae_reference import assert_power_balance, dae_inverse_dynamics, sine_motion
 
 

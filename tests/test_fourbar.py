@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import Assembler, ExactModel
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.assembly import Assembler
+from pkrt.models.reduction.exact import ExactModel
 
 THETA_SINGULAR = 1.849620  # rad, coupler and output aligned (|A - Q| = b + c)
 

@@ -1,4 +1,4 @@
-"""G-code (``pkrt.models.gcode``): each word and mode parsed as LinuxCNC does, and a corpus of bad
+"""G-code (``pkrt.models.planning.gcode``): each word and mode parsed as LinuxCNC does, and a corpus of bad
 programs each refused by ``pkrt plan`` with one line, exit code 2, naming the program line."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pkrt.models.gcode import parse_program, parse_words
-from pkrt.models.geompath import Arc, Blend, Dwell, Line, Motion
+from pkrt.models.planning.gcode import parse_program, parse_words
+from pkrt.models.planning.geompath import Arc, Blend, Dwell, Line, Motion
 from pkrt.rt.cli import main
 from pkrt.rt.core.errors import UserError
 

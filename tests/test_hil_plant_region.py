@@ -12,9 +12,10 @@ import pytest
 
 from pkrt.hil.can_hil import run_can_hil
 from pkrt.hil.serial_hil import run_serial_hil
-from pkrt.models.build_trees import MACHINES
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.treebuild import BuildSettings, build_tree
+from pkrt.models.trees.shipped import MACHINES
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.core.treefile import save_tree
 
 from .plans import demo_reference

@@ -144,7 +144,7 @@ def test_pkrt_hil_cli_with_a_bad_port_reports_one_line(capsys):
 def test_bad_emulator_settings_refused_before_starting_anything(edit, field, tmp_path):
     """A bad [emulator] value gave a traceback (inject_after) or 'servo emulator did not start'
     (exit 1) from the child process; now one UserError naming file, table and field."""
-    from pkrt.models.description import MACHINES_DIR
+    from pkrt.models.kinematics.description import MACHINES_DIR
 
     text = (MACHINES_DIR / "orthoglide-serial.toml").read_text()
     for name in ("orthoglide.toml", "orthoglide.pkt", "orthoglide-plant.pkt"):

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from pkrt.models.baseparams import base_parameters
-from pkrt.models.description import load_description
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.regressor import body_parameters, model_parameters
+from pkrt.models.identification.baseparams import base_parameters
+from pkrt.models.kinematics.description import load_description
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.identification.regressor import body_parameters, model_parameters
 from pkrt.rt.cli import main
 from tests.identify_data import truth_mechanism, write_log
 

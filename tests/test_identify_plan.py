@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pkrt.models.identify import dump_toml
-from pkrt.models.mechanism import load_mechanism
+from pkrt.models.identification.estimate import dump_toml
+from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.schema import ConfigError
@@ -68,7 +68,7 @@ def test_plant_model_is_a_truth_the_controller_does_not_know(tmp_path):
     plant = Plant.from_config(cfg, model=ExactInLoop(m))
     assert plant.source["plant_model"] == str(truth)
     # the plant's gravity load is the truth's: the platform 1.5 kg heavier than the model's
-    from pkrt.models.regressor import Regressor
+    from pkrt.models.identification.regressor import Regressor
 
     s = 3
     H, D, p = np.zeros((s, s)), np.zeros((s, 6)), np.zeros(s)
@@ -91,7 +91,7 @@ def test_plant_model_needs_the_exact_plant(tmp_path):
 def test_balanced_f0_reaches_a_rate_limit_with_the_full_range():
     """At the balanced frequency the shape that spans its position range also reaches its
     velocity or its acceleration limit, and neither is exceeded."""
-    from pkrt.models.excitation import Fourier, Limits, _rest, balanced_f0
+    from pkrt.models.identification.excitation import Fourier, Limits, _rest, balanced_f0
 
     s, K = 3, 4
     half = np.array([0.1, 0.1, 0.2])

@@ -1,5 +1,5 @@
-"""The regressor of the reduced inverse dynamics and the base parameters (pkrt.models.regressor,
-pkrt.models.baseparams), against the exact reduction and the DAE inverse dynamics."""
+"""The regressor of the reduced inverse dynamics and the base parameters (pkrt.models.identification.regressor,
+pkrt.models.identification.baseparams), against the exact reduction and the DAE inverse dynamics."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pkrt.models.baseparams import base_of_stack, base_parameters, random_states
-from pkrt.models.mechanism import compile_mechanism, load_mechanism
-from pkrt.models.reduction import ExactModel
-from pkrt.models.regressor import (Regressor, body_from_parameters, body_parameters, model_parameters,
-                                   parameter_names)
+from pkrt.models.identification.baseparams import base_of_stack, base_parameters, random_states
+from pkrt.models.kinematics.mechanism import compile_mechanism, load_mechanism
+from pkrt.models.reduction.exact import ExactModel
+from pkrt.models.identification.regressor import Regressor, body_from_parameters, body_parameters, model_parameters, parameter_names
 from tests.dae_reference import dae_inverse_dynamics
 
 MACHINES = ("orthoglide", "delta", "hexapod")
@@ -124,7 +123,7 @@ def test_base_of_stack_on_a_known_rank():
 def test_correlation_factor_of_filtered_noise():
     """White residuals: no inflation; a moving average of 4 white samples: the variance of a
     mean is 4 times the white estimate (1 + 2 (3/4 + 2/4 + 1/4))."""
-    from pkrt.models.identify import correlation_factor
+    from pkrt.models.identification.estimate import correlation_factor
 
     rng = np.random.default_rng(0)
     e = rng.normal(size=(20000, 2))
@@ -139,7 +138,7 @@ def test_instruments_remove_the_bias_of_force_noise_that_moves_the_machine():
     (tau + e = m a + c v) and so moves it (a = a_ref + e / k): least squares on the measured
     acceleration shrinks m by many standard deviations; the reference's acceleration as the
     instrument recovers m and c within their intervals, which least squares' do not hold."""
-    from pkrt.models.identify import fit
+    from pkrt.models.identification.estimate import fit
 
     rng = np.random.default_rng(3)
     n, m, c = 20000, 2.0, 5.0

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from pkrt.models.mechanism import AssemblyError, Config, load_mechanism
-from pkrt.models.reduction import Assembler
+from pkrt.models.kinematics.mechanism import AssemblyError, Config, load_mechanism
+from pkrt.models.kinematics.assembly import Assembler
 from pkrt.rt.cli import main
 
 L_ORTHO = 0.31
@@ -322,14 +322,14 @@ def test_bad_theta_is_refused_before_the_kernels(orthoglide, theta):
     asm = Assembler(orthoglide)
     with pytest.raises(AssemblyError, match=r"cannot assemble orthoglide at theta = .*: expected 3 finite value\(s\)"):
         asm.solve(theta)
-    from pkrt.models.reduction import reduce_at
+    from pkrt.models.reduction.exact import reduce_at
 
     with pytest.raises(AssemblyError, match="expected 3 finite"):
         reduce_at(orthoglide, orthoglide.ref_config, theta)
 
 
 def test_lu_kernels_match_numpy_and_detect_singularity():
-    from pkrt.models.constraints import lu_factor, lu_solve
+    from pkrt.models.kinematics.constraints import lu_factor, lu_solve
 
     rng = np.random.default_rng(9)
     A = rng.normal(size=(12, 12))

@@ -56,6 +56,18 @@ def test_every_rt_module_has_a_layer():
     assert layers.index("pkrt.rt.cli") < layers.index("pkrt.rt.bench") < layers.index("pkrt.rt.app")
 
 
+def test_every_models_module_has_a_layer():
+    """models/ holds sub-package folders only (and the data folder machines/), each one in the
+    models' own layers contract."""
+    layers = _contracts()["importlinter:contract:models-layers"]["layers"].split()
+    listed = {x for x in layers if x != "|"}
+    loose = [p.name for p in (ROOT / "models").glob("*.py") if p.stem != "__init__"]
+    assert not loose, f"modules of models/ outside a domain folder: {loose}"
+    folders = {f"pkrt.models.{p.parent.name}" for p in (ROOT / "models").glob("*/__init__.py")}
+    assert folders == listed, f"models' layers contract vs folders: {sorted(folders ^ listed)}"
+    assert not (ROOT / "models" / "machines" / "__init__.py").exists()  # data, not code
+
+
 PROBE = """
 import sys
 from pkrt.rt.cli import main
@@ -91,7 +103,7 @@ def test_model_verbs_do_import_models():
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["code"] == 0, r.stderr
-    assert "pkrt.models.mechanism" in out["loaded"]
+    assert "pkrt.models.kinematics.mechanism" in out["loaded"]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Closed-form inverse kinematics (``pkrt.models.legik``) against the reference: Newton on the
+"""Closed-form inverse kinematics (``pkrt.models.kinematics.legik``) against the reference: Newton on the
 model's constraints (``TaskKinematics.solve_pose`` and ``rates``), on the planner's grid of a
 path on each shipped machine with a tool, positions and exact rates to 1e-9."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models.geompath import Line, Motion, polyline_motions
-from pkrt.models.legik import leg_kinematics
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.taskspace import TaskKinematics, tool_pose
-from pkrt.models.topp import PathPlanner, PlanLimits, TreeDynamics
+from pkrt.models.planning.geompath import Line, Motion, polyline_motions
+from pkrt.models.kinematics.legik import leg_kinematics
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.taskspace import TaskKinematics, tool_pose
+from pkrt.models.planning.topp import PathPlanner, PlanLimits, TreeDynamics
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.run import load_controller_tree

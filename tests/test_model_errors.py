@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pkrt.models.description import MACHINES_DIR, ModelError
-from pkrt.models.mechanism import load_mechanism
+from pkrt.models.kinematics.description import MACHINES_DIR, ModelError
+from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.rt.cli import main
 
 FOURBAR = (MACHINES_DIR / "fourbar.toml").read_text()
@@ -299,7 +299,7 @@ _tool_values = st.recursive(
 @given(line=st.sampled_from(_TOOL_LINES), value=_tool_values)
 def test_any_tool_edit_loads_or_fails_cleanly(tmp_path, line, value):
     """[tool] fields: a valid tool or one ModelError naming [tool] and the field."""
-    from pkrt.models.description import load_description
+    from pkrt.models.kinematics.description import load_description
 
     path, key = _write_edited(tmp_path, FIVEBAR, line, value)
     try:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import Assembler, ExactModel, reduce_at
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.assembly import Assembler
+from pkrt.models.reduction.exact import ExactModel, reduce_at
 from tests.dae_reference import assert_power_balance, dae_inverse_dynamics, sine_motion, velocities
 
 L, r = 0.31, 0.05

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pkrt.models.description import MACHINES_DIR
+from pkrt.models.kinematics.description import MACHINES_DIR
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.logfile import read_log
 

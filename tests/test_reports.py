@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reports import check_report, tree_depth, tree_summary
-from pkrt.models.treebuild import BuildSettings, build_tree
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.report import check_report
+from pkrt.models.trees.summary import tree_depth, tree_summary
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.runtime.config import MACHINES_DIR
 from pkrt.rt.core.treefile import load_tree
 

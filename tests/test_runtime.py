@@ -118,8 +118,9 @@ def test_non_finite_torque_stops_the_run(config, tree):
 def test_out_of_domain_box_stops_the_run(config):
     """A box tree whose boxes are all marked out of domain (spline trees have no such mark:
     their builder refuses a model that is not in the domain over the whole box)."""
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.treebuild import BuildSettings, build_tree
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.trees.build import build_tree
+    from pkrt.models.trees.settings import BuildSettings
     boxes, _ = build_tree(load_mechanism(config.model_path), BuildSettings(boxes=1, verify_samples=0),
                           jobs=1, progress=False)
     bad = dataclasses.replace(boxes, leaf_ok=np.zeros(1, np.uint8))

@@ -52,7 +52,7 @@ def adept_of(machine: str):
     """A machine's demo (three Adept cycles from and back to home) planned once, and the task
     path it follows sampled at 10 kHz (chords 0.04 um off the curve): (config, plan, task
     kinematics, dense path)."""
-    from pkrt.models.taskspace import TaskKinematics, adept_cycle, join, line
+    from pkrt.models.kinematics.taskspace import TaskKinematics, adept_cycle, join, line
     from pkrt.rt.app.reference import machine_mechanism, plan_reference
     from pkrt.rt.runtime.config import load_machine
     from pkrt.rt.core.plan import concatenate

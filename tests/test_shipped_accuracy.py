@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from pkrt.models.build_trees import MACHINES
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.treeaccuracy import accuracies
+from pkrt.models.trees.shipped import MACHINES
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.trees.accuracy import accuracies
 from pkrt.rt.core.treefile import load_tree
 
 # the targets of the controller's tree (relative to each output's scale)

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pkrt.models.build_trees import MACHINES
-from pkrt.models.splinebuild import fit, spline_tree
+from pkrt.models.trees.shipped import MACHINES
+from pkrt.models.trees.splines import fit, spline_tree
 from pkrt.rt.core.splinepoly import MAX_BINS, pad_width, span_basis_polys
-from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, TreeWorkspace, eval_outputs, eval_model_w, eval_tau,
+from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, eval_outputs, eval_model_w, eval_tau,
                                eval_tau_w,
                                knot_span, n_outputs, span_lookup)
+from pkrt.rt.core.workspace import TreeWorkspace
 from pkrt.rt.core.treefile import load_tree
 
 from .test_spline_tree import header_for
@@ -95,7 +96,7 @@ def test_clamped_and_nan_states_keep_their_status():
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n in ("orthoglide.pkt", "delta.pkt")])
 def test_tau_along_the_demo_equals_reference(name):
-    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.runtime.config import load_machine
 

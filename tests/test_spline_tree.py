@@ -10,15 +10,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.interpolate import NdBSpline
 
-from pkrt.models.build_trees import MACHINES
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel, flatten_outputs
-from pkrt.models.splinebuild import fit, spline_tree
-from pkrt.models.treebuild import BuildError, BuildSettings, build_tree
-from pkrt.models.treeverify import face_jumps
+from pkrt.models.trees.shipped import MACHINES
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel, flatten_outputs
+from pkrt.models.trees.splines import fit, spline_tree
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildError, BuildSettings
+from pkrt.models.trees.verify import face_jumps
 from pkrt.rt.cli import main
-from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, SPLINE_FAST, TreeWorkspace, eval_model, eval_outputs,
+from pkrt.rt.core.tree import (CLAMPED, OK, SPLINE, SPLINE_FAST, eval_model, eval_outputs,
                           eval_tau, n_outputs)
+from pkrt.rt.core.workspace import TreeWorkspace
 from pkrt.rt.core.treefile import TreeFileError, tree_bytes, tree_from_bytes
 
 from .test_treefile import repack, set_array

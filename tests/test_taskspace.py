@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.taskspace import (TaskKinematics, adept_cycle, circle, join, line, load_task_csv,
-                                   plan_task_path, round_trip, tool_pose)
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.taskspace import TaskKinematics, adept_cycle, circle, join, line, load_task_csv, plan_task_path, round_trip, tool_pose
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned
 from tests.orthoglide_oracle import orthoglide_fk, orthoglide_ik
@@ -130,7 +129,7 @@ def test_path_outside_the_actuator_ranges_is_refused(machines):
 def test_path_outside_the_workspace_is_refused(tmp_path, machines):
     """With ranges that do not stop it first, a path below the Delta's reach (about
     z = -1.086) cannot be assembled: refused at the time it leaves."""
-    from pkrt.models.description import MACHINES_DIR
+    from pkrt.models.kinematics.description import MACHINES_DIR
 
     text = (MACHINES_DIR / "delta.toml").read_text().replace("range = [-0.30, 1.00]", "range = [-3.0, 3.0]")
     p = tmp_path / "wide.toml"
@@ -202,7 +201,7 @@ def test_adept_cycle_at_half_a_second_fits_the_torque_limit(machines):
     """The planned 0.5 s Adept cycle's inverse dynamics (exact model) plus the reference's
     friction (0.05 N m s/rad viscous, 0.1 N m Coulomb) stay under its 20 N m limit (peak
     about 10.5 N m): the cycle can run without saturation."""
-    from pkrt.models.reduction import ExactModel
+    from pkrt.models.reduction.exact import ExactModel
 
     mech = machines["delta"]
     plan = plan_task_path(mech, adept_cycle([-0.1525, 0.0, -0.8], RATE, cycle_time=0.5))

@@ -17,8 +17,8 @@ import jsonschema
 import numpy as np
 import pytest
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.taskspace import TaskKinematics, circle
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.taskspace import TaskKinematics, circle
 from pkrt.rt.cli import main
 from pkrt.rt.app.toolchannels import tool_channels, tool_error
 from pkrt.rt.runtime.config import MACHINES_DIR

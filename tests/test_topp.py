@@ -1,4 +1,4 @@
-"""Time-optimal path parameterisation (``pkrt.models.topp``): limits hold at every loop sample
+"""Time-optimal path parameterisation (``pkrt.models.planning.topp``): limits hold at every loop sample
 (forces recomputed with the exact reduction, independent of the planner's tree), the analytic
 minimum time of a velocity- and acceleration-limited straight line, a limit binds almost
 everywhere (time-optimality), viscous friction is bounded soundly, the planned tool stays on
@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pkrt.models.geompath import Line, Motion, polyline_motions
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.taskspace import TaskKinematics
-from pkrt.models.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics, forces
+from pkrt.models.planning.geompath import Line, Motion, polyline_motions
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.taskspace import TaskKinematics
+from pkrt.models.planning.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics, forces
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.run import load_controller_tree
@@ -150,8 +150,8 @@ def test_same_time_as_toppra_on_the_same_path(ortho):
     import toppra.constraint
     import toppra.interpolator
 
-    from pkrt.models.geompath import PointSpline
-    from pkrt.models.topp import quad
+    from pkrt.models.planning.geompath import PointSpline
+    from pkrt.models.planning.topp import quad
 
     cfg, mech, dyn = ortho
     pts = [[-0.1, -0.1, -0.1], [-0.05, -0.15, -0.12], [0.0, -0.1, -0.2], [-0.05, -0.05, -0.15], [-0.15, -0.1, -0.1]]

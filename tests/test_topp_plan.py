@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
-from pkrt.models.gcode import parse_program
-from pkrt.models.geompath import Motion
+from pkrt.models.planning.gcode import parse_program
+from pkrt.models.planning.geompath import Motion
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.refstream import csv_source
 from pkrt.rt.runtime.trajectory import load_trajectory_csv

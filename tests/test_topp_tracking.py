@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pkrt.drivers import open_drives
-from pkrt.models.taskspace import TaskKinematics, adept_cycle
+from pkrt.models.kinematics.taskspace import TaskKinematics, adept_cycle
 from pkrt.rt.app.reference import machine_mechanism, path_planner, plan_adept
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.logfile import read_log

@@ -8,15 +8,17 @@ import json
 import numpy as np
 import pytest
 
-from pkrt.models.build_trees import MACHINES
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel, flatten_outputs
-from pkrt.models.treebuild import (BuildSettings, basis_matrix, build_tree, heldout_points,
-                                   inner_corners)
-from pkrt.models.treeverify import verify_tree
+from pkrt.models.trees.shipped import MACHINES
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel, flatten_outputs
+from pkrt.models.trees.boxes import basis_matrix, heldout_points, inner_corners
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
+from pkrt.models.trees.verify import verify_tree
 from pkrt.rt.cli import main
-from pkrt.rt.core.tree import (CLAMPED, OK, Tree, TreeWorkspace, eval_outputs, eval_outputs_w,
+from pkrt.rt.core.tree import (CLAMPED, OK, Tree, eval_outputs, eval_outputs_w,
                           eval_tau, eval_tau_w, n_basis, n_outputs, work_size)
+from pkrt.rt.core.workspace import TreeWorkspace
 from pkrt.rt.core.treefile import load_tree, tree_bytes, tree_from_bytes
 
 from .test_spline_tree import header_for

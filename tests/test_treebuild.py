@@ -11,11 +11,14 @@ import sys
 import numpy as np
 import pytest
 
-from pkrt.models.build_trees import MACHINES, SHIPPED, settings_for
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel, flatten_outputs
-from pkrt.models.treebuild import BuildSettings, BuildError, build_tree, ccd_points
-from pkrt.models.treeverify import tree_outputs, verify_tree
+from pkrt.models.trees.shipped import MACHINES, SHIPPED, settings_for
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel, flatten_outputs
+from pkrt.models.trees.boxes import ccd_points
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings, BuildError
+from pkrt.models.trees.outputs import tree_outputs
+from pkrt.models.trees.verify import verify_tree
 from pkrt.rt.cli import main
 from pkrt.rt.core.tree import CLAMPED, OK, OUT_OF_DOMAIN, eval_model, eval_outputs, eval_tau
 from pkrt.rt.core.treefile import check_tree_matches_model, load_tree, tree_bytes, tree_from_bytes
@@ -78,7 +81,7 @@ def test_shipped_tree_agrees_with_a_rebuild(name):
     err = np.abs(a[ok] - b[ok]) / scale
     assert err.max() <= REBUILD_TOLERANCE, (
         f"{name} differs from a rebuild by {err.max():.2e} of an output's scale: the exact "
-        f"model's numerics changed? Rebuild the shipped trees: python -m pkrt.models.build_trees")
+        f"model's numerics changed? Rebuild the shipped trees: python -m pkrt.models.trees.shipped")
     assert np.allclose(rebuilt.header["output_scale"], scale, rtol=REBUILD_TOLERANCE, atol=0)
 
 
@@ -313,7 +316,8 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
 def test_allocation_free_kernels_match_and_workspace():
     """Exact comparisons: the kernels run the same arithmetic in the same order, in one
     process on one machine (no stored values from elsewhere)."""
-    from pkrt.rt.core.tree import TreeWorkspace, eval_outputs_w, eval_tau_w, work_size
+    from pkrt.rt.core.tree import eval_outputs_w, eval_tau_w, work_size
+    from pkrt.rt.core.workspace import TreeWorkspace
     tree = load_tree(MACHINES / "orthoglide.pkt")
     ws = TreeWorkspace(tree)
     rng = np.random.default_rng(11)
@@ -418,7 +422,7 @@ def test_huge_jobs_does_not_fork_a_process_per_job(fourbar):
     depend on jobs, so the pool is capped at a few per core."""
     import os
 
-    from pkrt.models.treeverify import SampleEvaluator
+    from pkrt.models.trees.sampling import SampleEvaluator
 
     ev = SampleEvaluator(fourbar, jobs=100000, progress=False)
     assert 2 <= ev.jobs <= 4 * max(2, os.cpu_count() or 1)

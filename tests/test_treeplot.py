@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel
-from pkrt.models.treebuild import BuildSettings, build_tree
-from pkrt.models.treeplot import PLOT_SIZE_PX, plot_data, slice_planes
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
+from pkrt.models.trees.plot import PLOT_SIZE_PX, plot_data, slice_planes
 from pkrt.rt.cli import main
 from pkrt.rt.core.tree import eval_outputs
 from pkrt.rt.core.treefile import save_tree

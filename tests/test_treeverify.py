@@ -11,12 +11,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel
-from pkrt.models.treebuild import BuildSettings, basis_matrix, build_tree
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel
+from pkrt.models.trees.boxes import basis_matrix
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.core.tree import SPLINE
-from pkrt.models.treeverify import (face_jumps, internal_faces, output_groups, stress_points,
-                                    tree_outputs, verify_tree)
+from pkrt.models.trees.outputs import output_groups, tree_outputs
+from pkrt.models.trees.verify import face_jumps, internal_faces, stress_points, verify_tree
 from pkrt.rt.cli import main
 from pkrt.rt.core.tree import eval_outputs
 

@@ -15,7 +15,7 @@ import numpy as np
 
 
 def identify_logs(config, logs: list[str], out: str, machine_out: str, **options):
-    """The whole identification from run logs (see the module ``pkrt.models.identify``); writes
+    """The whole identification from run logs (see the module ``pkrt.models.identification.estimate``); writes
     the model and the machine configuration. Returns a namespace: ``report`` (the JSON report)
     and the pieces (samples, Y, bp, est, pi, test, use) for benchmarks. BLAS on one thread
     (its matrices are small; threads only contend)."""
@@ -33,10 +33,10 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
               estimator: str = "auto"):
     from types import SimpleNamespace
 
-    from pkrt.models.baseparams import base_parameters
-    from pkrt.models.identify import consistent, fit, friction_values, write_model
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.regressor import Regressor, model_parameters
+    from pkrt.models.identification.baseparams import base_parameters
+    from pkrt.models.identification.estimate import consistent, fit, friction_values, write_model
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.identification.regressor import Regressor, model_parameters
 
     from pkrt.rt.core.friction import V_EPS
     from pkrt.rt.core.errors import UserError
@@ -124,7 +124,7 @@ def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
     ``pkrt build``), friction feedforward from the identification, paths made absolute."""
     import tomllib
 
-    from pkrt.models.identify import dump_toml
+    from pkrt.models.identification.estimate import dump_toml
 
     src = Path(config.path)
     doc = tomllib.loads(src.read_text(encoding="utf-8"))

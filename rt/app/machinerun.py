@@ -139,7 +139,7 @@ def plant_mechanism(config: MachineConfig, mech):
     does not know, same actuators), else the machine's model ``mech``."""
     if config.plant_model_path == config.model_path:
         return mech
-    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.kinematics.mechanism import load_mechanism
 
     plant = load_mechanism(config.plant_model_path)
     if plant.actuator_names != mech.actuator_names:

@@ -98,7 +98,7 @@ class Planner:
     @property
     def kin(self):
         if self._kin is None:
-            from pkrt.models.taskspace import TaskKinematics
+            from pkrt.models.kinematics.taskspace import TaskKinematics
 
             if self._mech is None:
                 from pkrt.rt.app.reference import machine_mechanism
@@ -137,7 +137,7 @@ class Planner:
 
     def _task_path(self, theta0: np.ndarray, path: Planned, axes) -> Planned:
         """Actuator reference of a task path starting where the machine is (theta0)."""
-        from pkrt.models.taskspace import TaskKinematics
+        from pkrt.models.kinematics.taskspace import TaskKinematics
 
         kin = self.kin
         coarse = Planned(path.rate_hz / COARSE, path.pos[::COARSE], path.vel[::COARSE], path.acc[::COARSE],
@@ -196,8 +196,6 @@ class Planner:
     def reach(self, theta0: np.ndarray, direction: np.ndarray, most: float) -> float:
         """How far (m) the tool can go from where it is along ``direction`` (unit), up to
         ``most``, staying assembled and inside the actuator ranges (5 mm steps, then halving)."""
-        from pkrt.models.taskspace import tool_pose  # noqa: F401 (the same model as the planner)
-
         kin = self.kin
         x0 = kin.forward(theta0)[0]
         cfg, th = kin.assembler.solve(theta0), theta0.copy()

@@ -58,7 +58,7 @@ def _init(config, settings) -> None:
 def _warm() -> float:
     """Imports and the machine's model loaded in the worker (s it took)."""
     t0 = time.perf_counter()
-    import pkrt.models.taskspace  # noqa: F401 (the planning modules, imported once)
+    import pkrt.models.kinematics.taskspace  # noqa: F401 (the planning modules, imported once)
     from pkrt.rt.app.reference import machine_mechanism
 
     try:

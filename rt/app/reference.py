@@ -1,6 +1,6 @@
 """The run's reference, planned offline in the CLI layer (which may use the models) and handed
 to the runtime as arrays: the configuration's ``[demo]`` or a task-space CSV (x,y,z[,roll,
-pitch,yaw]) through the model's inverse kinematics (``pkrt.models.taskspace``) for any machine
+pitch,yaw]) through the model's inverse kinematics (``pkrt.models.kinematics.taskspace``) for any machine
 with a ``[tool]``; an actuator CSV or a ROS 2 bag goes to the runtime as given."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned, csv_columns
 
 if TYPE_CHECKING:
-    from pkrt.models.mechanism import Mechanism
+    from pkrt.models.kinematics.mechanism import Mechanism
 
 
 def machine_mechanism(config: MachineConfig) -> "Mechanism":
     """The configuration's model (a run of actuator values never loads it)."""
-    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.kinematics.mechanism import load_mechanism
 
     return load_mechanism(config.model_path)
 
@@ -37,12 +37,12 @@ def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | No
     if trajectory is None or trajectory == "demo":
         if config.demo.points is None and config.demo.task == "none":
             raise UserError(f"{config.path}: no demo for this machine (no [demo] table); give --traj FILE.csv")
-        from pkrt.models.taskspace import plan_demo
+        from pkrt.models.kinematics.taskspace import plan_demo
 
         return plan_demo(mech or machine_mechanism(config), config.demo, config.rate_hz)
     cols = csv_columns(str(trajectory))
     if cols is not None and cols[1:2] == ["x"] and cols[1:] != axes:  # task coordinates
-        from pkrt.models.taskspace import TaskKinematics, load_task_csv, tool_of
+        from pkrt.models.kinematics.taskspace import TaskKinematics, load_task_csv, tool_of
 
         mech = mech or machine_mechanism(config)
         if mech.description.tool is None:
@@ -57,12 +57,12 @@ class ExactInLoop:
     cannot be assembled there: out of domain)."""
 
     def __init__(self, mech: "Mechanism"):
-        from pkrt.models.reduction import ExactModel
+        from pkrt.models.reduction.exact import ExactModel
 
         self.exact = ExactModel(mech)
 
     def __call__(self, theta, H, D, p) -> int:
-        from pkrt.models.reduction import AssemblyError
+        from pkrt.models.kinematics.mechanism import AssemblyError
 
         try:
             r = self.exact(theta)
@@ -111,8 +111,8 @@ def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: 
     friction feed-forward), forces from the controller's tree or the exact model; task paths
     through the closed-form inverse kinematics where the machine has one (``closed_form``);
     accelerations as each period's mean (``held_acc``, ``PathPlanner.sample``)."""
-    from pkrt.models.taskspace import TaskKinematics
-    from pkrt.models.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
+    from pkrt.models.kinematics.taskspace import TaskKinematics
+    from pkrt.models.planning.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
 
     from pkrt.rt.runtime.run import load_controller_tree
 
@@ -134,8 +134,8 @@ def home_tool(planner) -> np.ndarray:
 
 def plan_gcode(planner, path: str, origin=None):
     """A G-code program, parsed and checked whole, timed: (Planned, report)."""
-    from pkrt.models.gcode import read_program
-    from pkrt.models.topp import plan_items
+    from pkrt.models.planning.gcode import read_program
+    from pkrt.models.planning.topp import plan_items
 
     home = home_tool(planner)
     if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
@@ -152,8 +152,8 @@ def plan_gcode(planner, path: str, origin=None):
 def plan_path_csv(planner, path: str):
     """A CSV path (no time column): the tool's task coordinates or the actuators' values, one
     point a row, joined by a C2 spline and timed from rest to rest: (Planned, report)."""
-    from pkrt.models.geompath import Motion, PointSpline
-    from pkrt.models.topp import plan_items
+    from pkrt.models.planning.geompath import Motion, PointSpline
+    from pkrt.models.planning.topp import plan_items
 
     from pkrt.rt.core.filekind import CSV, expect
 
@@ -182,8 +182,8 @@ def plan_path_csv(planner, path: str):
 def plan_adept(planner, demo, tolerance: float = 0.01, cycles: int = 1):
     """The [demo] table's Adept cycle (start, height, width, direction), corners blended within
     ``tolerance`` (m), each half from rest to rest, timed: (Planned, report)."""
-    from pkrt.models.geompath import polyline_motions
-    from pkrt.models.topp import plan_items
+    from pkrt.models.planning.geompath import polyline_motions
+    from pkrt.models.planning.topp import plan_items
 
     p0 = home_tool(planner)[:3] if demo.start is None else np.asarray(demo.start, float)
     d = np.asarray(demo.direction, float)

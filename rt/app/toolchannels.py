@@ -1,7 +1,7 @@
 """Tool channels of a run log, computed after the run (never in the loop) in the CLI layer,
 which may use the models: the tool's task coordinates for the logged reference (``tool_ref``)
 and the measured positions (``tool``), by the forward kinematics of the model the log was run
-with (``pkrt.models.taskspace.TaskKinematics.forward``: Newton per row, warm from the last
+with (``pkrt.models.kinematics.taskspace.TaskKinematics.forward``: Newton per row, warm from the last
 row). Units: x, y, z in m (world frame of the model), roll, pitch, yaw in rad
 (R = Rz(yaw) Ry(pitch) Rx(roll)). A row with a non-finite position, or one that cannot be
 assembled, gives NaN.
@@ -57,8 +57,8 @@ def tool_channels(log: Log) -> tuple[Log, dict]:
     if path is None:
         info["note"] = f"tool channels left out: {why}" if why else None
         return log, info
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.taskspace import TaskKinematics, tool_of
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.kinematics.taskspace import TaskKinematics, tool_of
 
     try:
         mech = load_mechanism(path)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.treebuild import BuildSettings, build_tree
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.core.treefile import tree_bytes
 from pkrt.rt.bench.daskcluster import BIN, ProcessCluster, peak_rss_mb
 

@@ -47,9 +47,9 @@ def _cli(argv: list[str]) -> tuple[int, dict]:
 
 
 def _yp_check(mech, n: int = 1000) -> dict:
-    from pkrt.models.baseparams import random_states
-    from pkrt.models.reduction import ExactModel
-    from pkrt.models.regressor import Regressor, model_parameters
+    from pkrt.models.identification.baseparams import random_states
+    from pkrt.models.reduction.exact import ExactModel
+    from pkrt.models.identification.regressor import Regressor, model_parameters
 
     reg, exact = Regressor(mech), ExactModel(mech)
     pi = model_parameters(mech.description)
@@ -67,7 +67,7 @@ def truth_mechanism(mech, payload: float = 0.5, heavier: float = 1.15):
     centre; the first body is ``heavier`` times its mass and inertia."""
     import dataclasses
 
-    from pkrt.models.mechanism import compile_mechanism
+    from pkrt.models.kinematics.mechanism import compile_mechanism
 
     bodies = list(mech.description.bodies)
     p = bodies[-1]
@@ -102,9 +102,9 @@ def truth_levels(cfg: dict, mech) -> dict:
 def write_truth(mech, config_path: Path, folder: Path):
     """truth.toml and truth-sim.toml in ``folder`` (plant friction, force noise and quantum from
     ``truth_levels``); returns (truth mechanism, config path)."""
-    from pkrt.models.identify import body_values, dump_toml
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.regressor import model_parameters
+    from pkrt.models.identification.estimate import body_values, dump_toml
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.identification.regressor import model_parameters
 
     truth = truth_mechanism(mech)
     doc = tomllib.loads(Path(mech.description.path).read_text())
@@ -131,7 +131,7 @@ def _coverage(res, truth_base: np.ndarray, force_noise: float, seeds: int) -> di
     (of the parameters with rsd < 5 %) holds the truth."""
     from scipy.signal import savgol_filter
 
-    from pkrt.models.identify import fit
+    from pkrt.models.identification.estimate import fit
 
     s = res.samples
     f = s.filter
@@ -155,10 +155,10 @@ def _coverage(res, truth_base: np.ndarray, force_noise: float, seeds: int) -> di
 
 
 def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
-    from pkrt.models.baseparams import base_parameters
-    from pkrt.models.description import MACHINES_DIR
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.regressor import model_parameters
+    from pkrt.models.identification.baseparams import base_parameters
+    from pkrt.models.kinematics.description import MACHINES_DIR
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.identification.regressor import model_parameters
     from pkrt.rt.app.identify import identify_logs
     from pkrt.rt.runtime.config import load_machine
 
@@ -236,7 +236,7 @@ def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: 
     identified model run as ``[controller] model = "exact"`` (the model computed in the loop,
     lockstep) and their trees, of 2 intervals per axis, only serve the run's domain check."""
     base = tomllib.loads(cfg_path.read_text())
-    from pkrt.models.mechanism import load_mechanism
+    from pkrt.models.kinematics.mechanism import load_mechanism
 
     exact_ctl = load_mechanism(str(Path(base["machine"]["model"]))).n_act > 3
     boxes = 2 if exact_ctl else boxes
@@ -246,7 +246,7 @@ def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: 
     for name, fr in identified.items():  # each identified model (its file: NAME.toml) and its friction
         runs[name] = (folder / f"{name}.toml", fr["viscous"], fr["coulomb"])
     out = {"tree_boxes": boxes, "controller_model": "exact" if exact_ctl else "tree"}
-    from pkrt.models.identify import dump_toml
+    from pkrt.models.identification.estimate import dump_toml
 
     for name, (model, visc, coul) in runs.items():
         doc = tomllib.loads(cfg_path.read_text())

@@ -1,4 +1,4 @@
-"""Benchmark ``plan``: time-optimal planning (``pkrt.models.topp``, ``pkrt plan``).
+"""Benchmark ``plan``: time-optimal planning (``pkrt.models.planning.topp``, ``pkrt plan``).
 
 - Delta, Adept cycle (25 / 305 / 25 mm, corners blended within 10 mm): the minimum cycle time
   under 20 N m and the velocity and acceleration limits with margins of 5, 10, 15 and 20 %,
@@ -8,7 +8,7 @@
   torque over every cycle, saturated cycles, tracking error (max, RMS) and its ratio to the
   hand-timed cycle's.
 - Planning cost of a 200-point path on each shipped simulated machine (median of 5, IK
-  included), with the closed-form inverse kinematics (``models/legik.py``) and with Newton on
+  included), with the closed-form inverse kinematics (``models/kinematics/legik.py``) and with Newton on
   the constraints (before): the grid (inverse kinematics, exact rates, dynamics) and the timing
   (LPs, loop-rate sampling and checks) separately.
 - Orthoglide, the example program ``orthoglide-demo.ngc`` end to end in lockstep: the largest
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.drivers import open_drives
-from pkrt.models.geompath import Line, Motion, polyline_motions
-from pkrt.models.taskspace import adept_cycle
+from pkrt.models.planning.geompath import Line, Motion, polyline_motions
+from pkrt.models.kinematics.taskspace import adept_cycle
 from pkrt.rt.app.reference import home_tool, machine_mechanism, path_planner, plan_adept, plan_gcode
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
@@ -71,7 +71,7 @@ def adept_figures(margins=(0.05, 0.1, 0.15, 0.2), hil: bool = True) -> dict:
     config = load_machine("delta")
     mech = machine_mechanism(config)
     tree = load_controller_tree(config)
-    from pkrt.models.taskspace import TaskKinematics
+    from pkrt.models.kinematics.taskspace import TaskKinematics
 
     start = np.asarray(config.demo.start, float)
     hand = TaskKinematics(mech).plan(adept_cycle(start, config.rate_hz, 0.5, config.demo.height, config.demo.width,
@@ -141,7 +141,7 @@ def _cost(planner, motion, repeats: int) -> dict:
 
 def cost_figures(repeats: int = 5) -> dict:
     """Per machine, the same path planned with the closed-form inverse kinematics
-    (``models/legik.py``, "closed_form") and with Newton on the model's constraints ("newton",
+    (``models/kinematics/legik.py``, "closed_form") and with Newton on the model's constraints ("newton",
     the reference), medians of ``repeats``; "ik" names the one the planner uses by default."""
     out = {}
     for name in MACHINES:
@@ -166,7 +166,7 @@ def gcode_figures() -> dict:
     t0 = time.perf_counter()
     plan, rep = plan_gcode(planner, demo)
     cost = time.perf_counter() - t0
-    from pkrt.models.gcode import parse_program
+    from pkrt.models.planning.gcode import parse_program
     from scipy.spatial import cKDTree
 
     origin = home_tool(planner)

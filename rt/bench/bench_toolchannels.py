@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.taskspace import TaskKinematics, circle, plan_demo
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.kinematics.taskspace import TaskKinematics, circle, plan_demo
 from pkrt.rt.runtime.config import load_machine
 
 RATE = 1000.0

@@ -12,8 +12,9 @@ import argparse
 import json
 
 from pkrt.drivers import open_drives
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.treebuild import BuildSettings, build_tree
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.trees.build import build_tree
+from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.run import load_controller_tree, run_session

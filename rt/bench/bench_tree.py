@@ -15,10 +15,11 @@ import time
 import numpy as np
 from numba import njit
 
-from pkrt.models.mechanism import load_mechanism
-from pkrt.models.reduction import ExactModel
+from pkrt.models.kinematics.mechanism import load_mechanism
+from pkrt.models.reduction.exact import ExactModel
 from pkrt.rt.runtime.config import MACHINES_DIR
-from pkrt.rt.core.tree import TreeWorkspace, eval_tau_w
+from pkrt.rt.core.tree import eval_tau_w
+from pkrt.rt.core.workspace import TreeWorkspace
 from pkrt.rt.core.treefile import load_tree
 
 MACHINES = MACHINES_DIR
@@ -103,8 +104,9 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     """Figures (ns per evaluation are medians over ``reps`` repetitions): the shipped
     controller tree beside the paper's uniform 8^3 quadratic boxes (the tree shipped before),
     along the demo trajectory and at random states; the exact reduction; build times."""
-    from pkrt.models.build_trees import settings_for
-    from pkrt.models.treebuild import BuildSettings, build_tree
+    from pkrt.models.trees.shipped import settings_for
+    from pkrt.models.trees.build import build_tree
+    from pkrt.models.trees.settings import BuildSettings
     from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.runtime.config import load_machine
 

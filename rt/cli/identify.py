@@ -104,10 +104,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_plan(args) -> int:
-    from pkrt.models.baseparams import base_parameters
-    from pkrt.models.excitation import Limits, plan_excitation, write_csv
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.regressor import model_parameters
+    from pkrt.models.identification.baseparams import base_parameters
+    from pkrt.models.identification.excitation import Limits, plan_excitation, write_csv
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.identification.regressor import model_parameters
 
     from pkrt.rt.runtime.config import load_machine
     from pkrt.rt.core.outputs import check_outputs

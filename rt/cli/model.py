@@ -17,8 +17,8 @@ def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
 
 
 def run_model_check(args) -> int:
-    from pkrt.models.mechanism import load_mechanism
-    from pkrt.models.reports import check_report
+    from pkrt.models.kinematics.mechanism import load_mechanism
+    from pkrt.models.kinematics.report import check_report
 
     mech = load_mechanism(args.model)
     r = check_report(mech)
@@ -71,7 +71,8 @@ def run_model_eval(args) -> int:
         raise fk.WrongFileKind(f"{args.model}: this is {fk.describe(kind)}, expected a machine "
                                f"description or a pkrt tree file")
     if kind == fk.TREE:
-        from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, TreeWorkspace
+        from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN
+        from pkrt.rt.core.workspace import TreeWorkspace
         from pkrt.rt.core.treefile import load_tree
 
         tree = load_tree(args.model)
@@ -91,8 +92,8 @@ def run_model_eval(args) -> int:
                 emit({"error": warn, "theta": theta}, True)
             raise CheckFailed(warn)
     else:
-        from pkrt.models.mechanism import load_mechanism
-        from pkrt.models.reduction import ExactModel
+        from pkrt.models.kinematics.mechanism import load_mechanism
+        from pkrt.models.reduction.exact import ExactModel
 
         mech = load_mechanism(args.model)
         s = mech.n_act
@@ -108,7 +109,7 @@ def run_model_eval(args) -> int:
         red = ExactModel(mech)(theta)
         H, D, p_ext = red.H, red.D, red.p_ext
         source = {"model": mech.name}
-    from pkrt.models.reduction import quadratic_velocities
+    from pkrt.models.reduction.exact import quadratic_velocities
 
     r = {**source, "theta": theta, "H": H, "D": D, "p_ext": p_ext}
     if warn:

@@ -1,5 +1,5 @@
 """CLI verb ``pkrt plan``: time a path in minimum time under the machine's velocity, acceleration
-and force limits (``pkrt.models.topp``) and write the reference as a CSV that ``pkrt run --traj``
+and force limits (``pkrt.models.planning.topp``) and write the reference as a CSV that ``pkrt run --traj``
 plays: a G-code program, a CSV path (no time column) or the time-optimal Adept cycle."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run(args) -> int:
         write_csv(plan, names, args.output)
         report["output"] = args.output
     if args.plot:
-        from pkrt.models.topp_plot import plot_plan
+        from pkrt.models.planning.topp_plot import plot_plan
 
         plot_plan(plan, report, names, args.plot)
         report["plot"] = args.plot

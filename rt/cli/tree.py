@@ -12,8 +12,8 @@ from pkrt.rt.core.errors import CheckFailed, UserError
 from pkrt.rt.core.outputs import check_outputs
 from pkrt.rt.core.treefile import check_tree_matches_model, load_tree, save_tree
 
-from pkrt.models.description import resolve_model_path
-from pkrt.models.mechanism import load_mechanism
+from pkrt.models.kinematics.description import resolve_model_path
+from pkrt.models.kinematics.mechanism import load_mechanism
 
 
 def _fmt(x) -> str:
@@ -70,8 +70,8 @@ def add_scheduler_argument(p: argparse.ArgumentParser) -> None:
 
 
 def run_build(args) -> int:
-    from pkrt.models.treebuild import (DEFAULT_MAX_BYTES, SPLINE_DEFAULT_MAX_S, BuildError,
-                                       BuildSettings, build_tree)
+    from pkrt.models.trees.build import build_tree
+    from pkrt.models.trees.settings import DEFAULT_MAX_BYTES, SPLINE_DEFAULT_MAX_S, BuildError, BuildSettings
     mech = load_mechanism(args.model)
     tol = args.tol if args.tol is not None or args.boxes is not None else DEFAULT_TOL
     out = Path(args.output)
@@ -130,7 +130,7 @@ def add_arguments_tree_info(p: argparse.ArgumentParser) -> None:
 
 
 def run_tree_info(args) -> int:
-    from pkrt.models.reports import tree_summary
+    from pkrt.models.trees.summary import tree_summary
 
     tree = load_tree(args.tree)
     r = tree_summary(tree)
@@ -162,7 +162,7 @@ def run_tree_info(args) -> int:
 # -- pkrt tree verify ---------------------------------------------------------------------------
 
 def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
-    from pkrt.models.treeverify import DIAGONAL_SAMPLES, STRESS_SAMPLES
+    from pkrt.models.trees.verify import DIAGONAL_SAMPLES, STRESS_SAMPLES
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
@@ -229,7 +229,8 @@ def verify_text(path: str, model: str, r: dict) -> str:
 
 
 def run_tree_verify(args) -> int:
-    from pkrt.models.treeverify import SampleEvaluator, verify_tree
+    from pkrt.models.trees.sampling import SampleEvaluator
+    from pkrt.models.trees.verify import verify_tree
     tree = load_tree(args.tree)
     model = args.model or tree.header["model"]["name"]
     mech = load_mechanism(model)
@@ -284,7 +285,7 @@ def _check_output(out: Path, inputs: list[str]) -> None:
 
 
 def run_tree_plot(args) -> int:
-    from pkrt.models.treeplot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
+    from pkrt.models.trees.plot import PLOT_SIZE_PX, default_title, plot_data, plot_tree
     if args.points > 10 ** 6 or args.grid > 1000:
         raise UserError("--points must be at most 10^6 and --grid at most 1000")
     tree = load_tree(args.tree)

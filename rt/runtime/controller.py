@@ -19,7 +19,8 @@ from numba import njit
 from pkrt.rt.runtime.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
 from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
-from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, entry_point, eval_model_w, quad_velocities, work_size
+from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
+from pkrt.rt.core.workspace import entry_point
 from pkrt.rt.runtime.safety import OK, check_feedback
 from pkrt.rt.runtime.staging import stage_row
 

@@ -15,7 +15,7 @@ A drive that quantises its torque (HIL) only adds white noise, which the filter 
 
 The logged reference (``ref_pos``, planned before the run, so free of the run's noise) goes
 through the same filter, differences and decimation: the instruments of the fit
-(``pkrt.models.identify.fit``). None when a log has no reference.
+(``pkrt.models.identification.estimate.fit``). None when a log has no reference.
 """
 
 from __future__ import annotations

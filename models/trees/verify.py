@@ -1,212 +1,31 @@
-"""Exact-model sampling (parallel, deterministic) and verification of a tree against it.
+"""Verification of a tree against the exact model.
 
-``SampleEvaluator`` evaluates the exact reduced model at many configurations over processes.
-Points are cut into fixed chunks that do not depend on the number of processes, and every
-chunk starts its ExactModel from the reference assembly, so the results are bit-identical
-whatever ``jobs`` is. ``verify_tree`` compares a tree with the exact model at seeded states
-(random, packed on the box's boundary, on its diagonal) and reports the distribution of the
-relative errors and where the worst sit (see its docstring for the definitions and bounds).
-Everything goes through the public kernels (``eval_outputs``, ``eval_tau``), so it works for
-any tree kind; the faces between cells come from ``internal_faces``.
+``verify_tree`` compares a tree with the exact model at seeded states (random, packed on the
+box's boundary, on its diagonal), sampled with ``sampling.SampleEvaluator``, and reports the
+distribution of the relative errors and where the worst sit (see its docstring for the
+definitions and bounds). Everything goes through the public kernels (``eval_outputs``,
+``eval_tau``), so it works for any tree kind; the faces between cells come from
+``internal_faces``.
 """
-
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import os
-import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.tree import BOXES, OUT_OF_DOMAIN, SPLINE, Tree, eval_outputs, eval_tau, n_outputs, spline_face_jumps
+from pkrt.rt.core.tree import BOXES, OUT_OF_DOMAIN, SPLINE, Tree, n_outputs, spline_face_jumps
 
-from .mechanism import AssemblyError, Mechanism
-from .reduction import (ExactModel, flatten_outputs, output_layout, quadratic_velocities,
-                        unflatten_outputs)
+from ..kinematics.mechanism import Mechanism
+from ..reduction.exact import output_layout
+from .exact import MAX_SAMPLES
+from .outputs import (ACCELERATION_RANGES_PER_S2, VELOCITY_RANGES_PER_S, exact_taus, output_groups, output_scale,
+                      tree_outputs, tree_taus)
+from .sampling import SampleEvaluator, spatial_order
 
-MAX_SAMPLES = 10 ** 7  # verification states (memory: about 100 bytes per state and output)
-CHUNK = 24  # points per chunk; fixed so results do not depend on the process count
-
-# default verification bounds, per axis, as multiples of the actuator range (hi - lo)
-VELOCITY_RANGES_PER_S = 2.0  # |theta_dot_i| <= 2 (hi_i - lo_i) / s
-ACCELERATION_RANGES_PER_S2 = 20.0  # |theta_ddot_i| <= 20 (hi_i - lo_i) / s^2
 STRESS_SAMPLES = 1000  # default states on the region's faces, edges and corners
 DIAGONAL_SAMPLES = 201  # default states on the region's diagonal
-
-_worker_model: ExactModel | None = None
-
-
-def _init_worker(mech: Mechanism) -> None:
-    global _worker_model
-    _worker_model = ExactModel(mech)
-
-
-def eval_chunk(model: ExactModel, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact flat outputs (n, n_out) and singularity measures (n,) at thetas, in order,
-    starting from the reference assembly. A point that cannot be assembled gets NaN outputs
-    and a measure of 0."""
-    mech = model.mech
-    s = mech.n_act
-    n_out = len(output_layout(s))
-    F = np.full((len(thetas), n_out), np.nan)
-    sing = np.zeros(len(thetas))
-    model.assembler.reset()
-    for i, th in enumerate(thetas):
-        try:
-            r = model(th)
-            f = flatten_outputs(r.H, r.D, r.p_ext)
-            sg = mech.singularity_measure(r.config, th)
-        except (AssemblyError, np.linalg.LinAlgError):
-            continue
-        if np.all(np.isfinite(f)):
-            F[i], sing[i] = f, sg
-    return F, sing
-
-
-def _worker_chunk(thetas: np.ndarray):
-    return eval_chunk(_worker_model, thetas)
-
-
-class SampleEvaluator:
-    """Exact model over processes: ``evaluate(thetas)`` -> (F, sing). Use as a context
-    manager; ``jobs=1`` runs in this process. ``scheduler``: on a Dask cluster instead
-    (``daskeval.DaskPool``: a scheduler's address, or ``local`` for a LocalCluster of ``jobs``
-    worker processes), same chunks, same results. Progress goes to a tqdm bar on stderr only
-    when stderr is a terminal (or ``progress`` says otherwise)."""
-
-    def __init__(self, mech: Mechanism, jobs: int | None = None, progress: bool | None = None,
-                 desc: str = "exact model", scheduler: str | None = None):
-        self.mech = mech
-        cores = os.cpu_count() or 1
-        # results do not depend on jobs: more processes than a few per core only cost forks
-        self.jobs = max(1, min(jobs or cores, 4 * max(2, cores)))
-        self.scheduler, self.dask_workers = scheduler, jobs
-        self.progress = sys.stderr.isatty() if progress is None else progress
-        self.desc = desc
-        self.pool: ProcessPoolExecutor | None = None
-        self.dask = None  # daskeval.DaskPool
-        self.model: ExactModel | None = None
-        self.n_evaluated = 0
-
-    def __enter__(self) -> "SampleEvaluator":
-        if self.scheduler is not None:
-            try:
-                from .daskeval import DaskPool
-            except ModuleNotFoundError as e:
-                if (e.name or "").split(".")[0] not in ("dask", "distributed"):
-                    raise
-                raise UserError("--scheduler needs dask.distributed: pip install 'pkrt[dask]'") from None
-            self.dask = DaskPool(self.mech, self.scheduler, self.dask_workers)
-        elif self.jobs > 1:
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.pool = ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_init_worker,
-                                            initargs=(self.mech,))
-        else:
-            self.model = ExactModel(self.mech)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.dask is not None:
-            self.dask.close()
-            self.dask = None
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-            self.pool = None
-
-    def evaluate(self, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """thetas (n, s), already in a spatially coherent order (warm starts follow it)."""
-        thetas = np.asarray(thetas, float).reshape(-1, self.mech.n_act)
-        n = len(thetas)
-        chunks = [thetas[i:i + CHUNK] for i in range(0, n, CHUNK)]
-        from tqdm import tqdm
-        bar = tqdm(total=n, desc=self.desc, unit="pt", file=sys.stderr, disable=not self.progress,
-                   leave=False)
-        results: list = [None] * len(chunks)
-        try:
-            for k, r in self._completed(chunks):
-                results[k] = r
-                bar.update(len(chunks[k]))
-        finally:
-            bar.close()
-        self.n_evaluated += n
-        n_out = len(output_layout(self.mech.n_act))
-        if not results:
-            return np.zeros((0, n_out)), np.zeros(0)
-        return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
-
-    def _completed(self, chunks: list[np.ndarray]):
-        """(chunk index, eval_chunk result) per chunk, in completion order."""
-        if self.dask is not None:
-            yield from self.dask.run(chunks)
-        elif self.pool is None:
-            for k, c in enumerate(chunks):
-                yield k, eval_chunk(self.model, c)
-        else:
-            from concurrent.futures import as_completed
-            futures = {self.pool.submit(_worker_chunk, c): k for k, c in enumerate(chunks)}
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
-
-
-def spatial_order(thetas: np.ndarray, lo: np.ndarray, hi: np.ndarray, cells: int = 8) -> np.ndarray:
-    """A permutation visiting points cell by cell (cells per axis), so warm starts stay short."""
-    u = (thetas - lo) / (hi - lo)
-    cell = np.clip((u * cells).astype(int), 0, cells - 1)
-    keys = [thetas[:, d] for d in reversed(range(thetas.shape[1]))]
-    keys += [cell[:, d] for d in reversed(range(thetas.shape[1]))]
-    return np.lexsort(keys)
-
-
-def output_groups(s: int) -> dict[str, slice]:
-    """Slices of the flat outputs: H, D, p_ext."""
-    m = s * (s + 1) // 2
-    return {"H": slice(0, m), "D": slice(m, m + s * m), "p_ext": slice(m + s * m, m + s * m + s)}
-
-
-def output_scale(F: np.ndarray, s: int, floor: float = 1e-6) -> np.ndarray:
-    """Per output: largest |f| over the finite rows of F, floored at ``floor`` times the
-    largest of its group (so structurally zero outputs do not divide by round-off)."""
-    finite = np.all(np.isfinite(F), axis=1)
-    big = np.abs(F[finite]).max(axis=0) if finite.any() else np.ones(F.shape[1])
-    out = big.copy()
-    for sl in output_groups(s).values():
-        g = big[sl].max() if big[sl].size else 0.0
-        out[sl] = np.maximum(big[sl], floor * g if g > 0 else 1.0)
-    return out
-
-
-def tree_outputs(tree: Tree, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tree outputs (n, n_out) and status codes (n,) at thetas (offline helper)."""
-    T = tree.arrays
-    F = np.empty((len(thetas), tree.coef.shape[1]))
-    st = np.empty(len(thetas), dtype=np.int64)
-    for i, th in enumerate(np.ascontiguousarray(thetas, dtype=float)):
-        st[i] = eval_outputs(T, th, F[i])
-    return F, st
-
-
-def tree_taus(tree: Tree, theta: np.ndarray, td: np.ndarray, tdd: np.ndarray) -> np.ndarray:
-    """tau (n, s) from the tree's eval_tau kernel at the states (theta, td, tdd)."""
-    s = tree.s
-    H, D, p = np.empty((s, s)), np.empty((s, s * (s + 1) // 2)), np.empty(s)
-    out = np.empty((len(theta), s))
-    for k in range(len(theta)):
-        eval_tau(tree.arrays, theta[k], td[k], tdd[k], H, D, p, out[k])
-    return out
-
-
-def exact_taus(F: np.ndarray, td: np.ndarray, tdd: np.ndarray, s: int) -> np.ndarray:
-    """tau = H tdd + D [td td] - p_ext (n, s) from exact flat outputs F (n, n_out)."""
-    out = np.empty((len(F), s))
-    for k in range(len(F)):
-        H, D, p = unflatten_outputs(F[k], s)
-        out[k] = H @ tdd[k] + D @ quadratic_velocities(td[k]) - p
-    return out
 
 
 # -- faces between cells: where a piecewise fit may step ----------------------------------------
@@ -491,7 +310,5 @@ class _Compared:
         }
 
 
-__all__ = ["SampleEvaluator", "eval_chunk", "verify_tree", "face_jumps", "internal_faces",
-           "output_scale", "output_groups", "tree_outputs", "tree_taus", "exact_taus",
-           "stress_points", "spatial_order", "parse_region", "VELOCITY_RANGES_PER_S",
-           "ACCELERATION_RANGES_PER_S2", "STRESS_SAMPLES", "DIAGONAL_SAMPLES"]
+__all__ = ["verify_tree", "face_jumps", "internal_faces", "stress_points", "parse_region", "STRESS_SAMPLES",
+           "DIAGONAL_SAMPLES"]

@@ -41,7 +41,7 @@ import numpy as np
 from pkrt.rt.core.errors import UserError
 
 from .baseparams import BaseParameters
-from .mechanism import Mechanism
+from ..kinematics.mechanism import Mechanism
 from .regressor import ACTUATOR_PARAMS, body_from_parameters
 
 

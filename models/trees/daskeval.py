@@ -1,6 +1,6 @@
 """Exact-model sampling on a Dask cluster: the ``--scheduler`` backend of ``SampleEvaluator``.
 
-``DaskPool`` runs the same chunks as the process pool (``treeverify.CHUNK`` points each, every
+``DaskPool`` runs the same chunks as the process pool (``exact.CHUNK`` points each, every
 chunk from the reference assembly, warm starts in spatial order inside it), grouped into
 batches of up to ``BATCH_CHUNKS`` chunks per task, and hands each chunk's result back with its
 index, so the samples -- and the tree -- are the same bytes whatever the scheduler, the
@@ -34,8 +34,9 @@ from distributed.client import FutureCancelledError
 from pkrt.rt.core.errors import Fault, UserError
 from pkrt.rt.core.versions import software_versions
 
-from .mechanism import Mechanism, load_mechanism
-from .reduction import ExactModel
+from ..kinematics.mechanism import Mechanism, load_mechanism
+from ..reduction.exact import ExactModel
+from .exact import eval_chunk
 
 LOCAL = "local"  # --scheduler local: a LocalCluster of processes on this machine
 BATCH_CHUNKS = 16  # chunks per task at most (384 points: ~0.15 s of the Orthoglide's model)
@@ -99,8 +100,6 @@ class ModelPlugin(distributed.WorkerPlugin):
 
 def run_batch(name: str, chunks: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Task: ``eval_chunk`` on each chunk, in order, with this thread's ExactModel."""
-    from .treeverify import eval_chunk
-
     mech = _mechs.get(name)
     if not isinstance(mech, Mechanism):
         raise WorkerMismatch(mech or f"the model is not loaded on this worker (plugin {name})")

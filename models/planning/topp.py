@@ -40,8 +40,8 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import MAX_SAMPLES, Planned
 from pkrt.rt.core.tree import OUT_OF_DOMAIN, eval_model, eval_tau
 
+from ..kinematics.taskspace import check_ranges
 from .geompath import Motion, quintic_hermite
-from .taskspace import check_ranges
 
 
 # -- limits and dynamics --------------------------------------------------------------------
@@ -106,13 +106,13 @@ class ExactDynamics:
     """H, D, p_ext at theta from the exact reduction of the model."""
 
     def __init__(self, mech):
-        from .reduction import ExactModel
+        from ..reduction.exact import ExactModel
 
         self.exact = ExactModel(mech)
         self.name = "exact"
 
     def __call__(self, theta):
-        from .mechanism import AssemblyError
+        from ..kinematics.mechanism import AssemblyError
 
         try:
             r = self.exact(theta)
@@ -290,7 +290,7 @@ class PathPlanner:
         """The machine's closed-form inverse kinematics (``legik.leg_kinematics``), found and
         checked on first use; None: Newton on the model's constraints."""
         if self._legs is None:
-            from .legik import leg_kinematics
+            from ..kinematics.legik import leg_kinematics
 
             self._legs = (leg_kinematics(self.kin) if self.closed_form and self.kin is not None else None) or False
         return self._legs or None

@@ -1,6 +1,6 @@
 """Rebuild the trees shipped in ``models/machines/`` (builds are deterministic on a machine).
 
-Run: ``.venv/bin/python -m pkrt.models.build_trees [NAME ...] [--jobs N]``. The equivalent
+Run: ``.venv/bin/python -m pkrt.models.trees.shipped [NAME ...] [--jobs N]``. The equivalent
 commands are printed with ``--list``, e.g. ``pkrt build fourbar -o models/machines/fourbar.pkt
 --kind spline --tol 0.001``.
 """
@@ -14,10 +14,11 @@ from pathlib import Path
 
 from pkrt.rt.core.treefile import save_tree
 
-from .mechanism import load_mechanism
-from .treebuild import BuildSettings, build_tree
+from ..kinematics.mechanism import load_mechanism
+from .build import build_tree
+from .settings import BuildSettings
 
-MACHINES = Path(__file__).resolve().parent / "machines"
+MACHINES = Path(__file__).resolve().parent.parent / "machines"
 
 # file name -> (model, build settings); the settings are those the CLI would use
 SHIPPED: dict[str, tuple[str, dict]] = {

@@ -1,4 +1,4 @@
-"""Build reduced-dynamics trees from the exact model (paper section 4, plus adaptive splits).
+"""Trees of boxes with quadratic leaves from the exact model (paper section 4, plus adaptive splits).
 
 Boxes live in unit coordinates of the root box (exact ``Fraction`` per axis, 0 = lo, 1 = hi).
 Each box is sampled with a central composite design in box-normalised coordinates z in
@@ -10,7 +10,7 @@ third-order terms that vanish on the axes; for s = 5, 6 a 16-point fraction of t
 share them and each is computed once. A quadratic is least-squares fitted per output.
 
 Held-out error of a box: max over its held-out points and outputs of |fit - f| / scale_o,
-scale_o being the largest |f_o| over all in-domain samples (``treeverify.output_scale``).
+scale_o being the largest |f_o| over all in-domain samples (``outputs.output_scale``).
 A box is out of domain (``leaf_ok = 0``) when any of its samples cannot be assembled or has a
 singularity measure below the threshold.
 
@@ -24,32 +24,21 @@ they have an in-domain sample and are larger than the largest in-domain leaf.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.tree import Tree
-from pkrt.rt.core.versions import software_versions
 
-from .mechanism import Mechanism
-from .reduction import output_layout
-from .treeverify import MAX_SAMPLES, SampleEvaluator, output_scale, verify_tree
+from ..kinematics.mechanism import Mechanism
+from ..reduction.exact import output_layout
+from .samples import Point, Samples, to_theta
+from .settings import BuildSettings, tree_header
 
-FORMAT_BUILDER = "pkrt.models.treebuild 3"
-DEFAULT_VERIFY_SAMPLES = 1000
 MIN_WIDTH = Fraction(1, 2 ** 24)  # adaptive: boxes this narrow (unit coordinates) are not split
 BATCH_FACTOR = 1.5  # adaptive: each round splits the failing leaves within this factor of the worst
-
-Point = tuple[Fraction, ...]
-
-
-class BuildError(UserError):
-    """Impossible build settings."""
 
 
 # -- designs in box-normalised coordinates ----------------------------------------------------
@@ -155,44 +144,7 @@ class Node:
         return self.children[0].leaves() + self.children[1].leaves()
 
 
-def to_theta(x: Fraction, lo: float, hi: float) -> float:
-    """Unit coordinate -> actuator value (exact at the ends)."""
-    if x == 0:
-        return lo
-    if x == 1:
-        return hi
-    return lo + (hi - lo) * float(x)
-
-
-class _Samples:
-    """Exact-model samples keyed by exact unit coordinates, computed once each."""
-
-    def __init__(self, mech: Mechanism, ev: SampleEvaluator, lo: np.ndarray, hi: np.ndarray):
-        self.mech = mech
-        self.ev = ev
-        self.lo, self.hi = lo.copy(), hi.copy()  # the tree's root box
-        self.f: dict[Point, np.ndarray] = {}
-        self.sing: dict[Point, float] = {}
-
-    def theta(self, p: Point) -> np.ndarray:
-        return np.array([to_theta(x, self.lo[d], self.hi[d]) for d, x in enumerate(p)])
-
-    def ensure(self, pts) -> None:
-        new = sorted(set(p for p in pts if p not in self.f))  # lexicographic: coherent walks
-        if not new:
-            return
-        F, sing = self.ev.evaluate(np.array([self.theta(p) for p in new]))
-        for p, f, g in zip(new, F, sing):
-            self.f[p], self.sing[p] = f, float(g)
-
-    def scale(self, threshold: float) -> np.ndarray:
-        """Output scales over the in-domain samples (``treeverify.output_scale``)."""
-        n_out = len(output_layout(self.mech.n_act))
-        F = np.array([f for p, f in self.f.items() if self.sing[p] >= threshold]).reshape(-1, n_out)
-        return output_scale(F, self.mech.n_act)
-
-
-def _fit_leaf(node: Node, smp: _Samples, design: Design, threshold: float) -> None:
+def _fit_leaf(node: Node, smp: Samples, design: Design, threshold: float) -> None:
     fit_p, ho_p = node.points(design.fit_z), node.points(design.ho_z)
     F = np.array([smp.f[p] for p in fit_p])
     Fh = np.array([smp.f[p] for p in ho_p])
@@ -231,7 +183,7 @@ def _widest(nd: Node) -> int:
     return w.index(max(w))
 
 
-def _partly_in_domain(leaves: list[Node], smp: "_Samples", design: Design, threshold: float) -> list[Node]:
+def _partly_in_domain(leaves: list[Node], smp: "Samples", design: Design, threshold: float) -> list[Node]:
     """Adaptive: out-of-domain leaves with an in-domain sample, larger than the largest
     in-domain leaf (all of them while there is none), to split so that the domain's edge is
     resolved as finely as the in-domain leaves (a root box across a singularity would
@@ -298,98 +250,7 @@ def _to_tree(root: Node, lo: np.ndarray, hi: np.ndarray, header: dict) -> Tree:
     return Tree(lo, hi, node_dim, node_split, node_child, leaf_box, leaf_ok, coef, header=header)
 
 
-KINDS = ("spline", "boxes")
-SPLINE_DEFAULT_MAX_S = 3  # pkrt build's default kind: spline up to 3 actuators, boxes beyond
-DEFAULT_MAX_BYTES = 16 * 2 ** 20  # coefficient table bound (the Orthoglide target: <= 16 MB)
-
-
-@dataclass
-class BuildSettings:
-    """What determines a tree (recorded in its header; ``jobs`` is not: it changes nothing)."""
-    boxes: int | None = None  # uniform: intervals per axis (boxes or spline cells)
-    tol: float | None = None  # adaptive: held-out relative error target
-    kind: str = "boxes"  # "boxes" (quadratic leaves) or "spline" (tensor cubic spline)
-    max_bytes: int = DEFAULT_MAX_BYTES  # adaptive spline: coefficient table bound (bytes)
-    max_leaves: int = 4096
-    sing_threshold: float | None = None  # default: the model's singular_threshold
-    verify_samples: int = DEFAULT_VERIFY_SAMPLES
-    seed: int = 0
-    region: tuple[float, ...] | None = None  # lo, hi (all actuators) or lo1, hi1, lo2, ... inside the ranges
-    extra: dict = field(default_factory=dict)
-
-    def root_box(self, mech: Mechanism) -> tuple[np.ndarray, np.ndarray]:
-        """The tree's box: the actuator ranges, or ``region`` inside them (one-line error)."""
-        lo, hi = mech.ranges[:, 0].copy(), mech.ranges[:, 1].copy()
-        if self.region is None:
-            return lo, hi
-        r = np.asarray(self.region, float).reshape(-1)
-        if r.size == 2:
-            r = np.tile(r, len(lo))
-        if r.size != 2 * len(lo):
-            raise BuildError(f"--region needs 2 or {2 * len(lo)} numbers (lo,hi per actuator), got {r.size}")
-        r = r.reshape(-1, 2)
-        if not np.all(r[:, 0] < r[:, 1]) or np.any(r[:, 0] < lo) or np.any(r[:, 1] > hi):
-            raise BuildError(f"--region must have lo < hi inside the actuator ranges {np.c_[lo, hi].tolist()}, "
-                             f"got {r.tolist()}")
-        return r[:, 0].copy(), r[:, 1].copy()
-
-    def check(self, s: int) -> None:
-        if self.kind not in KINDS:
-            raise BuildError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if (self.boxes is None) == (self.tol is None):
-            raise BuildError("give exactly one of --boxes N (uniform) or --tol REL (adaptive)")
-        if self.kind == "spline" and self.boxes is not None and self.boxes < 3:
-            raise BuildError(f"--boxes must be at least 3 for a spline tree (not-a-knot cubic "
-                             f"interpolation needs 4 points per axis), got {self.boxes}")
-        if not 1 <= self.max_bytes <= 2 ** 40:
-            raise BuildError(f"--max-bytes must be in 1..2^40, got {self.max_bytes}")
-        if self.boxes is not None and not 1 <= self.boxes:
-            raise BuildError(f"--boxes must be at least 1, got {self.boxes}")
-        if self.boxes is not None and self.boxes ** s > 10 ** 6:
-            raise BuildError(f"--boxes {self.boxes} gives {self.boxes ** s} leaves for {s} "
-                             f"actuators; at most 10^6 are supported")
-        if self.tol is not None and not (np.isfinite(self.tol) and self.tol > 0):
-            raise BuildError(f"--tol must be a positive relative error, got {self.tol}")
-        if not 1 <= self.max_leaves <= 10 ** 6:
-            raise BuildError(f"--max-leaves must be in 1..10^6, got {self.max_leaves}")
-        if self.sing_threshold is not None and not (0 <= self.sing_threshold < np.inf):
-            raise BuildError(f"--sing-threshold must be a finite number >= 0, got {self.sing_threshold}")
-        if not 0 <= self.verify_samples <= MAX_SAMPLES:
-            raise BuildError(f"--verify-samples must be in 0..{MAX_SAMPLES}, got {self.verify_samples}")
-
-
-def build_tree(mech: Mechanism, settings: BuildSettings, jobs: int | None = None,
-               progress: bool | None = None, scheduler: str | None = None) -> tuple[Tree, dict]:
-    """Build, verify and return (tree, stats). Deterministic for any ``jobs`` and
-    ``scheduler`` (a Dask scheduler's address or ``local``: see ``SampleEvaluator``)."""
-    s = mech.n_act
-    settings.check(s)
-    settings.root_box(mech)  # a bad --region: one line before any sampling
-    t0 = time.perf_counter()
-    thr = mech.description.singular_threshold if settings.sing_threshold is None else settings.sing_threshold
-    with SampleEvaluator(mech, jobs, progress, desc="build", scheduler=scheduler) as ev:
-        smp = _Samples(mech, ev, *settings.root_box(mech))
-        if settings.kind == "spline":
-            tree = _spline_tree(mech, settings, smp, thr)
-        else:
-            tree = _boxes_tree(mech, settings, smp, thr)
-        return _finish(tree, mech, settings, ev, t0)
-
-
-def _spline_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: float) -> Tree:
-    """A spline tree (``pkrt.models.splinebuild``) with its header."""
-    from .splinebuild import build_spline
-
-    tree, facts = build_spline(mech, smp, thr, settings.boxes, settings.tol, settings.max_bytes)
-    header = _header(mech, settings, facts.pop("output_scale"), {
-        "kind": "spline", "max_bytes": settings.max_bytes if settings.tol is not None else None,
-        "sing_threshold": thr, "design": "not-a-knot cubic interpolation on a tensor grid; "
-        "held out: interval midpoints on the grid lines, corner-cell centres",
-        **facts, "samples": len(smp.f), "samples_failed": 0})
-    return dataclasses.replace(tree, header=header)
-
-
-def _boxes_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: float) -> Tree:
+def build_boxes(mech: Mechanism, settings: BuildSettings, smp: Samples, thr: float) -> Tree:
     """A tree of boxes, uniform (``settings.boxes`` per axis) or adaptive (to ``settings.tol``),
     with its header."""
     s = mech.n_act
@@ -404,7 +265,7 @@ def _boxes_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: fl
     leaves = root.leaves()
     scale = smp.scale(thr)
     heldout = [_leaf_error(nd, scale)[0] for nd in leaves if nd.ok]
-    header = _header(mech, settings, scale, {
+    header = tree_header(mech, settings, scale, {
         "kind": "boxes", "max_leaves": settings.max_leaves if settings.tol is not None else None,
         "sing_threshold": thr, "design": "ccd; held out: star 0.5 + inner corners 0.5"
         + (" (16-point fraction)" if s > 4 else ""),
@@ -416,14 +277,14 @@ def _boxes_tree(mech: Mechanism, settings: BuildSettings, smp: _Samples, thr: fl
     return _to_tree(root, smp.lo, smp.hi, header)
 
 
-def _fit_leaves(leaves: list[Node], smp: _Samples, design: Design, thr: float) -> None:
+def _fit_leaves(leaves: list[Node], smp: Samples, design: Design, thr: float) -> None:
     """Sample the fit and held-out points of every leaf (one batch), then fit each."""
     smp.ensure(p for nd in leaves for p in nd.points(design.fit_z) + nd.points(design.ho_z))
     for nd in leaves:
         _fit_leaf(nd, smp, design, thr)
 
 
-def _refine(root: Node, settings: BuildSettings, smp: _Samples, design: Design, thr: float) -> tuple[str, int]:
+def _refine(root: Node, settings: BuildSettings, smp: Samples, design: Design, thr: float) -> tuple[str, int]:
     """Adaptive refinement: fit the new leaves, then split the worst failing leaves (and those
     partly in the domain) until the tolerance is met or a bound is reached. Returns (why it
     stopped, rounds)."""
@@ -463,34 +324,4 @@ def _splits(failing: list[Node], partial: list[Node], errs: dict, budget: int) -
     return pick + [(nd, _widest(nd)) for nd in partial[: budget - len(pick)]]
 
 
-def _header(mech: Mechanism, settings: BuildSettings, scale: np.ndarray, build: dict) -> dict:
-    return {
-        "model": {"name": mech.name, "content_hash": mech.content_hash},
-        "actuators": {"names": mech.actuator_names, "units": mech.actuator_units,
-                      "ranges": np.c_[settings.root_box(mech)].tolist()},
-        "outputs": output_layout(mech.n_act),
-        "output_scale": np.asarray(scale).tolist(),
-        "build": {"builder": FORMAT_BUILDER,
-                  "mode": "uniform" if settings.boxes is not None else "adaptive",
-                  "boxes": settings.boxes, "tol": settings.tol,
-                  "region": None if settings.region is None else np.c_[settings.root_box(mech)].tolist(),
-                  **build, **settings.extra},
-        "verification": {},
-        "software": software_versions(),  # the versions it was built with
-    }
-
-
-def _finish(tree: Tree, mech: Mechanism, settings: BuildSettings, ev: SampleEvaluator,
-            t0: float) -> tuple[Tree, dict]:
-    """Verify (into the header) and return (tree, stats)."""
-    build_time = time.perf_counter() - t0
-    if settings.verify_samples > 0:
-        tree.header["verification"] = verify_tree(tree, mech, settings.verify_samples,
-                                                  settings.seed, evaluator=ev)
-    stats = {"build_seconds": build_time, "total_seconds": time.perf_counter() - t0,
-             "exact_evaluations": ev.n_evaluated, "tree_bytes_in_memory": tree.nbytes}
-    return tree, stats
-
-
-__all__ = ["BuildSettings", "BuildError", "build_tree", "ccd_points", "heldout_points",
-           "basis_matrix", "Design", "to_theta"]
+__all__ = ["build_boxes", "ccd_points", "heldout_points", "basis_matrix", "Design"]

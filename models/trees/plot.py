@@ -17,9 +17,10 @@ import numpy as np
 
 from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree
 
-from .mechanism import Mechanism
-from .reduction import output_layout
-from .treeverify import SampleEvaluator, output_groups, output_scale, spatial_order, tree_outputs
+from ..kinematics.mechanism import Mechanism
+from ..reduction.exact import output_layout
+from .outputs import output_groups, output_scale, tree_outputs
+from .sampling import SampleEvaluator, spatial_order
 
 PLOT_DPI = 80
 PLOT_SIZE_PX = (1440, 1280)  # width, height

@@ -18,7 +18,7 @@ the Orthoglide at tol 0.005 they refined to 43 points an axis, 16.7 MB and 337 s
 The error of a held-out point is the larger of the relative coefficient error
 max_o |f_hat_o - f_o| / scale_o and a torque error bound max_i sum_o |df_o| W[o, i] / tscale_i,
 with W from the bounds on theta_ddot and [td td] of ``pkrt tree verify``
-(``treeverify.VELOCITY_RANGES_PER_S`` ...) and tscale_i the largest |tau_i| over the grid at
+(``outputs.VELOCITY_RANGES_PER_S`` ...) and tscale_i the largest |tau_i| over the grid at
 seeded random velocities and accelerations within them.
 
 Uniform build (``boxes = N``): N intervals per axis. Adaptive build (``tol``): from a uniform
@@ -42,10 +42,11 @@ from scipy.interpolate import make_interp_spline
 
 from pkrt.rt.core.tree import ORDER, SPLINE, Tree, empty_boxes, n_outputs
 
-from .mechanism import Mechanism
-from .reduction import velocity_pairs
-from .treebuild import BuildError, to_theta
-from .treeverify import ACCELERATION_RANGES_PER_S2, VELOCITY_RANGES_PER_S, tree_outputs
+from ..kinematics.mechanism import Mechanism
+from ..reduction.exact import velocity_pairs
+from .outputs import ACCELERATION_RANGES_PER_S2, VELOCITY_RANGES_PER_S, tree_outputs
+from .samples import to_theta
+from .settings import BuildError
 
 INITIAL_INTERVALS = 4  # adaptive: the first grid's intervals per axis (not-a-knot needs >= 3)
 HELDOUT_MARGIN = 0.5  # adaptive: slabs are split while their held-out error exceeds this * tol
@@ -114,7 +115,7 @@ def spline_tree(lo: np.ndarray, hi: np.ndarray, knots: list[np.ndarray], coef: n
 
 
 class SplineGrid:
-    """The exact-model samples (a treebuild ``_Samples``) and the per-axis grids in unit
+    """The exact-model samples (``samples.Samples``) and the per-axis grids in unit
     coordinates of the root box."""
 
     def __init__(self, smp, intervals: int, threshold: float):

@@ -1,4 +1,4 @@
-"""Geometric paths (no timing) for the time-optimal planner (``pkrt.models.topp``): lines, arcs
+"""Geometric paths (no timing) for the time-optimal planner (``pkrt.models.planning.topp``): lines, arcs
 (helical and slightly spiral, as G-code allows), quintic corner blends and splines through
 points, each parameterised by sigma in [0, length] with sigma close to arc length.
 

@@ -26,8 +26,8 @@ import numpy as np
 from pkrt.rt.core.errors import UserError
 
 from .baseparams import BaseParameters
-from .mechanism import Mechanism
-from .reduction import AssemblyError, ExactModel
+from ..kinematics.mechanism import AssemblyError, Mechanism
+from ..reduction.exact import ExactModel
 from .regressor import Regressor
 
 

@@ -4,8 +4,8 @@ faces, edges and corners (where random sampling rarely looks and the worst error
 Same definitions as ``pkrt tree verify``: coefficient error max_o |f_hat_o - f_o| / scale_o
 (the tree header's output scales), torque error |tau_hat_i - tau_i| / max |tau_i| over all the
 states compared, velocities and accelerations uniform within the verification bounds, face
-jumps from ``treeverify.face_jumps``. Used by the accuracy benchmark, the shipped-tree tests
-and ``models/build_trees.py``.
+jumps from ``verify.face_jumps``. Used by the accuracy benchmark, the shipped-tree tests
+and ``shipped``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import numpy as np
 
 from pkrt.rt.core.tree import OUT_OF_DOMAIN, Tree
 
-from .mechanism import Mechanism
-from .splinebuild import tau_of_flat
-from .treeverify import (ACCELERATION_RANGES_PER_S2, VELOCITY_RANGES_PER_S, SampleEvaluator,
-                         face_jumps, spatial_order, tree_outputs)
+from ..kinematics.mechanism import Mechanism
+from .outputs import ACCELERATION_RANGES_PER_S2, VELOCITY_RANGES_PER_S, tree_outputs
+from .sampling import SampleEvaluator, spatial_order
+from .splines import tau_of_flat
+from .verify import face_jumps
 
 
 def stress_thetas(lo: np.ndarray, hi: np.ndarray, per_line: int = 41) -> np.ndarray:

@@ -41,7 +41,7 @@ KEYS = {
     "assembly": ("theta",),
     "tool": ("body", "point", "rotation", "coordinates"),
 }
-MACHINES_DIR = Path(__file__).resolve().parent / "machines"
+MACHINES_DIR = Path(__file__).resolve().parent.parent / "machines"
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from numba import njit
 
 from pkrt.rt.core.friction import V_EPS
 
-from . import constraints as C
-from .description import Description
-from .mechanism import Config, Mechanism
-from .reduction import Assembler, AssemblyError, _checked_theta
+from ..kinematics import constraints as C
+from ..kinematics.assembly import Assembler, checked_theta
+from ..kinematics.description import Description
+from ..kinematics.mechanism import AssemblyError, Config, Mechanism
 
 CHORD_ITERATIONS = 12  # corrections on the previous state's factors before a full Newton
 BODY_PARAMS = ("m", "mx", "my", "mz", "Ixx", "Ixy", "Ixz", "Iyy", "Iyz", "Izz")
@@ -124,7 +124,7 @@ class Regressor:
 
     def __call__(self, theta, theta_dot, theta_ddot) -> np.ndarray:
         mech = self.mech
-        theta = _checked_theta(mech, theta)
+        theta = checked_theta(mech, theta)
         td = np.asarray(theta_dot, float)
         tdd = np.asarray(theta_ddot, float)
         s, nb = mech.n_act, mech.n_bodies
@@ -178,7 +178,7 @@ class Regressor:
         tdd = np.ascontiguousarray(theta_ddot, dtype=float).reshape(th.shape)
         n, s, nb = len(th), mech.n_act, mech.n_bodies
         for t in th:
-            _checked_theta(mech, t)
+            checked_theta(mech, t)
         X, R = np.empty((n, nb, 3)), np.empty((n, nb, 3, 3))
         J, A = np.empty((n, 6 * nb, s)), np.empty((n, 6 * nb))
         V = np.empty((n, 6 * nb))

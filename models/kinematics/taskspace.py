@@ -23,7 +23,7 @@ from pkrt.rt.core.plan import (Planned, cartesian_path, circle_basis, concatenat
                           read_csv_samples)
 
 from .mechanism import AssemblyError, Config, Mechanism
-from .reduction import Assembler
+from .assembly import Assembler
 
 
 # -- orientation --------------------------------------------------------------------------

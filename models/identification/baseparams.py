@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .mechanism import Mechanism
-from .reduction import AssemblyError
+from ..kinematics.mechanism import AssemblyError, Mechanism
 from .regressor import Regressor
 
 RANK_RTOL = 1e-8  # relative to the largest diagonal of R (scaled columns)
@@ -80,7 +79,7 @@ def random_states(mech: Mechanism, n: int, seed: int = 0, margin: float = 0.15,
                   max_tries: int | None = None):
     """n random (theta, theta_dot, theta_ddot) inside the ranges shrunk by ``margin`` of their
     width at each end, that assemble and are not singular (states that fail are drawn again)."""
-    from .reduction import ExactModel
+    from ..reduction.exact import ExactModel
 
     rng = np.random.default_rng(seed)
     lo, hi = mech.ranges[:, 0], mech.ranges[:, 1]
