@@ -86,7 +86,7 @@ from canopen.sdo import SdoAbortedError
 
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
-from pkrt.drivers.sim import plant_left_its_model
+from pkrt.drivers.plant import plant_left_its_model
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.loop import apply_realtime
 
@@ -254,7 +254,7 @@ class CiA402Emulator:
         """The emulator of a machine configuration: ``[drives]`` (node ids, scaling) and
         ``[emulator]`` (plant, ``inject_after`` s, ``delay_cycles``)."""
         from pkrt.drivers.cia402 import CiA402Drives
-        from pkrt.drivers.sim import Plant
+        from pkrt.drivers.plant import Plant
 
         ref = CiA402Drives.from_config(config, {"interface": "virtual", "channel": channel})
         em = config.emulator  # validated by the schema (pkrt.rt.core.schema.CanEmulatorTable)

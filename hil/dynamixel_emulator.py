@@ -75,7 +75,7 @@ from pkrt.drivers.dynamixel import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_
                                     ADDR_TORQUE_ENABLE, BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, MODE_CURRENT,
                                     DynamixelSettings, load_settings)
 from pkrt.drivers.dynamixel_homing import ADDR_HOMING_OFFSET
-from pkrt.drivers.sim import plant_left_its_model
+from pkrt.drivers.plant import plant_left_its_model
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.loop import apply_realtime
 
@@ -741,7 +741,7 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
           fault_servo: int | None = None, fault_period: int | None = None,
           clock: str | None = None) -> DynamixelEmulator:
     """An emulator for a machine configuration (its ``[drives]`` and ``[emulator]`` tables)."""
-    from pkrt.drivers.sim import Plant
+    from pkrt.drivers.plant import Plant
     from pkrt.rt.runtime.config import load_machine
 
     config = load_machine(machine)

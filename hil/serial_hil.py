@@ -150,7 +150,8 @@ def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float |
                            rate_hz: float | None = None, reference=None) -> dict:
     """The same machine, controller, trajectory and rate in lockstep on the simulated plant of
     the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
-    from pkrt.drivers.sim import Plant, SimDrives
+    from pkrt.drivers.plant import Plant
+    from pkrt.drivers.sim import SimDrives
     from pkrt.rt.runtime.run import run_session
 
     config = serial_config(machine, rate_hz)
