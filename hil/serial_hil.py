@@ -26,7 +26,7 @@ from pkrt.rt.core.errors import UserError
 
 from .can_hil import check_timing, emulator_cpu, reference_for
 from .timing import PACING, STEPPED_SYNC_SILENCE, STEPPED_WINDOW
-from .dynamixel_emulator import FAULT_KINDS
+from .dynamixel_faults import FAULT_KINDS  # the servo emulator's fault kinds
 from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
 
