@@ -13,7 +13,8 @@ from pkrt.rt.core.schema import INTEGER, NUMBER, STRING, BOOL, PlantTable, spec
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN
 from .base import DriveConfigError, DriveError, Drives
 # the plant's names, importable from here as before the plant had a module of its own
-from .plant import Plant, plant_left_its_model, plant_step, plant_step_model, plant_workspace, workspace_views
+from .plant import (Plant, clip_force, plant_left_its_model, plant_step, plant_step_model,  # noqa: F401
+                    plant_workspace, rk4_advance, stage_slope, stage_state, workspace_views)
 
 
 @dataclass(frozen=True, kw_only=True)
