@@ -113,18 +113,7 @@ class DynamixelDrives(DynamixelBus):
         replace its entries."""
         return cls(load_settings(config, overrides), config.limits.position)
 
-    # -- transport ----------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
     # -- lifecycle ----------------------------------------------------------------------------
-
     def _do_configure(self) -> None:
         if self.ser is None:
             self._open()
