@@ -2,10 +2,11 @@
 
 ``open_drives(config)`` returns the backend that the machine configuration's ``[drives]``
 table names: ``sim`` (simulated plant), ``cia402`` (CANopen CiA 402 over python-can) or
-``dynamixel`` (Dynamixel Protocol 2.0 over pyserial). A drive family is one module: its
-``Drives`` class with its configuration tables (``DRIVES_TABLE``: ``[drives]``;
-``EMULATOR_TABLE``: ``[emulator]`` of its HIL bus, or None), and one line in ``BACKENDS``; it
-touches no loop code and no schema outside its module.
+``dynamixel`` (Dynamixel Protocol 2.0 over pyserial). A drive family is its ``Drives`` class
+(module ``<family>.py``), which names its configuration tables (``DRIVES_TABLE``: ``[drives]``;
+``EMULATOR_TABLE``: ``[emulator]`` of its HIL bus, or None; in ``<family>_tables.py`` where the
+family has several modules), and one line in ``BACKENDS``; it touches no loop code and no
+schema outside its modules.
 """
 
 from __future__ import annotations

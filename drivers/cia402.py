@@ -43,51 +43,23 @@ failed send (a bus-off controller refuses frames).
 
 from __future__ import annotations
 
-import logging
 import math
-import os
-import struct
 import time
 
 import can
 import canopen
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from . import cia402_protocol as p
-from pkrt.rt.core.schema import AXES, CHANNEL, IDS, INTEGER, NUMBER, STRING, TABLE, Context, EmulatorPlantTable, spec
 from .base import DriveConfigError, DriveError, Drives, round_carried
+from .cia402_setup import (configure_heartbeat_consumer, configure_sync_monitoring, download, enable_operation,
+                           heartbeat_above_caller, map_pdo, send_nmt, start_heartbeat, upload)
+# the family's configuration tables, importable from here as before they had a module of their own
+from .cia402_tables import ABORT_CONNECTION, CanEmulatorTable, CiA402DrivesTable  # noqa: F401
 from .window import Window
 
 _TPDO1, _TPDO2, _EMCY, _OTHER = 1, 2, 3, 0
-
-# canopen logs SDO aborts and timeouts itself; the driver reports them as one-line DriveErrors
-logging.getLogger("canopen").addHandler(logging.NullHandler())
-
-
-def heartbeat_above_caller(task) -> str:
-    """Put the periodic send task's thread (python-can's ``ThreadBasedCyclicSendTask``) one
-    SCHED_FIFO priority above the calling thread when the caller runs SCHED_FIFO; returns what
-    was done. A new thread inherits its creator's policy, priority and CPU: at the loop's own
-    priority on the loop's CPU it would run only while the loop sleeps (SCHED_FIFO does not
-    share a CPU among equals), so a loop that polls its TPDO window without sleeping silences the
-    heartbeat, and the drives stop on the consumer time. Above the loop it takes the CPU when
-    due (a few tens of us every ``heartbeat_ms``). The kernel's broadcast manager (SocketCAN) has
-    no thread: nothing to do."""
-    thread = getattr(task, "thread", None)
-    tid = getattr(thread, "native_id", None)
-    if tid is None:
-        return "no thread (the interface sends the heartbeat itself)"
-    try:
-        if os.sched_getscheduler(0) != os.SCHED_FIFO:
-            return "inherited (the caller is not SCHED_FIFO)"
-        prio = min(os.sched_getparam(0).sched_priority + 1, os.sched_get_priority_max(os.SCHED_FIFO))
-        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(prio))
-    except (OSError, AttributeError) as e:
-        return f"not changed: {e}"
-    return f"SCHED_FIFO {prio} (one above the caller)"
 
 
 def _frame_bits(n_bytes: int) -> int:
@@ -95,79 +67,11 @@ def _frame_bits(n_bytes: int) -> int:
     return 47 + 8 * n_bytes
 
 
-
-ABORT_CONNECTION = ("quick-stop", "disable-voltage", "fault")  # 0x6007 options (drivers/cia402_protocol.py)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CiA402DrivesTable:
-    """``[drives]`` with ``backend = "cia402"``: CiA 402 drives over CANopen (python-can)."""
-
-    backend: str = spec(STRING, "drive backend", choices=("cia402",))
-    node_ids: tuple = spec(IDS, "CANopen node ids, actuator order", lo=1, hi=127)
-    rated_torque: np.ndarray = spec(AXES, "rated force or torque of each drive (0x6076)", unit="N or N m",
-                                    lo=0.0, lo_open=True)
-    increments_per_unit: np.ndarray = spec(AXES, "encoder increments per m or rad", unit="1/m or 1/rad",
-                                           lo=0.0, lo_open=True)
-    interface: str = spec(STRING, "python-can interface (socketcan, pcan, virtual, ...)", "socketcan")
-    channel: Any = spec(CHANNEL, "python-can channel", "can0")
-    bitrate: int = spec(INTEGER, "bus bit rate", 1000000, unit="bit/s", lo=10000, hi=1000000)
-    tpdo_timeout: float = spec(NUMBER, "time after SYNC by which every TPDO must have arrived (at most "
-                               "0.95 period; default half a period)", unit="s", lo=1e-5, hi=1.0,
-                               derive=lambda values, ctx: 0.5 / ctx.rate_hz)
-    max_missed_cycles: int = spec(INTEGER, "cycles in a row without every TPDO tolerated", 1, lo=0, hi=2)
-    sdo_timeout: float = spec(NUMBER, "per SDO transfer at configuration time", 0.3, unit="s", lo=0.001, hi=10.0)
-    enable_timeout: float = spec(NUMBER, "for every drive to reach Operation enabled", 2.0, unit="s",
-                                 lo=0.01, hi=60.0)
-    heartbeat_ms: int = spec(INTEGER, "pkrt's heartbeat period (0: off)", 10, unit="ms", lo=0, hi=0xFFFF)
-    consumer_timeout_ms: int = spec(INTEGER, "the drives' heartbeat consumer time (>= 2 heartbeat_ms)", 50,
-                                    unit="ms", lo=1, hi=0xFFFF)
-    abort_connection: str = spec(STRING, "the drives' reaction to a lost heartbeat (0x6007)", "quick-stop",
-                                 choices=ABORT_CONNECTION)
-    master_node_id: int = spec(INTEGER, "pkrt's node id (heartbeat producer)", 127, lo=1, hi=127)
-    sync_loss_cycles: int = spec(INTEGER, "the drives' SYNC monitoring: SYNCs missed in a row before a drive faults "
-                                 "(0x1006 = period, 0x2F10 = this; 0: off)", 3, lo=0, hi=0xFFFF)
-    bus_options: dict = spec(TABLE, "more python-can bus settings (not interface, channel, bitrate)",
-                             {})
-
-    def check(self, ctx: Context) -> None:
-        if not self.tpdo_timeout <= 0.95 / ctx.rate_hz:
-            raise ctx.error("tpdo_timeout", f"{self.tpdo_timeout:g} s is more than 0.95 of the "
-                                            f"{1 / ctx.rate_hz:g} s period at {ctx.rate_hz:g} Hz")
-        if self.heartbeat_ms and self.consumer_timeout_ms < 2 * self.heartbeat_ms:
-            raise ctx.error("consumer_timeout_ms", f"{self.consumer_timeout_ms} ms is less than twice heartbeat_ms "
-                                                   f"= {self.heartbeat_ms} ms (a drive must tolerate one late heartbeat)")
-        if self.master_node_id in self.node_ids:
-            raise ctx.error("master_node_id", f"{self.master_node_id} is also a drive's node id "
-                                              f"(node_ids {list(self.node_ids)})")
-        for k in ("interface", "channel", "bitrate"):
-            if k in self.bus_options:
-                raise ctx.error("bus_options", f"'{k}' is a field of [drives] itself, not a bus option")
-
-
-
-
-@dataclass(frozen=True, kw_only=True)
-class CanEmulatorTable(EmulatorPlantTable):
-    """``[emulator]`` of a ``cia402`` machine: `pkrt hil --bus can` (CiA 402 drive emulator)."""
-
-    rate_hz: float = spec(NUMBER, "HIL loop rate (pkrt hil --rate overrides it; default: [machine] rate_hz)",
-                          None, unit="Hz", lo=1.0, hi=100000.0)
-    tpdo_timeout: float = spec(NUMBER, "the driver's TPDO window in HIL (at most 3/4 period)", None, unit="s",
-                               lo=1e-5, hi=1.0)
-    max_missed_cycles: int = spec(INTEGER, "the driver's missed-cycle tolerance in HIL", None, lo=0, hi=2)
-    inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
-    delay_cycles: float = spec(NUMBER, "periods the `delay` fault holds back every TPDO", 0.9, unit="periods",
-                               lo=0.0, hi=1000.0)
-    priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
-
-
 class CiA402Drives(Drives):
     """s CiA 402 drives on one CAN bus, one node id per actuator (actuator order)."""
 
     DRIVES_TABLE = CiA402DrivesTable  # the [drives] table of this family
     EMULATOR_TABLE = CanEmulatorTable  # the [emulator] table of its HIL bus
-
 
     backend = "cia402"
 
@@ -310,115 +214,55 @@ class CiA402Drives(Drives):
             node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout
             self._network.add_node(node)
             self._nodes.append(node)
-        self._nmt(p.NMT_PRE_OPERATIONAL)
+        send_nmt(self._bus, self.node_ids, p.NMT_PRE_OPERATIONAL)
         for i, node in enumerate(self._nodes):
             self._configure_node(i, node)
 
     def _configure_node(self, i: int, node: canopen.RemoteNode) -> None:
         n = node.id
-        device_type = self._upload(node, 0x1000, 0, "<I")
+        device_type = upload(node, 0x1000, 0, "<I")
         if device_type & 0xFFFF != 402:
             raise DriveError(f"node {n}: not a CiA 402 drive (device type 0x1000 = 0x{device_type:08X})")
-        rated = self._upload(node, p.RATED_TORQUE, 0, "<I") / 1000.0
+        rated = upload(node, p.RATED_TORQUE, 0, "<I") / 1000.0
         if abs(rated - self.rated_torque[i]) > 1e-3 * self.rated_torque[i]:
             raise DriveError(f"node {n}: rated torque 0x6076 = {rated:g} (N or N m) but the machine "
                              f"configuration says rated_torque = {self.rated_torque[i]:g}")
-        self._download(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
-        mode = self._upload(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b")
+        download(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
+        mode = upload(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b")
         if mode != p.MODE_CST:
             raise DriveError(f"node {n}: mode of operation display 0x6061 = {mode}, expected 10 (cyclic "
                              "synchronous torque)")
-        self._download(node, p.TARGET_TORQUE, 0, "<h", 0)
+        download(node, p.TARGET_TORQUE, 0, "<h", 0)
         self._configure_watchdog(node)
-        self._map_pdo(node, 0x1400, 0x1600, p.RPDO_BASE[0] + n, 0xFF, (p.MAP_CONTROLWORD, p.MAP_TARGET_TORQUE))
-        self._map_pdo(node, 0x1800, 0x1A00, p.TPDO_BASE[0] + n, 1, (p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL))
-        self._map_pdo(node, 0x1801, 0x1A01, p.TPDO_BASE[1] + n, 1, (p.MAP_VELOCITY_ACTUAL,))
+        map_pdo(node, 0x1400, 0x1600, p.RPDO_BASE[0] + n, 0xFF, (p.MAP_CONTROLWORD, p.MAP_TARGET_TORQUE))
+        map_pdo(node, 0x1800, 0x1A00, p.TPDO_BASE[0] + n, 1, (p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL))
+        map_pdo(node, 0x1801, 0x1A01, p.TPDO_BASE[1] + n, 1, (p.MAP_VELOCITY_ACTUAL,))
 
     def _start_heartbeat(self) -> None:
         """The master's heartbeat, every ``heartbeat_ms`` until the bus closes or the process
         ends (python-can's periodic send task; the first frame at once)."""
         if not self.heartbeat_ms:
             return
-        msg = can.Message(arbitration_id=p.HEARTBEAT_BASE + self.master_node_id, data=p.heartbeat(),
-                          is_extended_id=False)
-        try:
-            self._bus.send(msg, 0.01)
-            self._heartbeat = self._bus.send_periodic(msg, self.heartbeat_ms / 1000.0)
-        except (can.CanError, OSError, ValueError, NotImplementedError) as e:
-            raise DriveError(f"CAN interface {self.interface!r}: cannot send the master heartbeat: {e}") from None
+        self._heartbeat = start_heartbeat(self._bus, self.master_node_id, self.heartbeat_ms, self.interface)
         self.heartbeat_scheduling = heartbeat_above_caller(self._heartbeat)
 
     def _configure_watchdog(self, node) -> None:
         """Heartbeat consumer (0x1016 sub 1, through 0), abort connection option (0x6007) and
         SYNC monitoring (0x1006, 0x2F10)."""
         if self.heartbeat_ms:
-            hint = ("the drive has no heartbeat consumer; heartbeat_ms = 0 in [drives] runs without the "
-                    "drive-side watchdog")
-            try:
-                entries = self._upload(node, p.HEARTBEAT_CONSUMER_TIME, 0, "<B")
-            except DriveError as e:
-                raise DriveError(f"{e}: {hint}") from None
-            if entries < 1:
-                raise DriveError(f"node {node.id}: 0x1016 has {entries} consumer entries: {hint}")
-            self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I", 0)
-            self._download(node, p.HEARTBEAT_CONSUMER_TIME, 1, "<I",
-                           p.heartbeat_consumer_entry(self.master_node_id, self.consumer_timeout_ms))
-        self._download(node, p.ABORT_CONNECTION_OPTION, 0, "<h", p.ABORT_CODES[self.abort_connection])
-        self._configure_sync_monitoring(node)
-
-    def _configure_sync_monitoring(self, node) -> None:
-        """0x1006 = the loop period (us), 0x2F10 = ``sync_loss_cycles``; with 0, the limit is
-        set to 0 where the drive has it (monitoring off) and left alone where it does not."""
-        if not self.sync_loss_cycles:
-            try:
-                node.sdo.download(p.SYNC_LOSS_LIMIT, 0, struct.pack("<H", 0))
-            except canopen.SdoAbortedError as e:
-                if e.code not in (0x06020000, 0x06090011):  # object / sub-index does not exist
-                    raise DriveError(f"node {node.id}: SDO download to 0x{p.SYNC_LOSS_LIMIT:04X}:00 aborted: {e}") from None
-            except (canopen.SdoCommunicationError, can.CanError) as e:
-                raise DriveError(f"node {node.id}: SDO download to 0x{p.SYNC_LOSS_LIMIT:04X}:00 failed: {e}") from None
-            return
-        hint = "the drive has no SYNC monitoring here; sync_loss_cycles = 0 in [drives] runs without it"
-        try:
-            self._download(node, p.COMM_CYCLE_PERIOD, 0, "<I", self.cycle_period_us)
-            self._download(node, p.SYNC_LOSS_LIMIT, 0, "<H", self.sync_loss_cycles)
-        except DriveError as e:
-            raise DriveError(f"{e}: {hint}") from None
-
-    def _map_pdo(self, node, comm: int, mapping: int, cob_id: int, trans_type: int, entries) -> None:
-        """CiA 301 PDO (re)mapping: invalidate, transmission type, entries, count, validate."""
-        self._download(node, comm, 1, "<I", p.PDO_COB_ID_INVALID | cob_id)
-        self._download(node, comm, 2, "<B", trans_type)
-        self._download(node, mapping, 0, "<B", 0)
-        for k, e in enumerate(entries, 1):
-            self._download(node, mapping, k, "<I", e)
-        self._download(node, mapping, 0, "<B", len(entries))
-        self._download(node, comm, 1, "<I", cob_id)
+            configure_heartbeat_consumer(node, self.master_node_id, self.consumer_timeout_ms)
+        download(node, p.ABORT_CONNECTION_OPTION, 0, "<h", p.ABORT_CODES[self.abort_connection])
+        configure_sync_monitoring(node, self.cycle_period_us, self.sync_loss_cycles)
 
     def _do_enable(self) -> None:
-        self._nmt(p.NMT_START)
+        send_nmt(self._bus, self.node_ids, p.NMT_START)
         self._started = True  # PDOs live: disable() can reach the drives from here on
         deadline = time.monotonic() + self.enable_timeout
         for i, node in enumerate(self._nodes):
-            last_cw = -1
-            while True:
-                sw = self._upload(node, p.STATUSWORD, 0, "<H")
-                state = p.decode_statusword(sw)
-                self.states[i] = state
-                if state is p.State.OPERATION_ENABLED:
-                    break
-                if time.monotonic() > deadline:
-                    raise DriveError(f"node {node.id}: not in Operation enabled after {self.enable_timeout:g} s "
-                                     f"(state {state.name}, statusword 0x{sw:04X})")
-                cw = p.next_controlword(state, max(last_cw, 0))
-                if cw is None:
-                    time.sleep(0.001)
-                    continue
-                self._download(node, p.CONTROLWORD, 0, "<H", cw)
-                last_cw = cw
+            enable_operation(node, deadline, self.enable_timeout, self.states, i)
         for i, node in enumerate(self._nodes):  # last known feedback until the first TPDOs
-            self._pos_raw[i] = self._upload(node, p.POSITION_ACTUAL, 0, "<i")
-            self._vel_raw[i] = self._upload(node, p.VELOCITY_ACTUAL, 0, "<i")
+            self._pos_raw[i] = upload(node, p.POSITION_ACTUAL, 0, "<i")
+            self._vel_raw[i] = upload(node, p.VELOCITY_ACTUAL, 0, "<i")
             if self._pos_raw[i] == p.INT32_INVALID or self._vel_raw[i] == p.INT32_INVALID:
                 raise DriveError(f"node {node.id}: invalid position or velocity actual value 0x80000000")
         # the cyclic path reads the bus itself from here on
@@ -652,28 +496,3 @@ class CiA402Drives(Drives):
     def _fail(self, reason: str) -> None:
         self.fault(reason)
         raise DriveError(reason)
-
-    # -- configuration-time helpers (canopen SDO / NMT) --------------------------------------------
-    def _nmt(self, command: int) -> None:
-        try:
-            for n in self.node_ids:
-                self._bus.send(can.Message(arbitration_id=p.NMT_COB_ID, data=[command, n], is_extended_id=False))
-        except (can.CanError, OSError, ValueError) as e:
-            raise DriveError(f"CAN send failed (NMT): {e}") from None
-
-    def _upload(self, node, index: int, sub: int, fmt: str) -> int:
-        try:
-            data = node.sdo.upload(index, sub)
-            return struct.unpack(fmt, data[: struct.calcsize(fmt)].ljust(struct.calcsize(fmt), b"\0"))[0]
-        except canopen.SdoAbortedError as e:
-            raise DriveError(f"node {node.id}: SDO upload of 0x{index:04X}:{sub:02X} aborted: {e}") from None
-        except (canopen.SdoCommunicationError, can.CanError) as e:
-            raise DriveError(f"node {node.id}: SDO upload of 0x{index:04X}:{sub:02X} failed: {e}") from None
-
-    def _download(self, node, index: int, sub: int, fmt: str, value: int) -> None:
-        try:
-            node.sdo.download(index, sub, struct.pack(fmt, value))
-        except canopen.SdoAbortedError as e:
-            raise DriveError(f"node {node.id}: SDO download to 0x{index:04X}:{sub:02X} aborted: {e}") from None
-        except (canopen.SdoCommunicationError, can.CanError) as e:
-            raise DriveError(f"node {node.id}: SDO download to 0x{index:04X}:{sub:02X} failed: {e}") from None

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import cia402_protocol as p
 from .base import DriveError
+from .cia402_setup import download, send_nmt, upload
 
 MODE_HOMING = 6
 HOMING_METHOD = 0x6098
@@ -67,7 +68,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
     nodes = drives._nodes
     offs = np.broadcast_to(np.asarray(offset_counts, dtype=np.int64), (len(nodes),))
     sync = can.Message(arbitration_id=p.SYNC_COB_ID, data=b"", is_extended_id=False)
-    dl = drives._download
+    dl = download
     stop_sync = threading.Event()
 
     def syncs():  # SYNC on the loop period all along (the drives move, and watch for it, on SYNC)
@@ -82,7 +83,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
 
     ticker = threading.Thread(target=syncs, name="cia402-homing-sync", daemon=True)
     try:
-        drives._nmt(p.NMT_START)
+        send_nmt(drives._bus, drives.node_ids, p.NMT_START)
         for node, off in zip(nodes, offs):
             _set_up_homing(drives, node, method, int(off), speeds_counts, accel_counts)
         ticker.start()  # before any drive is enabled: a drive that saw SYNC before watches for it from then on
@@ -111,7 +112,7 @@ def home(drives, method: int, offset_counts, speeds_counts: tuple[float, float],
 def _set_up_homing(drives, node, method: int, offset: int, speeds_counts: tuple[float, float],
                    accel_counts: float) -> None:
     """Homing mode, method, home offset (increments), speeds and acceleration by SDO."""
-    up, dl = drives._upload, drives._download
+    up, dl = upload, download
     dl(node, p.MODES_OF_OPERATION, 0, "<b", MODE_HOMING)
     if up(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b") != MODE_HOMING:
         raise HomingError(f"node {node.id}: the drive does not accept homing mode (0x6060 = 6)")
@@ -124,7 +125,7 @@ def _set_up_homing(drives, node, method: int, offset: int, speeds_counts: tuple[
 
 def _enable_for_homing(drives, node) -> None:
     """Walk one drive to Operation enabled (within ``drives.enable_timeout``)."""
-    up, dl = drives._upload, drives._download
+    up, dl = upload, download
     last = -1
     end = time.monotonic() + drives.enable_timeout
     while True:
@@ -143,7 +144,7 @@ def _enable_for_homing(drives, node) -> None:
 def _wait_homed(drives, t0: float, timeout: float, halt: threading.Event | None) -> list[dict]:
     """Poll every drive each period until all are homed (halting them once ``halt`` is set);
     per drive its node and position actual value (increments) right after homing."""
-    nodes, up, dl = drives._nodes, drives._upload, drives._download
+    nodes, up, dl = drives._nodes, upload, download
     done = [None] * len(nodes)
     halted = False
     while not all(done):
@@ -179,7 +180,7 @@ def _homed(node, sw: int, halted: bool) -> bool:
 def _back_to_cyclic_torque(drives, hold_permille) -> None:
     """Each drive to cyclic synchronous torque without leaving Operation enabled, holding
     ``hold_permille`` (per mille of rated torque; None: 0)."""
-    nodes, up, dl = drives._nodes, drives._upload, drives._download
+    nodes, up, dl = drives._nodes, upload, download
     hold = np.zeros(len(nodes)) if hold_permille is None else np.asarray(hold_permille, float)
     for i, node in enumerate(nodes):
         dl(node, p.TARGET_TORQUE, 0, "<h", int(np.clip(round(hold[i]), -p.INT16_MAX, p.INT16_MAX)))

@@ -36,189 +36,41 @@ axis, ``gear_ratio`` motor revolutions per axis revolution), ``direction`` +1/-1
 from __future__ import annotations
 
 import math
-import os
-import socket
 import struct
 import time
 
-from dataclasses import dataclass
-
 import numpy as np
 import serial
-import serial.rs485
 
 from . import dynamixel_protocol as dxp
-
-from pkrt.rt.core.schema import AXES, BOOL, IDS, INTEGER, NUMBER, STRING, Context, EmulatorPlantTable, spec
-from .base import DriveConfigError, DriveError, Drives, round_carried
-from .window import Window
-
-# X-series (XM430 / XM540) control table
-ADDR_MODEL_NUMBER = 0
-ADDR_OPERATING_MODE = 11
-ADDR_CURRENT_LIMIT = 38
-ADDR_TORQUE_ENABLE = 64
-ADDR_HARDWARE_ERROR = 70
-ADDR_BUS_WATCHDOG = 98  # 1 byte: 0 off / clear error, 1..127 x 20 ms, 0xFF (-1) watchdog error
-BUS_WATCHDOG_ERROR = 0xFF
-ADDR_GOAL_CURRENT = 102
-ADDR_REALTIME_TICK = 120
-ADDR_PRESENT_CURRENT = 126
-ADDR_PRESENT_VELOCITY = 128
-ADDR_PRESENT_POSITION = 132
-MODE_CURRENT = 0
-# the cyclic Sync Read block, addresses 120..135: Realtime Tick (2, ms, wraps at 32768), Moving,
-# Moving Status, Present PWM (2), Present Current (2), Present Velocity (4), Present Position (4)
-FEEDBACK_ADDR = ADDR_REALTIME_TICK
-FEEDBACK_LEN = 16
-FEEDBACK_FMT = "<HBBhhii"
-STATUS_FEEDBACK_BYTES = 11 + FEEDBACK_LEN  # one status packet with the block, unstuffed
-TICK_WRAP = 32768.0  # ms
-TICK_MS = 1.0  # resolution of the Realtime Tick (ms): a stamp is up to this much before the instant
-READ_SLICES = 4  # the port's read timeout is timeout / READ_SLICES: a transaction lasts at most
-# READ_SLICES_WORST (pkrt.rt.core.schema) = 1 + 1 / READ_SLICES timeouts
-SETUP_TIMEOUT = 0.05  # s per transaction outside the cycle (configure, enable, fault reasons)
-SETUP_ATTEMPTS = 3  # setup transactions (ping, configuration) tried at least this often: a servo
-# just powered or a line just opened may miss one; the cycle's own ``retries`` fit a period
+from .base import DriveError, round_carried
+# the names below were defined here before the bus, the control table and the configuration
+# tables had modules of their own: importable from here as before
+from .dynamixel_bus import READ_SLICES, SETUP_ATTEMPTS, SETUP_TIMEOUT, DynamixelBus  # noqa: F401
+from .dynamixel_tables import (DYNAMIXEL_MAX_ID, READ_SLICES_WORST, DynamixelSettings,  # noqa: F401
+                               SerialEmulatorTable, load_settings)
+from .dynamixel_xseries import (ADDR_BUS_WATCHDOG, ADDR_CURRENT_LIMIT, ADDR_GOAL_CURRENT,  # noqa: F401
+                                ADDR_HARDWARE_ERROR, ADDR_MODEL_NUMBER, ADDR_OPERATING_MODE, ADDR_PRESENT_CURRENT,
+                                ADDR_PRESENT_POSITION, ADDR_PRESENT_VELOCITY, ADDR_REALTIME_TICK, ADDR_TORQUE_ENABLE,
+                                BUS_WATCHDOG_ERROR, BUS_WATCHDOG_UNIT_MS, FEEDBACK_ADDR, FEEDBACK_FMT, FEEDBACK_LEN,
+                                MODE_CURRENT, STATUS_FEEDBACK_BYTES, TICK_MS, TICK_WRAP)
 
 
-def load_settings(config, overrides: dict | None = None) -> DynamixelSettings:
-    """The machine configuration's ``[drives]`` table with ``overrides`` applied, validated by
-    its schema (``pkrt.rt.core.schema.DynamixelSettings``)."""
-    if config.backend != "dynamixel":
-        raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'dynamixel', got {config.backend!r}")
-    return config.with_drives(overrides).drives
-
-
-
-DYNAMIXEL_MAX_ID = 252
-BUS_WATCHDOG_UNIT_MS = 20
-READ_SLICES_WORST = 1.25  # a serial transaction lasts at most this many timeouts (drivers/dynamixel.py)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DynamixelSettings:
-    """``[drives]`` with ``backend = "dynamixel"``: Dynamixel X-series servos (Protocol 2.0) in
-    current mode over a serial port."""
-
-    backend: str = spec(STRING, "drive backend", choices=("dynamixel",))
-    port: str = spec(STRING, "serial port or pyserial URL (`pkrt run --port` overrides it)")
-    ids: tuple = spec(IDS, "servo IDs, actuator order", lo=0, hi=DYNAMIXEL_MAX_ID)
-    torque_constant: np.ndarray = spec(AXES, "motor torque constant", unit="N m/A", lo=0.0, lo_open=True)
-    baudrate: int = spec(INTEGER, "serial bit rate", 57600, unit="bit/s", lo=1)
-    current_unit: np.ndarray = spec(AXES, "current per Goal/Present Current LSB", 2.69e-3, unit="A",
-                                    lo=0.0, lo_open=True)
-    position_resolution: np.ndarray = spec(AXES, "pulses per motor revolution", 4096.0, lo=0.0, lo_open=True)
-    velocity_unit: np.ndarray = spec(AXES, "rev/min per Present Velocity LSB", 0.229, unit="rev/min",
-                                     lo=0.0, lo_open=True)
-    lead: np.ndarray = spec(AXES, "actuator travel per motor revolution, linear axis (0: rotary)", 0.0,
-                            unit="m", lo=0.0)
-    gear_ratio: np.ndarray = spec(AXES, "motor revolutions per axis revolution (rotary axes)", 1.0,
-                                  lo=0.0, lo_open=True)
-    direction: np.ndarray = spec(AXES, "+1: positive current pushes the actuator coordinate positive; -1",
-                                 1.0, lo=-1.0, hi=1.0)
-    zero: np.ndarray = spec(AXES, "Present Position at actuator coordinate 0 (from homing; signed)", 0.0,
-                            unit="pulses")
-    current_limit: np.ndarray = spec(AXES, "Goal Current clamp", 2047.0, unit="LSB", lo=1.0, hi=32767.0,
-                                     integer=True)
-    timeout: float = spec(NUMBER, "per transaction; 1.25 timeout (1 + retries) must fit a period (default "
-                          "0.6 period: no retry fits)", unit="s", lo=0.0, lo_open=True, hi=1.0,
-                          derive=lambda values, ctx: 0.6 / ctx.rate_hz)
-    retries: int = spec(INTEGER, "extra attempts within a cycle for missing or corrupt answers", 1, lo=0)
-    fail_cycles: int = spec(INTEGER, "cycles in a row without full feedback: fault", 2, lo=1)
-    position_margin: float = spec(NUMBER, "beyond the position limits still plausible feedback", 0.05,
-                                  unit="m or rad", lo=0.0)
-    max_velocity: np.ndarray = spec(AXES, "faster reported velocity is implausible: fault (default 10 x "
-                                    "[limits] velocity)", unit="m/s or rad/s", lo=0.0, lo_open=True,
-                                    derive=lambda values, ctx: 10.0 * ctx.tables["limits"].velocity)
-    low_latency: bool = spec(BOOL, "ASYNC_LOW_LATENCY / FTDI latency timer where possible", True)
-    rs485: bool = spec(BOOL, "RTS-driven RS-485 direction", False)
-    bus_watchdog_ms: int = spec(INTEGER, "servo Bus Watchdog while torque is on (multiple of 20 ms, 0: off)",
-                                60, unit="ms", lo=0, hi=127 * BUS_WATCHDOG_UNIT_MS)
-
-    def check(self, ctx: Context) -> None:
-        if any(x not in (1.0, -1.0) for x in self.direction):
-            raise ctx.error("direction", f"expected +1 or -1 per axis, got {self.direction.tolist()}")
-        period = 1.0 / ctx.rate_hz
-        worst = READ_SLICES_WORST * self.timeout * (1 + self.retries)
-        if worst > period:
-            raise ctx.error("timeout", f"{self.timeout} s with {self.retries} retries can take {1e3 * worst:.2f} ms, "
-                                       f"more than the {1e3 * period:.2f} ms period at {ctx.rate_hz:g} Hz "
-                                       f"(lower the timeout or the retries)")
-        wd = self.bus_watchdog_ms
-        if wd % BUS_WATCHDOG_UNIT_MS:
-            raise ctx.error("bus_watchdog_ms", f"expected 0 (off) or a multiple of {BUS_WATCHDOG_UNIT_MS} ms up to "
-                                               f"{127 * BUS_WATCHDOG_UNIT_MS}, got {wd}")
-        if wd and wd < 2e3 * period:
-            raise ctx.error("bus_watchdog_ms", f"{wd} ms is less than two loop periods ({2e3 * period:g} ms at "
-                                               f"{ctx.rate_hz:g} Hz): the servos would stop in a normal run")
-
-    @property
-    def bus_watchdog_units(self) -> int:
-        """The Bus Watchdog register value (units of 20 ms)."""
-        return self.bus_watchdog_ms // BUS_WATCHDOG_UNIT_MS
-
-    def scale(self, i: int) -> float:
-        """Actuator units (m or rad) per motor revolution of axis i."""
-        return float(self.lead[i]) if self.lead[i] > 0 else 2.0 * math.pi / float(self.gear_ratio[i])
-
-    def force_per_lsb(self, i: int) -> float:
-        """Actuator force or torque (N or N m) per Goal Current LSB of axis i (ideal
-        transmission: motor torque = force * scale / 2 pi)."""
-        return float(self.current_unit[i] * self.torque_constant[i]) * 2.0 * math.pi / self.scale(i)
-
-
-
-
-@dataclass(frozen=True, kw_only=True)
-class SerialEmulatorTable(EmulatorPlantTable):
-    """``[emulator]`` of a ``dynamixel`` machine: `pkrt hil --bus serial` (servo emulator)."""
-
-    theta0: np.ndarray = spec(AXES, "where the machine stands at power-up (default: the plant's start; signed)",
-                              None, unit="m or rad")
-    inject_after: float = spec(NUMBER, "time into the run at which the fault starts", 0.5, unit="s", lo=0.0, hi=1e6)
-    fault_servo: int = spec(INTEGER, "servo ID hit by drop / corrupt / drive-fault (default: the second)", None,
-                            lo=0, hi=DYNAMIXEL_MAX_ID)
-    fault_period: int = spec(INTEGER, "drop / corrupt every n-th status packet of that servo", 1, lo=1, hi=10 ** 6)
-    delay: float = spec(NUMBER, "answer delay of the `delay` fault", 0.02, unit="s", lo=0.0, hi=60.0)
-    clock: str = spec(STRING, "plant clock: cycle (one period per Goal Current write) or wall", "cycle",
-                      choices=("cycle", "wall"))
-    priority: int = spec(INTEGER, "emulator process SCHED_FIFO priority (0: do not ask)", 0, lo=0, hi=99)
-
-    def check(self, ctx: Context) -> None:
-        super().check(ctx)
-        ids = list(ctx.tables["drives"].ids)
-        if self.fault_servo is not None and self.fault_servo not in ids:
-            raise ctx.error("fault_servo", f"expected one of the servo IDs {ids}, got {self.fault_servo}")
-
-
-class DynamixelDrives(Drives):
-    """s Dynamixel X-series servos on one serial bus, in current control mode."""
+class DynamixelDrives(DynamixelBus):
+    """s Dynamixel X-series servos on one serial bus, in current control mode (the bus, its
+    transactions and counters: ``DynamixelBus``, drivers/dynamixel_bus.py)."""
 
     DRIVES_TABLE = DynamixelSettings  # the [drives] table of this family
     EMULATOR_TABLE = SerialEmulatorTable  # the [emulator] table of its HIL bus
 
-
     backend = "dynamixel"
 
     def __init__(self, settings: DynamixelSettings, position_limits: np.ndarray):
-        super().__init__(len(settings.ids))
-        st = self.settings = settings
+        super().__init__(settings)
+        st = settings
         s = self.n_axes
-        self.ser = None
-        self.parser = dxp.PacketParser(max_length=64)
-        self.low_latency = "not attempted"
         self.models: dict[int, int] = {}
-        self.stats = dict(cycles=0, timeouts=0, crc_errors=0, retries=0, failed_cycles=0, late_answers=0,
-                          status_errors=0, garbage_bytes=0, tx_bytes=0, rx_bytes=0)
-        # stepped HIL (pkrt hil --timing stepped): a transaction's timeout does not count time the
-        # host held this process (drivers/window.py); a real-time host keeps the strict wall timeout
-        self.exclude_held = False
-        self.window: float | None = None  # s, the cyclic transaction timeout when not settings.timeout
         self.watchdog_floor = 0.0  # s, the servos' shortest Bus Watchdog time (a stepped HIL emulator stretches it)
-        self.held_transactions = 0  # transactions whose timeout a host hold extended
-        self.held_max = 0.0  # s, the longest hold inside one transaction
-        self.events: list[tuple[float, str]] = []  # (time.monotonic(), what): first anomalies
         self._fail_run = 0  # consecutive cycles with incomplete feedback
         self._late_hist = 0  # bit k: late answers seen k cycles ago
         # precomputed conversions: SI = k * (raw - zero)
@@ -249,7 +101,6 @@ class DynamixelDrives(Drives):
         self._torque_off = dxp.sync_write(ADDR_TORQUE_ENABLE, 1, [(i, b"\0") for i in st.ids])
         self._watchdog_off = dxp.sync_write(ADDR_BUS_WATCHDOG, 1, [(i, b"\0") for i in st.ids])
         self.watchdog_cleared: list[int] = []  # servos found with a Bus Watchdog error at configure
-        self._last_tx = 0.0  # time.perf_counter() of the last packet sent
         self._goal_fmt = "<" + "Bh" * s
         self._goal_args = [0] * (2 * s)
         self._carry = [0.0] * s  # LSB, Goal Current rounding left over for the next write (see write)
@@ -262,164 +113,7 @@ class DynamixelDrives(Drives):
         replace its entries."""
         return cls(load_settings(config, overrides), config.limits.position)
 
-    # -- transport ----------------------------------------------------------------------------
-    def _send(self, pkt) -> None:
-        try:
-            self.ser.write(pkt)
-        except (serial.SerialException, OSError) as e:
-            raise DriveError(f"serial write on {self.settings.port} failed: {e}") from None
-        self._last_tx = time.perf_counter()
-        self.stats["tx_bytes"] += len(pkt)
-
-    def _flush_input(self) -> None:
-        try:
-            self.ser.reset_input_buffer()
-        except (serial.SerialException, OSError) as e:
-            raise DriveError(f"serial port {self.settings.port}: {e}") from None
-        self.parser.clear()
-        self.stats["garbage_bytes"] = self.parser.garbage
-
-    def _waiting_bytes(self) -> bytes:
-        """Every byte already received, without waiting. pyserial's socket:// says 1 for
-        ``in_waiting`` whenever anything is there (select), so its socket is read directly: a
-        drain that read 1 byte of late answers left the rest to be taken as the next cycle's."""
-        sock = getattr(self.ser, "_socket", None)
-        if sock is None:
-            n = self.ser.in_waiting
-            return self.ser.read(n) if n else b""
-        out = b""
-        while True:
-            try:
-                chunk = sock.recv(65536, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return out
-            if not chunk:
-                raise serial.SerialException("socket disconnected")
-            out += chunk
-
-    def _drain(self) -> int:
-        """Take in what arrived unasked (before a request) and empty the parser; returns the
-        number of status packets in it (late answers)."""
-        try:
-            data = self._waiting_bytes()
-        except (serial.SerialException, OSError) as e:
-            raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
-        self.stats["rx_bytes"] += len(data)
-        self.parser.feed(data)
-        crc0 = self.parser.crc_errors
-        n = 0
-        while (p := self.parser.next()) is not None:
-            n += p.instruction == dxp.STATUS
-        self.stats["crc_errors"] += self.parser.crc_errors - crc0
-        self.parser.clear()
-        self.stats["garbage_bytes"] = self.parser.garbage
-        return n
-
-    def _receive(self, want: dict, n_bytes: int, timeout: float | None = None) -> dict:
-        """Collect status packets from the IDs in ``want`` whose value is None (filled in
-        place) until all arrived or the transaction timeout; returns ``want``. Packets from
-        other IDs, other instructions (an adapter's echo) and damaged bytes are skipped and
-        counted. ``n_bytes``: the expected size of the answers (bytes); ``timeout`` (s) defaults
-        to the cyclic one."""
-        parser, ser = self.parser, self.ser
-        w = Window((self.window or self.settings.timeout) if timeout is None else timeout, self.exclude_held).open()
-        missing = sum(1 for v in want.values() if v is None)
-        crc0 = parser.crc_errors
-        while missing:
-            pkt = parser.next()
-            if pkt is None:
-                asked = time.perf_counter() + (ser.timeout or 0.0)
-                try:
-                    chunk = ser.read(max(n_bytes - len(parser.buf), 1))
-                except (serial.SerialException, OSError) as e:
-                    raise DriveError(f"serial read on {self.settings.port} failed: {e}") from None
-                if chunk:
-                    self.stats["rx_bytes"] += len(chunk)
-                    parser.feed(chunk)
-                    w.touch()
-                elif w.remaining(asked) <= 0.0:  # give up only when nothing is there
-                    break
-                continue
-            if pkt.instruction != dxp.STATUS or pkt.id not in want or want[pkt.id] is not None:
-                continue
-            want[pkt.id] = pkt
-            missing -= 1
-            n_bytes -= STATUS_FEEDBACK_BYTES
-        self.stats["crc_errors"] += parser.crc_errors - crc0
-        self.stats["garbage_bytes"] = parser.garbage
-        if w.held:
-            self.held_transactions += 1
-            self.held_max = max(self.held_max, w.held_max)
-        if missing:
-            self.stats["timeouts"] += 1
-            self._event(f"timeout: {missing} of {len(want)} answers missing")
-        return want
-
-    def _event(self, what: str) -> None:
-        """Record an anomaly with its time.monotonic() (the host-pause probe's clock)."""
-        if len(self.events) < 50:
-            self.events.append((time.monotonic(), what))
-
-    def _check_status(self, pkt: dxp.Packet, what: str) -> bool:
-        """Raise on a servo-reported error; False for a retryable one (the servo saw a CRC
-        error in our packet)."""
-        err = pkt.error
-        if err == 0:
-            return True
-        self.stats["status_errors"] += 1
-        if err & 0x7F == 3:
-            return False
-        if err & dxp.ERR_ALERT and err & 0x7F == 0:
-            raise DriveError(f"servo {pkt.id}: hardware alert during {what}: {self._hardware_error(pkt.id)}")
-        raise DriveError(f"servo {pkt.id}: {dxp.error_text(err)} during {what}")
-
-    def _hardware_error(self, dxl_id: int) -> str:
-        """The servo's Hardware Error Status as text (one extra transaction, fault path only)."""
-        try:
-            self._flush_input()
-            self._send(dxp.read(dxl_id, ADDR_HARDWARE_ERROR, 1))
-            pkt = self._receive({dxl_id: None}, 12)[dxl_id]
-        except DriveError as e:
-            return f"hardware error status unreadable ({e})"
-        if pkt is None or len(pkt.params) != 1:
-            return "hardware error status unreadable (no answer)"
-        return f"{dxp.hardware_error_text(pkt.params[0])} (hardware error status 0x{pkt.params[0]:02X})"
-
-    def transact(self, dxl_id: int, pkt: bytes, n_params: int, what: str) -> bytes:
-        """Send an instruction to one servo and return the parameters of its status packet,
-        with retries (outside the cycle: at least ``SETUP_ATTEMPTS`` of ``SETUP_TIMEOUT`` each,
-        whatever the cycle's ``retries``); raise DriveError when it never answers correctly."""
-        attempts = max(SETUP_ATTEMPTS, self.settings.retries + 1)
-        for attempt in range(attempts):
-            if attempt:
-                self.stats["retries"] += 1
-            self._flush_input()
-            self._send(pkt)
-            ans = self._receive({dxl_id: None}, 11 + n_params, SETUP_TIMEOUT)[dxl_id]
-            if ans is None or not self._check_status(ans, what):
-                continue
-            if len(ans.params) != n_params:
-                continue
-            return ans.params
-        raise DriveError(f"servo {dxl_id} on {self.settings.port}: no valid answer to {what} "
-                         f"after {attempts} attempts")
-
     # -- lifecycle ----------------------------------------------------------------------------
-    def _open(self) -> None:
-        st = self.settings
-        try:
-            self.ser = serial.serial_for_url(st.port, baudrate=st.baudrate, timeout=st.timeout / READ_SLICES,
-                                             write_timeout=max(st.timeout, 0.05))
-        except (serial.SerialException, OSError, ValueError) as e:
-            raise DriveError(f"cannot open serial port {st.port!r}: {e}") from None
-        self.low_latency = _apply_low_latency(self.ser, st.port) if st.low_latency else "not requested"
-        if st.rs485:
-            try:
-                self.ser.rs485_mode = serial.rs485.RS485Settings()
-            except (ValueError, OSError, serial.SerialException, AttributeError) as e:
-                raise DriveError(f"serial port {st.port!r}: RS-485 mode not available: {e}") from None
-        self._flush_input()
-
     def _do_configure(self) -> None:
         if self.ser is None:
             self._open()
@@ -702,35 +396,3 @@ class DynamixelDrives(Drives):
                     held_us_max=round(self.held_max * 1e6, 1), events=[list(e) for e in self.events], **self.stats)
 
 
-def _apply_low_latency(ser, port: str) -> str:
-    """ASYNC_LOW_LATENCY through TIOCSSERIAL (Linux) and, for FTDI USB adapters, the sysfs
-    latency timer at 1 ms. Returns what was applied or why not."""
-    out = []
-    sock = getattr(ser, "_socket", None)  # pyserial's socket:// (a serial device server, a HIL link)
-    if sock is not None:
-        try:  # each instruction packet leaves at once (Nagle would hold it for the last one's ACK)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return "TCP_NODELAY applied (socket:// port)"
-        except OSError as e:
-            return f"TCP_NODELAY not applied ({e})"
-    if hasattr(ser, "set_low_latency_mode"):
-        try:
-            ser.set_low_latency_mode(True)
-            out.append("ASYNC_LOW_LATENCY applied")
-        except (ValueError, OSError) as e:
-            out.append(f"ASYNC_LOW_LATENCY not applied ({str(e).split(': ', 1)[-1]})")
-    else:
-        out.append(f"ASYNC_LOW_LATENCY not available for {type(ser).__name__}")
-    timer = f"/sys/bus/usb-serial/devices/{os.path.basename(os.path.realpath(port))}/latency_timer"
-    if os.path.exists(timer):
-        try:
-            with open(timer) as f:
-                ms = int(f.read().strip())
-            if ms > 1:
-                with open(timer, "w") as f:
-                    f.write("1")
-                ms = 1
-            out.append(f"FTDI latency timer {ms} ms")
-        except (OSError, ValueError) as e:
-            out.append(f"FTDI latency timer not set ({e})")
-    return "; ".join(out)

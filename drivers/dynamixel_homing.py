@@ -14,6 +14,7 @@ import numpy as np
 from pkrt.drivers import dynamixel_protocol as dxp
 
 from .base import DriveError
+from .dynamixel_xseries import ADDR_PRESENT_POSITION
 
 ADDR_HOMING_OFFSET = 20
 HOMING_OFFSET_LIMIT = 1_044_479  # the X series' range of address 20 (+/- 255 turns)
@@ -21,8 +22,6 @@ HOMING_OFFSET_LIMIT = 1_044_479  # the X series' range of address 20 (+/- 255 tu
 
 def present_counts(drives) -> np.ndarray:
     """Present Position (132) of every servo, counts (homing offset included)."""
-    from .dynamixel import ADDR_PRESENT_POSITION
-
     return np.array([struct.unpack("<i", drives.transact(i, dxp.read(i, ADDR_PRESENT_POSITION, 4), 4,
                                                          "present position read"))[0]
                      for i in drives.settings.ids])

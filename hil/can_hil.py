@@ -49,11 +49,11 @@ from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import Fault, UserError
 from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
 
+from .cia402_faults import FAULT_KINDS  # the CiA 402 emulator's fault kinds
 from .process import EmulatorProcess
 from .result import HilResult, cycles_run_between, hil_result
 from .timing import PACING, STEPPED_SETTLE, STEPPED_WINDOW, TIMINGS
 
-FAULT_KINDS = ("drop", "delay", "drive-fault", "bus-off", "sever", "nan")  # CiA 402 emulator fault kinds
 INTERFACES = ("unix_pair", "udp_pair", "udp_multicast", "virtual")
 _channels = itertools.count()
 

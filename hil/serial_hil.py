@@ -26,7 +26,7 @@ from pkrt.rt.core.errors import UserError
 
 from .can_hil import check_timing, emulator_cpu, reference_for
 from .timing import PACING, STEPPED_SYNC_SILENCE, STEPPED_WINDOW
-from .dynamixel_emulator import FAULT_KINDS
+from .dynamixel_faults import FAULT_KINDS  # the servo emulator's fault kinds
 from .process import EmulatorProcess as _Process
 from .result import HilResult, cycles_run_between, hil_result
 
@@ -150,7 +150,8 @@ def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float |
                            rate_hz: float | None = None, reference=None) -> dict:
     """The same machine, controller, trajectory and rate in lockstep on the simulated plant of
     the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
-    from pkrt.drivers.sim import Plant, SimDrives
+    from pkrt.drivers.plant import Plant
+    from pkrt.drivers.sim import SimDrives
     from pkrt.rt.runtime.run import run_session
 
     config = serial_config(machine, rate_hz)

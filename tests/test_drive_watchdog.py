@@ -23,6 +23,7 @@ from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveConfigError, DriveError
 from pkrt.drivers.cia402 import CiA402Drives, heartbeat_above_caller
+from pkrt.drivers.cia402_setup import download
 from pkrt.drivers.dynamixel import DynamixelDrives, load_settings
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
@@ -314,7 +315,7 @@ def test_emulator_refuses_an_abort_code_outside_the_profile(can_config, plant):
     try:
         drives.configure()
         with pytest.raises(DriveError, match=r"node 2: SDO download to 0x6007:00 aborted"):
-            drives._download(drives._nodes[1], p.ABORT_CONNECTION_OPTION, 0, "<h", 7)
+            download(drives._nodes[1], p.ABORT_CONNECTION_OPTION, 0, "<h", 7)
     finally:
         drives.close()
         em.stop()

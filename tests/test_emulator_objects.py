@@ -16,7 +16,8 @@ from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveError
 from pkrt.drivers.cia402 import CiA402Drives
-from pkrt.hil.cia402_emulator import _MAPPABLE_RX, _MAPPABLE_TX, CiA402Emulator, check_mapping
+from pkrt.hil.cia402_emulator import CiA402Emulator
+from pkrt.hil.cia402_objects import MAPPABLE_RX, MAPPABLE_TX, check_mapping
 from pkrt.hil.dynamixel_emulator import build
 from pkrt.rt.runtime.config import load_machine
 
@@ -25,14 +26,14 @@ _ch = itertools.count()
 
 # -- CiA 402: PDO mapping rules (CiA 301) -------------------------------------------------------------
 def test_mapping_checks():
-    check_mapping([p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL], _MAPPABLE_TX)  # 48 bits
-    check_mapping([p.MAP_POSITION_ACTUAL, p.MAP_VELOCITY_ACTUAL], _MAPPABLE_TX)  # 64 bits: the most
-    check_mapping([], _MAPPABLE_TX)  # no object: the PDO carries nothing
-    cases = [([p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL, p.MAP_VELOCITY_ACTUAL], _MAPPABLE_TX, 0x06040042),
-             ([0x60610008] * 9, _MAPPABLE_TX, 0x06040042),  # 72 bits in 9 entries
-             ([p.MAP_STATUSWORD], _MAPPABLE_RX, 0x06040041),  # a statusword is not received
-             ([p.MAP_CONTROLWORD, 0], _MAPPABLE_RX, 0x06040041),  # a count covering an empty entry
-             ([0x60640010], _MAPPABLE_TX, 0x06040041)]  # 0x6064 is 32 bits, not 16
+    check_mapping([p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL], MAPPABLE_TX)  # 48 bits
+    check_mapping([p.MAP_POSITION_ACTUAL, p.MAP_VELOCITY_ACTUAL], MAPPABLE_TX)  # 64 bits: the most
+    check_mapping([], MAPPABLE_TX)  # no object: the PDO carries nothing
+    cases = [([p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL, p.MAP_VELOCITY_ACTUAL], MAPPABLE_TX, 0x06040042),
+             ([0x60610008] * 9, MAPPABLE_TX, 0x06040042),  # 72 bits in 9 entries
+             ([p.MAP_STATUSWORD], MAPPABLE_RX, 0x06040041),  # a statusword is not received
+             ([p.MAP_CONTROLWORD, 0], MAPPABLE_RX, 0x06040041),  # a count covering an empty entry
+             ([0x60640010], MAPPABLE_TX, 0x06040041)]  # 0x6064 is 32 bits, not 16
     for entries, table, code in cases:
         with pytest.raises(SdoAbortedError) as e:
             check_mapping(entries, table)
