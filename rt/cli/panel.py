@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -72,8 +73,15 @@ def run(args) -> int:
         print(f"pkrt panel: machine at {path}; open the URL once (its token is used once, then a cookie); "
               f"Ctrl-C ends the panel (the machine keeps running)", file=sys.stderr, flush=True)
     config = uvicorn.Config(panel.app, log_level="warning", access_log=False, ws="auto", lifespan="on",
-                            ws_per_message_deflate=False)
-    uvicorn.Server(config).run(sockets=[sock])
+                            ws_per_message_deflate=False, timeout_graceful_shutdown=3)
+    # uvicorn ends on SIGINT, SIGTERM, SIGHUP and raises the signal again once shut down: to these
+    # handlers, so that the panel ends with status 0 (the machine is not touched)
+    saved = {s: signal.signal(s, lambda signum, frame: None) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        for s, old in saved.items():
+            signal.signal(s, old)
     return 0
 
 
