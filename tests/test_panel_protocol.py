@@ -7,6 +7,7 @@ process: loopback only by default, bad options refused with one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -48,6 +49,17 @@ def panel(machine):
     p = Panel(srv.socket_path, str(d / "programs"), "127.0.0.1", PORT, readout=False)
     with TestClient(p.app, base_url=BASE) as client:
         yield p, client
+
+
+@contextlib.contextmanager
+def page(panel, machine):
+    """A page connected to the panel, the machine at standstill and homed: (socket, client, view)."""
+    p, client = panel
+    _, c, _ = machine
+    ready(c)
+    session(p, client)
+    with client.websocket_connect(WS, headers=ORIGIN) as ws:
+        yield ws, c, snapshot(ws)
 
 
 def session(p: Panel, client: TestClient) -> None:
@@ -152,12 +164,7 @@ BAD_FRAMES = [
 
 
 def test_malformed_frames_get_one_error_each(panel, machine):
-    p, client = panel
-    _, c, _ = machine
-    ready(c)
-    session(p, client)
-    with client.websocket_connect(WS, headers=ORIGIN) as ws:
-        snapshot(ws)
+    with page(panel, machine) as (ws, c, _):
         for text, expected in BAD_FRAMES:
             ws.send_text(text)
             m = reply(ws, None)
@@ -179,12 +186,7 @@ def test_malformed_frames_get_one_error_each(panel, machine):
 
 @pytest.mark.parametrize("program", ["../secret.csv", "/etc/passwd", "notes.txt", None, ["slow.csv"]])
 def test_programs_are_chosen_by_name_from_the_directory(panel, machine, program):
-    p, client = panel
-    _, c, _ = machine
-    ready(c)
-    session(p, client)
-    with client.websocket_connect(WS, headers=ORIGIN) as ws:
-        view = snapshot(ws)
+    with page(panel, machine) as (ws, c, view):
         assert view["programs"] == ["demo", "slow.csv"]
         ws.send_json({"id": 1, "cmd": "run", "program": program, "file": "/etc/passwd"})
         m = reply(ws, 1)
@@ -196,12 +198,7 @@ def test_programs_are_chosen_by_name_from_the_directory(panel, machine, program)
 
 
 def test_snapshot_then_changes_at_most_20_per_second(panel, machine):
-    p, client = panel
-    _, c, d = machine
-    ready(c)
-    session(p, client)
-    with client.websocket_connect(WS, headers=ORIGIN) as ws:
-        view = snapshot(ws)
+    with page(panel, machine) as (ws, c, view):
         assert view["link"]["up"] and view["info"]["machine"] == "delta-sim" and view["state"] == "standstill"
         assert set(view) >= {"joint", "torque", "events", "alarms", "program", "override", "motion"}
         ws.send_json({"id": 1, "cmd": "run", "program": "slow.csv"})
@@ -224,12 +221,7 @@ def test_snapshot_then_changes_at_most_20_per_second(panel, machine):
 
 
 def test_a_pages_jog_ends_with_the_page(panel, machine):
-    p, client = panel
-    _, c, _ = machine
-    ready(c)
-    session(p, client)
-    with client.websocket_connect(WS, headers=ORIGIN) as ws:
-        snapshot(ws)
+    with page(panel, machine) as (ws, c, _):
         ws.send_json({"id": 1, "cmd": "jog", "axis": 0, "velocity": 0.05})
         assert reply(ws, 1)["ok"]
         assert c.status()["motion"]["kind"] == "jog"
