@@ -109,8 +109,9 @@ class Panel:
         loop = asyncio.get_running_loop()
         page = Page(ws.send_text)
 
-        def to_page(msg: dict) -> None:
-            loop.call_soon_threadsafe(page.reply, msg)
+        def to_page(msg: dict | None) -> None:
+            if msg is not None:  # None: a keep-alive that went through
+                loop.call_soon_threadsafe(page.reply, msg)
 
         link = PageLink(self.socket_path, lambda req, r: to_page(reply_of(req, r)), self.poller.poke)
         link.start()
