@@ -67,3 +67,33 @@ def launch(playwright):
     if v["executable"] is None:
         raise UserError(f"no browser at {CHROMIUM} (apt-get install -y chromium)")
     return playwright.chromium.launch(executable_path=v["executable"], args=FLAGS)
+
+
+def session_cookie(url: str) -> str:
+    """The panel's one-time token (in ``url``) exchanged for its cookie: the ``Cookie`` header."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    try:
+        conn.request("GET", f"{u.path}?{u.query}")
+        r = conn.getresponse()
+        cookie = r.getheader("set-cookie")
+        if r.status != 303 or not cookie:
+            raise UserError(f"{u.hostname}:{u.port}: the token was refused ({r.status})")
+        return cookie.split(";", 1)[0]
+    finally:
+        conn.close()
+
+
+def page_socket(url: str, cookie: str):
+    """A WebSocket to the panel as its page opens it (this panel's Origin, the session cookie);
+    a ``websockets.sync`` connection."""
+    from urllib.parse import urlsplit
+
+    from websockets.sync.client import connect
+
+    u = urlsplit(url)
+    base = f"{u.hostname}:{u.port}"
+    return connect(f"ws://{base}/ws", origin=f"http://{base}", additional_headers={"Cookie": cookie})
