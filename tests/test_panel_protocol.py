@@ -35,7 +35,7 @@ def machine(tmp_path_factory):
                  settings=ServeSettings(deadman_s=60.0))
     srv.start()
     (d / "programs").mkdir()
-    (d / "programs" / "slow.csv").write_text("t,theta1,theta2,theta3\n0,0.1,0.1,0.1\n20,0.3,0.1,0.05\n40,0.1,0.1,0.1\n")
+    (d / "programs" / "slow.csv").write_text("t,theta1,theta2,theta3\n0,0.1,0.1,0.1\n200,0.3,0.1,0.05\n400,0.1,0.1,0.1\n")
     (d / "programs" / "notes.txt").write_text("not a program\n")
     (d / "secret.csv").write_text("t,theta1,theta2,theta3\n0,0,0,0\n")
     with MachineClient(srv.socket_path, timeout=60) as c:

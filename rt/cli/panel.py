@@ -25,8 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also accept this Host name (NAME or NAME:PORT; repeatable), e.g. the machine's host name "
                         "with --bind")
     p.add_argument("--programs", metavar="DIR", help="directory of the programs (CSV, G-code) the page may run")
-    p.add_argument("--poll-hz", type=positive_number, default=50.0,
-                   help="status requests per second to the machine (default: %(default)s)")
+    p.add_argument("--poll-hz", type=positive_number, default=20.0,
+                   help="status requests per second to the machine, whatever the number of pages (default: "
+                        "%(default)s, the pages' update rate)")
     p.add_argument("--json", action="store_true", help="print the start line (URL, port) as one JSON object")
 
 

@@ -50,7 +50,7 @@ class Panel:
     served machine's control socket; ``programs`` the directory of runnable programs."""
 
     def __init__(self, socket_path: str, programs: str | None, bind: str, port: int,
-                 extra_hosts: list[str] | None = None, poll_hz: float = 50.0, readout: bool = True):
+                 extra_hosts: list[str] | None = None, poll_hz: float = 20.0, readout: bool = True):
         self.socket_path, self.poll_hz, self.readout = socket_path, poll_hz, readout
         self.folder = Path(programs) if programs else None
         self.access = Access(bind, port, extra_hosts)
@@ -64,7 +64,8 @@ class Panel:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app):
         self.hub = Hub(asyncio.get_running_loop())
-        self.poller = Poller(self.socket_path, self.hub.publish, self.folder, self.poll_hz, self.readout)
+        self.poller = Poller(self.socket_path, self.hub.publish, self.folder, self.poll_hz, self.readout,
+                             watched=lambda: bool(self.hub.pages))
         self.poller.start()
         self.estop.start()
         try:
@@ -95,8 +96,7 @@ class Panel:
             return JSONResponse({"ok": False, "error": why}, status_code=403)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.estop.press(lambda r: loop.call_soon_threadsafe(fut.set_result, r))
-        self.poller.poke()
+        self.estop.press(lambda r: (loop.call_soon_threadsafe(fut.set_result, r), self.poller.poke()))
         return JSONResponse(await fut)
 
     # -- WebSocket ----------------------------------------------------------------------------------
@@ -147,8 +147,7 @@ class Panel:
             return {"type": "error", "error": "\"id\" must be a number or a short string"}
         req = {k: v for k, v in msg.items() if k != "id"}
         if cmd == "estop":
-            self.estop.press(lambda r: to_page(reply_of(msg, r)))
-            self.poller.poke()
+            self.estop.press(lambda r: (to_page(reply_of(msg, r)), self.poller.poke()))  # the new state at once
             return None
         try:
             if cmd == "read":

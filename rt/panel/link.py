@@ -3,7 +3,8 @@ each in a thread of its own:
 
 - ``Poller``: one for the whole panel, asks ``status`` at a fixed rate (and ``events`` when
   the journal moved on, ``info`` once per connection) and hands each view to ``publish``. The
-  machine's load does not depend on how many pages are open.
+  machine's load does not depend on how many pages are open; the task-space readout (forward
+  kinematics, ~0.1 ms each) is computed only while a page is open.
 - ``PageLink``: one per page, its commands one at a time in order; a jog it starts belongs to
   it, so closing it (the page went away) releases the jog (the machine's dead-man), and a page
   that stops sending keep-alives is released by the machine after ``deadman_s``.
@@ -36,9 +37,11 @@ class Poller(threading.Thread):
     """Polls the machine at ``hz`` and publishes the page's view (``publish(view)``, from this
     thread); ``poke`` asks for a poll now (after a command)."""
 
-    def __init__(self, socket_path: str, publish, programs: Path | None, hz: float = 50.0, readout: bool = True):
+    def __init__(self, socket_path: str, publish, programs: Path | None, hz: float = 20.0, readout: bool = True,
+                 watched=lambda: True):
         super().__init__(name="pkrt-panel-poller", daemon=True)
         self.path, self.publish, self.folder, self.period = socket_path, publish, programs, 1.0 / hz
+        self.watched = watched  # () -> bool: a page is open
         self.want_readout = readout
         self._poke, self._stop = threading.Event(), threading.Event()
         self.readouts: dict[str, tuple] = {}  # configuration path -> (ToolReadout or None, why)
@@ -92,12 +95,12 @@ class Poller(threading.Thread):
                                                                   "lines": None, "truncated": False}
             if t0 - listed_at > 2.0:
                 listing, listed_at = progs.listing(self.folder), t0
-            self.publish(view_of(st, link, info, readout, events, listing, text))
+            self.publish(view_of(st, link, info, readout if self.watched() else None, events, listing, text))
             if readout is None and self.want_readout:  # after the first view: the model takes a second or two
                 readout = self._readout(info["config"])
                 self.want_readout = readout is not None or info["config"] not in self.readouts
-            self._poke.wait(max(0.0, self.period - (time.monotonic() - t0)))
-            self._poke.clear()
+            if self._poke.wait(max(0.0, self.period - (time.monotonic() - t0))):
+                self._poke.clear()  # (a poke after a timed-out wait stays set: the next wait returns at once)
 
 
 class PageLink(threading.Thread):

@@ -7,6 +7,7 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const view = {};
+  const stats = {snapshots: 0, updates: 0, replies: 0};  // messages received (read by the benchmark)
   const now = () => performance.timeOrigin + performance.now();  // ms since the epoch
   let ws = null, nextId = 1, retry = 0, jog = null, lastEstop = 0, overrideSent = 0, shown = null;
   const plot = new window.PkrtPlot($("plot"), [
@@ -36,6 +37,7 @@
   }
 
   function onMessage(m) {
+    stats[`${m.type}s`] = (stats[`${m.type}s`] || 0) + 1;
     if (m.type === "snapshot") {
       for (const k of Object.keys(view)) delete view[k];
       Object.assign(view, m.view);
@@ -338,6 +340,6 @@
   document.addEventListener("visibilitychange", () => { if (document.hidden) endJog(true); });
 
   setInterval(() => plot.draw(), 250);
-  window.pkrtPanel = {view, send};
+  window.pkrtPanel = {view, send, stats};
   connect();
 })();
