@@ -1,11 +1,15 @@
 """Pushing the view to the pages: each page has a slot holding the latest view (a bounded
 queue of one: a slow page skips views, never stores them, and never slows the poller or the
 other pages) and its replies; its pump sends the whole view once, then only the changed fields,
-at most one update per ``min_interval`` (coalesced: the newest view after the pause)."""
+at most one update per ``min_interval`` (coalesced: the newest view after the pause), except
+that a change of the machine's state, fault or link goes at once (``URGENT``; at least
+``URGENT_GAP`` after the last update): a page sees a state change within one poll of the
+machine, never a pacing period later."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -13,7 +17,9 @@ from collections import deque
 
 from pkrt.rt.panel.view import changes
 
-UPDATE_S = 0.05  # s between two updates of one page, at least (20 per second at most)
+UPDATE_S = 0.05  # s between two updates of one page, at least (20 per second at most) ...
+URGENT = ("state", "fault", "link")  # ... unless one of these changed: then
+URGENT_GAP = 0.01  # s after the last update
 REPLIES = 256  # replies waiting for one page, at most (a page that reads none loses the oldest)
 
 
@@ -57,6 +63,13 @@ class Page:
         self.replies.append(msg)
         self.wake.set()
 
+    def gap(self) -> float:
+        """The shortest time from the last update to the next: ``URGENT_GAP`` when the latest
+        view changes the state, fault or link, else ``min_interval``."""
+        urgent = self.sent is not None and self.latest is not None and \
+            any(self.latest.get(k) != self.sent.get(k) for k in URGENT)
+        return URGENT_GAP if urgent else self.min_interval
+
     async def pump(self) -> None:
         """Send replies as they come and views at most every ``min_interval`` (until cancelled)."""
         while True:
@@ -66,9 +79,10 @@ class Page:
                 await self.send(dumps(self.replies.popleft()))
             if self.latest is None or self.latest is self.sent:
                 continue
-            pause = self.last + self.min_interval - time.monotonic()
-            if pause > 0:
-                await asyncio.sleep(pause)
+            pause = self.last + self.gap() - time.monotonic()
+            if pause > 0:  # a newer view (an urgent one) or a reply ends the pause early
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), pause)
                 self.wake.set()  # the newest view (and any reply) on the next turn
                 continue
             view = self.latest
