@@ -3,20 +3,26 @@
 permitted), ``pkrt panel`` in its own process and pages in Debian's Chromium (Playwright):
 
 - the loop's compute time per cycle (wall and the loop thread's CPU time) while a program runs,
-  side by side: no panel, the panel with no page, the panel with ten pages open, no panel again
-  (the host's load drifts); late and long cycles; the pages' updates per second and the
-  panel's CPU share.
+  side by side: no panel, a plain client asking ``status`` 20 times a second (what the panel
+  asks), the panel with no page, the panel with ten pages open, no panel again (the host's load
+  drifts); late and long cycles; the pages' updates per second and the panel's CPU share.
 - ``estop``: 100 clicks on the page's emergency stop: from the press (the page's clock) to the
   machine's error stop (the loop's fault time), from the click's dispatch by the test driver,
-  and from the error stop to the page showing it (against two update periods, 100 ms).
+  and from the error stop to the page showing it (against two update periods, 100 ms) and to a
+  second page without a browser (a WebSocket client here: the panel's share).
 
 Clocks: the page's ``performance.timeOrigin + now()`` and the host's ``time.time()`` are the
 same wall clock; their offset is measured (``clock_offset_ms``) and taken out."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +47,17 @@ def _program(path: Path, seconds: float) -> None:
         f.write("t,theta1,theta2,theta3\n")
         for ti, row in zip(t, q):
             f.write(f"{ti:.2f},{row[0]:.6f},{row[1]:.6f},{row[2]:.6f}\n")
+
+
+STATUS_CLIENT = """
+import sys, time
+from pkrt.rt.app.client import MachineClient
+with MachineClient(sys.argv[1]) as c:
+    while True:
+        t0 = time.monotonic()
+        c.status()
+        time.sleep(max(0.0, 1.0 / float(sys.argv[2]) - (time.monotonic() - t0)))
+"""
 
 
 def _cpu_s(pid: int) -> float:
@@ -78,12 +95,35 @@ def _clock_offset_ms(page, n: int = 20) -> float:
     return float(np.median(d))
 
 
-def _estops(m, c, page, clicks: int) -> dict:
+class _Watcher:
+    """A second page without a browser (a WebSocket in this process): when each state reached
+    it (time.monotonic()), to tell the panel's share of a delay from the browser's."""
+
+    def __init__(self, url: str, cookie: str):
+        from pkrt.rt.panel.harness import page_socket
+
+        self.ws = page_socket(url, cookie)
+        self.seen: list[tuple[float, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # closed at the end
+            for text in self.ws:
+                msg = json.loads(text)
+                state = (msg.get("view") or msg.get("changes") or {}).get("state")
+                if state is not None:
+                    self.seen.append((time.monotonic(), state))
+
+    def first(self, state: str, after: float) -> float | None:
+        return next((t for t, s in list(self.seen) if s == state and t > after), None)
+
+
+def _estops(m, c, page, clicks: int, watcher: _Watcher) -> dict:
     """``clicks`` presses of the page's emergency stop, the machine reset and enabled between them."""
     box = page.locator("#estop").bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     offset = _clock_offset_ms(page)
-    press, dispatch, shown = [], [], []
+    press, dispatch, shown, pushed = [], [], [], []
     for _ in range(clicks):
         if c.status()["state"] == "error_stop":
             c.reset()
@@ -104,6 +144,8 @@ def _estops(m, c, page, clicks: int) -> dict:
         press.append(fault_epoch_ms - pressed)
         dispatch.append(1e3 * (m.fault_time - t_click))
         shown.append(at - fault_epoch_ms)
+        t_push = watcher.first("error_stop", t_click)
+        pushed.append(1e3 * (t_push - m.fault_time) if t_push is not None else np.nan)
     c.reset()
 
     def ms(v):
@@ -113,6 +155,7 @@ def _estops(m, c, page, clicks: int) -> dict:
 
     return {"clicks": clicks, "clock_offset_ms": round(offset, 3), "press_to_error_stop_ms": ms(press),
             "click_dispatch_to_error_stop_ms": ms(dispatch), "error_stop_to_page_ms": ms(shown),
+            "error_stop_to_websocket_client_ms": ms([p for p in pushed if np.isfinite(p)]),
             "two_update_periods_ms": 2e3 * UPDATE_S}
 
 
@@ -142,6 +185,13 @@ def run_panel_bench(pages: int = PAGES, seconds: float = PHASE_S, clicks: int = 
                 out = {"browser": versions()["chromium"], "playwright": versions()["playwright"],
                        "sched_fifo": m.rt_report.get("sched_fifo"), "pages": pages}
                 out["no_panel"] = _phase(m, seconds)
+                poller = subprocess.Popen([sys.executable, "-c", STATUS_CLIENT, srv.socket_path, "20"])
+                try:
+                    time.sleep(1.0)
+                    out["status_client_20hz"] = _phase(m, seconds)  # what the panel asks, from a plain client
+                finally:
+                    poller.kill()
+                    poller.wait()
                 proc, start = start_panel(srv.socket_path)
                 try:
                     time.sleep(2.0)  # the panel's imports and the model for its task readout
@@ -165,7 +215,10 @@ def run_panel_bench(pages: int = PAGES, seconds: float = PHASE_S, clicks: int = 
                     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
                     page = ctx.new_page()
                     page.goto(start["url"])
-                    out["estop"] = _estops(m, c, page, clicks)
+                    cookie = "; ".join(f"{k['name']}={k['value']}" for k in ctx.cookies())
+                    watcher = _Watcher(start["url"], cookie)
+                    out["estop"] = _estops(m, c, page, clicks, watcher)
+                    watcher.ws.close()
                     ctx.close()
                 finally:
                     stop_panel(proc)

@@ -134,17 +134,10 @@ class Panel:
 
     def handle(self, text: str | None, link: PageLink, to_page) -> dict | None:
         """One frame from a page: queued, sent, or answered at once (the returned message)."""
-        if text is None or len(text) > MAX_FRAME:
-            return {"type": "error", "error": f"a frame must be a JSON object as text of at most {MAX_FRAME} bytes"}
-        try:
-            msg = json.loads(text)
-        except ValueError as e:
-            return {"type": "error", "error": f"not JSON: {e}"}
-        if not isinstance(msg, dict) or not isinstance(msg.get("cmd"), str):
-            return {"type": "error", "error": "a frame must be a JSON object with \"cmd\" (a string)"}
+        msg, why = parse_frame(text)
+        if msg is None:
+            return {"type": "error", "error": why}
         rid, cmd = msg.get("id"), msg["cmd"]
-        if rid is not None and not (isinstance(rid, int) and not isinstance(rid, bool) or isinstance(rid, str) and len(rid) <= 64):
-            return {"type": "error", "error": "\"id\" must be a number or a short string"}
         req = {k: v for k, v in msg.items() if k != "id"}
         if cmd == "estop":
             self.estop.press(lambda r: (to_page(reply_of(msg, r)), self.poller.poke()))  # the new state at once
@@ -163,6 +156,22 @@ class Panel:
         if not link.submit(req):
             return reply_of(msg, {"ok": False, "error": "too many commands waiting for the machine"})
         return None
+
+
+def parse_frame(text: str | None) -> tuple[dict | None, str | None]:
+    """A page's frame as a command (``{"cmd": str, "id"?, ...}``, None) or (None, why not)."""
+    if text is None or len(text) > MAX_FRAME:
+        return None, f"a frame must be a JSON object as text of at most {MAX_FRAME} bytes"
+    try:
+        msg = json.loads(text)
+    except ValueError as e:
+        return None, f"not JSON: {e}"
+    if not isinstance(msg, dict) or not isinstance(msg.get("cmd"), str):
+        return None, "a frame must be a JSON object with \"cmd\" (a string)"
+    rid = msg.get("id")
+    if rid is not None and not (isinstance(rid, int) and not isinstance(rid, bool) or isinstance(rid, str) and len(rid) <= 64):
+        return None, "\"id\" must be a number or a short string"
+    return msg, None
 
 
 def reply_of(req: dict, r: dict) -> dict | None:

@@ -9,7 +9,7 @@
   const view = {};
   const stats = {snapshots: 0, updates: 0, replies: 0};  // messages received (read by the benchmark)
   const now = () => performance.timeOrigin + performance.now();  // ms since the epoch
-  let ws = null, nextId = 1, retry = 0, jog = null, lastEstop = 0, overrideSent = 0, shown = null;
+  let ws = null, nextId = 1, retry = 0, jog = null, lastEstop = 0, overrideSent = 0, overrideValue = null, shown = null;
   const plot = new window.PkrtPlot($("plot"), [
     {key: "error", title: "following error", unit: "axis units"},
     {key: "torque", title: "force / torque", unit: "N, N m"},
@@ -327,7 +327,12 @@
     send("move", {space: $("move-space").value, target});
   });
   const ov = $("override");
-  const sendOverride = () => { overrideSent = now(); send("override", {value: Number(ov.value) / 100}); };
+  const sendOverride = () => {
+    if (Number(ov.value) === overrideValue) return;  // the slider's change after its last input
+    overrideSent = now();
+    overrideValue = Number(ov.value);
+    send("override", {value: overrideValue / 100});
+  };
   ov.addEventListener("input", () => {
     $("override-value").textContent = `${ov.value} %`;
     if (now() - overrideSent > 100) sendOverride();
