@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
 from pkrt.rt.panel.harness import launch, start_panel, stop_panel, versions
 
-playwright_api = pytest.importorskip("playwright.sync_api")  # the test extra has it: CI shows 0 skipped
+pytestmark = pytest.mark.realtime  # a machine served in real time at 1 kHz: with the other real-time tests, one at a time
 
 PROGRAM = "t,theta1,theta2,theta3\n0,0,0,0\n3,0.3,0.2,0.1\n6,0,0,0\n"  # 6 s of actuator values (rad)
 
@@ -50,7 +51,7 @@ def machine(tmp_path_factory):
 def browser():
     v = versions()
     print(f"browser: {v['chromium']} ({v['executable']}), Playwright {v['playwright']}")
-    with playwright_api.sync_playwright() as p:
+    with sync_playwright() as p:
         b = launch(p)
         print(f"browser version (Playwright): {b.version}")
         yield b
