@@ -50,3 +50,11 @@ def pytest_collection_modifyitems(config, items):
             from _pytest.nodeid import coerce_node_id
 
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def pytest_report_header(config):
+    """The browser the panel's tests drive (tests/test_panel_browser.py), printed at the start."""
+    from pkrt.rt.panel.harness import versions
+
+    v = versions()
+    return f"browser: {v['chromium'] or 'none at ' + str(v['executable'])}; Playwright {v['playwright']}"

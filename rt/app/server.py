@@ -2,7 +2,8 @@
 mode 0600) and, optionally, over TCP bound to loopback with a token.
 
 One request per line, a JSON object with ``cmd`` (status, enable, disable, home, jog,
-release, move, run, stream, hold, resume, override, stop, estop, reset, alive) and its
+release, move, run, stream, hold, resume, override, stop, estop, reset, alive; info, events,
+ack: ``pkrt.rt.runtime.journal``) and its
 arguments; one reply per line: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``
 (one line, never a traceback). A TCP client's first line must be ``{"token": "..."}``.
 
@@ -29,7 +30,7 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.motion import plan_peaks
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
-SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
+SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release", "info")
 
 
 def _vector(req: dict, key: str, n: int | None = None) -> np.ndarray:
@@ -69,6 +70,8 @@ class Translator:
             raise UserError("a request needs \"cmd\" (a string)")
         if cmd in SIMPLE:
             return {"cmd": cmd, "owner": owner}
+        if cmd in ("events", "ack"):  # the journal after / up to event number seq
+            return {"cmd": cmd, "seq": int(_number(req, "seq", 0, lo=0, hi=2.0**53))}
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
         if cmd == "home":  # method, offset (actuator units; Dynamixel: offset only), speeds (units/s), timeout (s)
@@ -111,7 +114,7 @@ class Translator:
                 target = th
             return {"cmd": "stream", "target": target.tolist(), "space": space, "owner": owner}
         raise UserError(f"unknown command '{cmd}' (status, enable, disable, home, jog, release, move, run, stream, "
-                        f"hold, resume, override, stop, estop, reset, alive)")
+                        f"hold, resume, override, stop, estop, reset, alive, info, events, ack)")
 
     def _need_homed(self, what: str) -> None:
         if not self.m.homed:
@@ -181,7 +184,7 @@ class Translator:
         speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)
         if self.worker is not None and needs_model(f, self.m.axes):
             return {"cmd": "plan", "file": f, "speed": speed}
-        return {"cmd": "run", "plan": plan_program(self.p, f, theta0, self.m.axes, speed), "space": "task"}
+        return {"cmd": "run", "plan": plan_program(self.p, f, theta0, self.m.axes, speed), "space": "task", "file": f}
 
 
 class Server:

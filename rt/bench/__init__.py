@@ -27,7 +27,9 @@ seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``serve`` (a served machine: comm
 socket, the live-target generator's cost per cycle, a real-time stream of targets), ``memory``
 (``pkrt run`` as a child process, this code beside the code before the memory change: VmLck
 and VmRSS at the loop's middle and the loop's page faults in real time; resident memory in
-lockstep along a 60 s and a 600 s actuator CSV).
+lockstep along a 60 s and a 600 s actuator CSV), ``panel`` (the operator panel: the loop's compute
+time with no panel, the panel alone and ten pages in Chromium; emergency-stop click to error stop
+over 100 clicks; error stop to the page).
 """
 
 from __future__ import annotations
@@ -50,4 +52,5 @@ SECTIONS = {
     "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
     "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
     "memory": ("pkrt.rt.bench.bench_memory", "run_memory_bench"),
+    "panel": ("pkrt.rt.bench.bench_panel", "run_panel_bench"),
 }

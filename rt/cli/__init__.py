@@ -1,7 +1,7 @@
 """The ``pkrt`` command line.
 
 The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``, ``plan``,
-``hil``, ``log``, ``replay``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
+``hil``, ``log``, ``replay``, ``serve``, ``panel``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
 (add_arguments(parser), run(args) -> int)). The command line is an argparse tree: a subparser
 per verb, and per group of two-word verbs (``pkrt tree --help`` lists the group's verbs); only
 the module of the verb being run is imported and fills its subparser. Verb modules parse, call
@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
     "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
     "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..."),
+    "panel": ("pkrt.rt.cli.panel", "an operator's web page for a served machine (state, jog, programs, emergency stop)"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }
 

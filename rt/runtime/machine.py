@@ -27,6 +27,7 @@ from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percen
 from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
+from pkrt.rt.runtime.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
@@ -128,6 +129,7 @@ class Machine:
         self.plan_result: dict | None = None  # how the last planned program ended (started, refused, cancelled)
         self._jobs = 0
         self.home_result: dict | None = None  # what the drives reported when homing ended
+        self.journal, self.program = Journal(), None  # recent events; the last program run: (file, its source)
         self.shutdown_reason: str | None = None
         self.finished = threading.Event()
         # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout) can block forever when
@@ -178,6 +180,7 @@ class Machine:
 
     # -- state and events (loop thread) -----------------------------------------------------------
     def event(self, kind: str, text: str) -> None:
+        self.journal.add(self.t, kind, text)
         if self.writer:
             self.writer.event(self.k, kind, text)
 
@@ -208,7 +211,9 @@ class Machine:
                 "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
                 "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result,
-                "planning": self.planning, "plan_result": self.plan_result}
+                "planning": self.planning, "plan_result": self.plan_result, "events": self.journal.status(),
+                "torque": (self.ctrl.tau if self.drives.torque_on else 0 * self.ctrl.tau).tolist(),
+                "program": run_status(self.program)}
 
     # -- command handling (loop thread) -----------------------------------------------------------
     def _execute(self, p: Pending) -> None:
@@ -218,7 +223,7 @@ class Machine:
             reply = self._command(name, cmd)
         except (ValueError, TypeError, KeyError) as e:  # a malformed argument the caller did not catch
             reply = {"ok": False, "error": f"{name}: bad argument: {e}"}
-        if name not in ("status", "alive"):
+        if name not in ("status", "alive", "events", "info"):
             self.event("command", json.dumps({k: v for k, v in cmd.items() if k not in ("plan", "peaks")}, default=str)
                        + (" -> ok" if reply.get("ok") else f" -> refused: {reply.get('error')}"))
         reply.setdefault("state", self.state.value)
@@ -258,12 +263,12 @@ class Machine:
         job = cmd.get("job")
         if self.planning is None or self.planning["job"] != job:
             return {"ok": False, "error": f"run: plan {job} dropped (it was cancelled)"}
-        since, self.planning = self.planning["since_s"], None
+        (since, file), self.planning = (self.planning["since_s"], self.planning["file"]), None
         if "error" in cmd:
             reply = {"ok": False, "error": f"run refused: {cmd['error']}"}
         else:
             why = refusal("run", self.state)
-            reply = {"ok": False, "error": why} if why is not None else self._program(cmd, "run")
+            reply = {"ok": False, "error": why} if why is not None else self._program({**cmd, "file": file}, "run")
         self.plan_result = {"job": job, "planning_s": self.t - since, "cycle": self.k, **reply}
         if not reply["ok"]:
             self.event("planning", f"job {job}: {reply['error']}")
@@ -335,7 +340,7 @@ class Machine:
         "reset": _reset, "override": _override, "home": lambda m, cmd: m._home(cmd), "release": _release,
         "jog": lambda m, cmd: m._jog(cmd), "move": lambda m, cmd: m._program(cmd, "move"),
         "run": lambda m, cmd: m._program(cmd, "run"), "stream": lambda m, cmd: m._stream(cmd),
-        "hold": _hold, "resume": _resume, "stop": _stop, "plan": _plan, "planned": _planned,
+        "hold": _hold, "resume": _resume, "stop": _stop, "plan": _plan, "planned": _planned, **JOURNAL_COMMANDS,
     }
 
     def _enable(self) -> dict:
@@ -467,6 +472,7 @@ class Machine:
         self.source = Program(plan, self.vmax, self.amax, self.settings.ramp_s, self.override, kind=kind,
                               peaks=cmd.get("peaks"))
         self.owner = cmd.get("owner") if kind == "jog" and cmd.get("continuous") else None
+        self.program = (str(cmd.get("file")), self.source) if name == "run" else self.program
         self.last_alive = time.monotonic()
         self.set_state(State.MOVING, name)
         return {"ok": True, "duration_s": plan.duration, "rate_cap": self.source.rate_cap}

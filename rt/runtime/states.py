@@ -25,6 +25,9 @@ ALL = frozenset(State)
 ALLOWED: dict[str, frozenset[State]] = {
     "status": ALL,
     "alive": ALL,
+    "info": ALL,                                       # the machine's fixed description
+    "events": ALL,                                     # the recent events (journal)
+    "ack": ALL,                                        # acknowledge the alarms
     "enable": frozenset({S.DISABLED}),
     "disable": frozenset({S.STANDSTILL, S.HOLDING}),
     "home": frozenset({S.STANDSTILL}),

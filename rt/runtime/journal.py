@@ -1,0 +1,79 @@
+"""What a served machine's clients read besides ``status`` (an operator panel, ``pkrt ctl``):
+the journal of its recent events with the alarms' acknowledgement, its fixed description
+(``info``) and the progress of the program it runs. Kept in the machine, so a client holds
+nothing the machine does not (a panel restarted reads them again).
+
+Events: ``(seq, wall time s since the epoch, loop time s, kind, text)``, numbered from 1; kind
+``fault`` is an alarm until acknowledged (``ack`` up to a number). Units: actuator (m or rad), s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+GCODE_SUFFIXES = (".ngc", ".nc", ".gcode", ".tap")
+FIELDS = ("seq", "time", "t", "kind", "text")
+
+
+class Journal:
+    """The last ``size`` events; ``acked``: alarms up to this number acknowledged."""
+
+    def __init__(self, size: int = 256):
+        self.ring: deque[tuple] = deque(maxlen=size)
+        self.last = self.acked = self.last_alarm = 0
+
+    def add(self, t: float, kind: str, text: str) -> None:
+        self.last += 1
+        self.ring.append((self.last, time.time(), t, kind, text))
+        if kind == "fault":
+            self.last_alarm = self.last
+
+    def since(self, seq: int) -> list[dict]:
+        """The events numbered after ``seq`` still kept (oldest first)."""
+        return [dict(zip(FIELDS, e)) for e in self.ring if e[0] > seq]
+
+    def ack(self, seq: int) -> int:
+        """Acknowledge the alarms up to ``seq`` (never past the last event); the new mark."""
+        self.acked = max(self.acked, min(int(seq), self.last))
+        return self.acked
+
+    def status(self) -> dict:
+        return {"last": self.last, "acked": self.acked, "last_alarm": self.last_alarm,
+                "unacked_alarm": self.last_alarm > self.acked}
+
+
+def program_kind(file: str) -> str:
+    if file == "demo":
+        return "demo"
+    return "gcode" if Path(file).suffix.lower() in GCODE_SUFFIXES else "csv"
+
+
+def run_status(program) -> dict | None:
+    """The last program run, ``(file, its Program source)``: file, kind, progress in [0, 1]
+    (path time over the plan's duration, the move to its start included), line (the G-code
+    source line being executed; None: not known for this program)."""
+    if program is None:
+        return None
+    file, src = program
+    return {"file": file, "kind": program_kind(file), "progress": min(src.tau / src.t_end, 1.0) if src.t_end > 0 else 1.0,
+            "line": None}
+
+
+def machine_info(m) -> dict:
+    """A served machine's fixed description: name, configuration path, axes, units, rate,
+    soft limits and velocity limits (actuator units), the jog speed caps (units/s)."""
+    st = m.settings
+    return {"machine": m.config.name, "config": str(m.config.path), "axes": m.axes, "units": m.units,
+            "rate_hz": m.config.rate_hz, "soft_lo": m.lo.tolist(), "soft_hi": m.hi.tolist(), "vmax": m.vmax.tolist(),
+            "jog_cap": (st.jog_speed * m.vmax).tolist(), "unhomed_cap": (st.unhomed_speed * m.vmax).tolist(),
+            "deadman_s": st.deadman_s}
+
+
+# commands that read (or acknowledge) what this module holds, in any state: name -> (machine, cmd) -> reply
+COMMANDS = {
+    "info": lambda m, cmd: {"ok": True, "info": machine_info(m)},
+    "events": lambda m, cmd: {"ok": True, "events": m.journal.since(cmd.get("seq", 0)), **m.journal.status()},
+    "ack": lambda m, cmd: {"ok": True, "acked": m.journal.ack(cmd.get("seq", 0))},
+}
