@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args, config, mech=None):
     """(Planned, report) for ``pkrt plan``'s FILE or --adept."""
-    from pkrt.rt.app.reference import path_planner, plan_adept, plan_gcode, plan_path_csv
+    from pkrt.rt.app.reference import gcode_setup, path_planner, plan_adept, plan_gcode, plan_path_csv
 
     if not 0 <= args.margin < 1:
         raise UserError(f"--margin must be in [0, 1), got {args.margin}")
@@ -62,7 +62,7 @@ def plan_from_args(args, config, mech=None):
         raise UserError(f"{args.file}: no such file")
     if args.file.lower().endswith(".csv"):
         return plan_path_csv(planner, args.file)
-    return plan_gcode(planner, args.file, args.origin)
+    return plan_gcode(planner, args.file, args.origin, gcode_setup(config))
 
 
 def write_csv(plan, names: list[str], path: str) -> None:
