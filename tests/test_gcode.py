@@ -253,7 +253,7 @@ BAD = [  # (program, text expected in the message)
     ("G91 G53 G0 X1\nM2", "line 1: G53 in incremental distance mode"),
     ("G53 G2 X1 Y1 I1 F100\nM2", "line 1: G53 needs G0 or G1"),
     ("G0 X1 H1\nM2", "line 1: H without G43"),
-    ("M6\nG0 X1\nM2", "line 1: M6 without a tool selected (T)"),
+    ("M61 Q1\nG0 X1\nM2", "line 1: M61 is not supported"),
     ("G0 X1\n%\nM2", "line 2: cannot read '%'"),  # '%' only as the first line
     ("G93 G1 X1\nM2", "line 1: G1 in inverse time (G93) needs F on its line"),
     ("G80 X1\nM2", "line 1: X, Y or Z with G80"),

@@ -124,8 +124,9 @@ class _Items:
             if (state, speed) != (self.spindle, self.speed):
                 self.spindle, self.speed = state, speed
                 what = {"cw": "clockwise", "ccw": "counter-clockwise"}.get(state)
-                self.event(c, "spindle", f"spindle {what} at S{speed:g}" if what else "spindle stopped",
-                           state=state, speed=speed)
+                text = (f"spindle {what} at S{speed:g}" if what else
+                        f"spindle speed S{speed:g} (stopped)" if c.kind == "speed" else "spindle stopped")
+                self.event(c, "spindle", text, state=state, speed=speed)
         elif c.kind in ("mist", "flood") and self.coolant[c.kind] != c.value:
             self.coolant[c.kind] = bool(c.value)
             on = [k for k, v in self.coolant.items() if v]

@@ -95,7 +95,7 @@ class Interpreter:
         self.absolute, self.ijk_absolute, self.inverse_time = True, False, False
         self.feed = 0.0
         self.speed, self.spindle, self.mist, self.flood = 0.0, "off", False, False
-        self.selected: int | None = None
+        self.selected = 0  # M6 before any T changes to tool 0 (no tool), as LinuxCNC does
         self.tool = 0
         self.blend: Any = None  # G61 (pkrt's start mode): exact path
         self.retract_r = False  # G98
@@ -235,8 +235,6 @@ class Interpreter:
                 raise self.err(f"P must be a whole number >= 1 with G2 or G3 (turns), got P{w['P']:g}")
         if "Q" in w and not (motion in (730, 830) or g.get("path control") == 640):
             raise self.err("Q without G73, G83 or G64")
-        if "tool change" in b.m and b.m["tool change"] != 6:
-            raise self.err(f"M{b.m['tool change']} is not supported")
         return motion
 
     # -- modes -------------------------------------------------------------------------------------
@@ -288,10 +286,7 @@ class Interpreter:
         self.emit("select_tool", value=number)
 
     def _change_tool(self) -> None:
-        if self.selected is None:
-            raise self.err("M6 without a tool selected (T)")
-        if self.spindle != "off":  # LinuxCNC stops the spindle for a tool change
-            self.spindle = "off"
+        self.spindle = "off"  # LinuxCNC stops the spindle for a tool change
         self.emit("spindle", value="off")
         self.tool = self.selected
         self.emit("change_tool", value=self.tool)
