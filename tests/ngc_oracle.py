@@ -33,7 +33,7 @@ def rs274() -> tuple[str, dict] | None:
     """The rs274 binary and its environment, or None."""
     env = dict(os.environ)
     if os.environ.get("PKRT_RS274"):
-        return os.environ["PKRT_RS274"], env
+        return (os.environ["PKRT_RS274"], env) if os.path.isfile(os.environ["PKRT_RS274"]) else None
     b = UNPACKED / "usr" / "bin" / "rs274"
     if b.is_file():
         libs = f"{UNPACKED / 'usr' / 'lib'}:{UNPACKED / 'usr' / 'lib' / 'linuxcnc'}"

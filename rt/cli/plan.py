@@ -111,6 +111,8 @@ def _text(r: dict) -> str:
         for f in r["feeds"]:
             lines.append(f"    line {f['line']}: F {f['feed_m_s'] * 6e4:.6g} mm/min, peak {f['peak_speed_m_s'] * 6e4:.6g} "
                          f"mm/min{'' if f['feed_reachable'] else ' (feed not reachable: limits bind first)'}")
+    for e in r.get("events", []):
+        lines.append(f"  at {e['t_s']:.3f} s: {e['text']}")
     for k in ("output", "plot"):
         if r.get(k):
             lines.append(f"  {k} {r[k]}")
