@@ -109,8 +109,8 @@ def test_served_cam_program_holds_at_the_tool_change_and_reports_its_line(srv, c
     c.resume()
     seen = _until(c, lambda st: st["state"] == "standstill")
     moving = [st for st in seen if st["state"] == "moving" and st["program"]]
-    lines = [st["program"]["line"] for st in moving]
-    assert set(lines) >= {7, 8, 9, 10, 11} and lines == sorted(lines)  # in program order
+    lines = [st["program"]["line"] for st in moving]  # a lockstep machine outruns the polling: some
+    assert set(lines) <= {7, 8, 9, 10, 11} and len(set(lines)) >= 2 and lines == sorted(lines)  # in order
     progress = [st["program"]["progress"] for st in moving]
     assert progress == sorted(progress) and 0 <= progress[0] and progress[-1] <= 1
     assert any(st["spindle"] == {"state": "cw", "speed": 10000.0} for st in moving)
@@ -118,6 +118,35 @@ def test_served_cam_program_holds_at_the_tool_change_and_reports_its_line(srv, c
     assert done["program"] is None and done["spindle"]["state"] == "off" and done["tool"] == 1
     tail = [o for o in srv.drives.output_changes][-4:]
     assert [{k: v for k, v in o.items() if k != "t"} for o in tail] == OUTPUTS
+
+
+def test_a_program_reports_each_line_in_order_and_holds_at_its_tool_change():
+    """The served machine's program source stepped by hand: every motion line of the program in
+    order, the hold at the tool change (line 5) until resumed, the events passed in order."""
+    from pkrt.rt.app.reference import plan_reference
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.motion import Program
+
+    config = load_machine("orthoglide")
+    plan = plan_reference(config, gcode=CAM)
+    lim = config.limits
+    src = Program(plan, lim.velocity * np.ones(3), lim.acceleration * np.ones(3), info={"file": CAM, "kind": "gcode"})
+    lines, fired, holds = [], [], 0
+    for _ in range(3 * plan.n):
+        src.step(1.0 / config.rate_hz)
+        fired += [e["text"] for e in src.fired]
+        src.fired.clear()
+        st = src.program_status()
+        if src.waiting is not None:
+            holds += 1
+            assert st["line"] == 5 and src.at_rest and np.all(src.vel == 0)
+            src.resume()
+        elif st["line"] and (not lines or lines[-1] != st["line"]):
+            lines.append(st["line"])
+        if src.done:
+            break
+    assert src.done and holds == 1 and lines == [7, 8, 9, 10, 11] and fired == EVENTS
+    assert src.program_status()["progress"] == 1.0
 
 
 def test_served_stops_m0_m1_and_a_stop_turns_the_spindle_off(srv, c, tmp_path):
