@@ -73,6 +73,8 @@ class Drives:
         self.fault_time: float | None = None  # time.monotonic() of the first fault (the host-pause probe's clock)
         self.feedback = Feedback(n_axes)
         self.torque_on = False  # True while torque commands reach the actuators
+        self.outputs: dict = {}  # the machine's outputs (spindle, coolant, tool) as last set
+        self.output_changes: list[dict] = []  # every change: {"t": loop time s, name: value, ...}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> None:
@@ -112,6 +114,18 @@ class Drives:
         """The settings in use, for the run log's header."""
         return {"backend": self.backend}
 
+    def set_outputs(self, changes: dict, t: float) -> None:
+        """Set machine outputs at loop time t (s): ``spindle`` ("cw", "ccw", "off"),
+        ``spindle_speed`` (the program's S), ``mist``, ``flood`` (bool), ``tool`` (the tool
+        asked for). Recorded here (the simulated plant has nothing more to do); a backend
+        wired to such outputs maps them in ``_do_outputs``. Called at rest, between motions."""
+        if not changes:
+            return
+        self.outputs.update(changes)
+        if len(self.output_changes) < 100_000:
+            self.output_changes.append({"t": t, **changes})
+        self._do_outputs(changes)
+
     def prepare(self, theta0: np.ndarray) -> None:
         """Before enabling: a simulated backend starts its plant at theta0 (at rest); real
         drives leave the machine where it is."""
@@ -142,4 +156,7 @@ class Drives:
         pass
 
     def _do_close(self) -> None:
+        pass
+
+    def _do_outputs(self, changes: dict) -> None:
         pass

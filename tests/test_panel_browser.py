@@ -229,8 +229,6 @@ def test_a_held_jog_stops_when_the_page_is_left_or_the_panel_dies(machine, brows
         stop_panel(proc)
 
 
-@pytest.mark.xfail(strict=True, reason="the served machine does not run G-code on this branch yet (pkrt ctl run "
-                                        "PROGRAM.ngc comes with the G-code work; then remove this mark)")
 def test_the_gcode_line_being_run_is_highlighted(browser, tmp_path):
     from pathlib import Path
 

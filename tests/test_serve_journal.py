@@ -9,7 +9,7 @@ import pytest
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.journal import Journal, program_kind
+from pkrt.rt.runtime.journal import Journal
 
 
 @pytest.fixture(scope="module")
@@ -80,4 +80,3 @@ def test_journal_keeps_the_last_events():
     assert [e["text"] for e in j.since(0)] == ["e2", "e3", "e4"]
     assert j.status() == {"last": 5, "acked": 0, "last_alarm": 2, "unacked_alarm": True}
     assert j.ack(2) == 2 and j.ack(1) == 2  # the mark never goes back
-    assert [program_kind(f) for f in ("demo", "a.ngc", "b.CSV", "c.NC")] == ["demo", "gcode", "csv", "gcode"]

@@ -15,13 +15,12 @@ import threading
 import numpy as np
 import pytest
 
-from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.planworker import PlanWorker
-from pkrt.rt.app.serve import Served
 from pkrt.rt.core.hostprobe import PERIOD, RECORD_US
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.runtime.machine import ServeSettings
 from tests.realtime import judge, realtime_threads
+from tests.serving import ready_client, serving
 from tests.waiting import wait_for
 
 PLAN_S = 600  # s: the longest wait for a plan on a loaded host (the demo takes ~1-10 s)
@@ -29,22 +28,13 @@ PLAN_S = 600  # s: the longest wait for a plan on a loaded host (the demo takes 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("planning")
-    s = Served("delta", socket_path=str(d / "p.sock"), log_path=str(d / "p.pktlog"))
-    s.start()
-    yield s
-    s.close()
+    with serving("delta", tmp_path_factory.mktemp("planning")) as s:
+        yield s
 
 
 @pytest.fixture
 def c(srv):
-    with MachineClient(srv.socket_path, timeout=60) as cl:
-        st = cl.status()
-        if st["state"] == "disabled":
-            cl.enable()
-        if not cl.status()["homed"]:
-            cl.home()
-        cl.wait_state("standstill", timeout=60)
+    with ready_client(srv, 60) as cl:
         yield cl
 
 

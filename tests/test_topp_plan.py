@@ -94,6 +94,7 @@ def _weak_orthoglide(tmp_path: Path, tau_max: float) -> Path:
     mdir = Path(src).parent
     text = text.replace('tree = "orthoglide.pkt"', f'tree = "{mdir / "orthoglide.pkt"}"')
     text = text.replace('plant_tree = "orthoglide-plant.pkt"', f'plant_tree = "{mdir / "orthoglide-plant.pkt"}"')
+    text = text.replace('tool_table = "orthoglide-tools.tbl"', f'tool_table = "{mdir / "orthoglide-tools.tbl"}"')
     text = text.replace("tau_max = 400.0", f"tau_max = {tau_max}")
     p = tmp_path / "weak.toml"
     p.write_text(text)

@@ -1,294 +1,185 @@
-"""G-code programs for machines with a tool in x, y, z (the LinuxCNC dialect where a choice
-exists): parsed and turned into rest-to-rest ``Motion``s and ``Dwell``s in task coordinates (m)
-for the time-optimal planner. Nothing is ignored: a word, code or construct not listed here is
-refused with one line naming the program line.
+"""G-code programs for machines with a tool in x, y, z, interpreted as LinuxCNC's RS274/NGC
+interpreter does (``ngc_words`` reads the lines, ``ngc_interp`` and ``ngc_cycles`` execute
+them into canonical commands) and turned here into what the time-optimal planner times:
+rest-to-rest ``Motion``s, ``Dwell``s and ``Event``s (spindle, coolant, tool changes, program
+stops) in task coordinates (m). Nothing is ignored: a word, code or construct pkrt does not
+implement is refused with one line naming the program line (docs/gcode.md lists them).
 
-Supported: G0 (rapid: the machine's limits only), G1 (feed), G2/G3 (arcs clockwise /
-counter-clockwise seen from the positive end of the plane's normal; centre by I/J/K offsets from
-the start, always incremental as LinuxCNC's default G91.1, or by R: positive for at most half a
-turn, negative for more; a change of the normal coordinate makes a helix; a full circle with
-I/J/K when the end is the start), G17/G18/G19 (planes XY, ZX, YZ), G4 P (dwell, seconds), G20/G21
-(inch / mm; mm at the start), G90/G91 (absolute / incremental X Y Z; absolute at the start),
-G61 (exact stop at corners; the start mode), G64 P (blend corners between lines within P
-program units; other corners stop unless tangent; G64 without P is refused), F (feed, program
-units per minute, modal), M2/M30 (end; required, later lines are not read), N (line numbers),
-comments in parentheses and after ';', '%' delimiter lines.
+Machine zero (G53's X0 Y0 Z0) is ``origin`` (m, task coordinates; default: the tool at the
+machine's reference assembly); the work offsets G54-G59 and the tool table come from the
+machine configuration (``ngc_setup.Setup``). The program starts with the machine at machine
+zero (``start``: elsewhere, mm from machine zero). The tool's gauge point (where the
+kinematics put the tool) follows the canonical path plus the tool length offset.
 
-Program coordinates are relative to ``origin`` (m, default: the tool at the machine's reference
-assembly); the program starts there.
+Motions join as the path control mode says: G61 (the start mode) exact path (corners stop
+unless tangent), G61.1 a stop after every motion, G64 P blends corners between lines within P
+(G64 without P: as G61, pkrt never blends without a bound); canned cycles run in exact path.
+Spindle, coolant and tool commands stop the motion (LinuxCNC waits for motion to end before
+them too) and become events of the plan.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
 
-from .geompath import Arc, Dwell, Line, Motion, Segment, join_segments
+from .geompath import Arc, Dwell, Event, Line, Segment, join_segments
+from .ngc_interp import Canon, Interpreter, find_turn
+from .ngc_setup import Setup
+from .ngc_words import AXES, NgcError, read_block
 
-UNITS = {20: 0.0254, 21: 0.001}  # metres per program unit
-PLANES = {17: (0, 1, 2), 18: (2, 0, 1), 19: (1, 2, 0)}  # in-plane axes (e1, e2) then the normal
-OFFSET = {0: "I", 1: "J", 2: "K"}
-MODAL_GROUPS = {0: "motion", 1: "motion", 2: "motion", 3: "motion", 4: "dwell", 17: "plane", 18: "plane",
-                19: "plane", 20: "units", 21: "units", 61: "path", 64: "path", 90: "distance", 91: "distance"}
-MAX_ABS = 1e6  # program units: beyond this a number is a mistake, not a coordinate
-ARC_ABS_TOL, ARC_REL_TOL = 0.001e-3, 1e-3  # m, fraction: start and end radii may differ by both
-_WORD = re.compile(r"([A-Z])([+-]?(?:\d+\.?\d*|\.\d+))")
+MOTIONS = ("traverse", "feed", "arc")
 
 
 @dataclass
 class Program:
-    """The parsed program: ``items`` (Motions and Dwells in order) and its source."""
+    """The interpreted program: ``items`` (Motions, Dwells and Events in order), its canonical
+    commands and its source."""
     items: list
     path: str
     lines: int
+    canon: list = field(default_factory=list)
     description: dict = field(default_factory=dict)
 
 
-class _Error(UserError):
-    pass
-
-
-def _strip_comments(text: str, n: int) -> str:
-    out, depth = [], 0
-    for ch in text:
-        if ch == "(":
-            if depth:
-                raise _Error(f"line {n}: nested comment")
-            depth = 1
-        elif ch == ")":
-            if not depth:
-                raise _Error(f"line {n}: ')' without '('")
-            depth = 0
-        elif ch == ";" and not depth:
-            break
-        elif not depth:
-            out.append(ch)
-    if depth:
-        raise _Error(f"line {n}: comment not closed (missing ')')")
-    return "".join(out)
-
-
-def parse_words(text: str, n: int) -> list[tuple[str, float]]:
-    """The words of one line (comments removed, spaces ignored as LinuxCNC does)."""
-    s = "".join(_strip_comments(text, n).split()).upper()
-    words, pos = [], 0
-    while pos < len(s):
-        m = _WORD.match(s, pos)
-        if not m:
-            raise _Error(f"line {n}: cannot read '{s[pos:pos + 12]}' (expected a letter and a number)")
-        v = float(m.group(2))
-        if not math.isfinite(v) or abs(v) > MAX_ABS:
-            raise _Error(f"line {n}: number {m.group(2)[:20]} out of range (|value| <= {MAX_ABS:g})")
-        words.append((m.group(1), v))
-        pos = m.end()
-    return words
-
-
-def _code(v: float, letter: str, n: int) -> int:
-    if abs(v - round(v)) > 1e-9:
-        raise _Error(f"line {n}: {letter}{v:g} is not supported")
-    return int(round(v))
-
-
-@dataclass
-class _State:
-    motion: int | None = None
-    plane: int = 17
-    units: int = 21
-    absolute: bool = True
-    blend: float | None = None  # G61: None
-    feed: float | None = None  # m/s
-    pos: np.ndarray = None  # m, program coordinates
-
-
-def parse_program(text: str, path: str = "program", origin=(0.0, 0.0, 0.0)) -> Program:
-    """Parse a whole program into motions and dwells (task coordinates, m). Raises UserError
-    (one line, naming the program line) on anything it cannot run exactly as written."""
-    origin = np.asarray(origin, float)
-    st = _State(pos=np.zeros(3))
-    segs: list[Segment] = []
-    tols: list = []
-    items: list = []
-    ended = False
+def interpret(text: str, setup: Setup | None = None, start=(0.0, 0.0, 0.0), path: str = "program") -> list[Canon]:
+    """The canonical commands of a whole program (``start``: where the machine is, mm from
+    machine zero). A ``%`` line first (before it only blank lines) makes the next ``%`` line
+    its end; M2 or M30 end it, later lines are not read. Raises NgcError (one line naming
+    the program line)."""
+    ip = Interpreter(setup or Setup(), start)
     raw = text.split("\n")
-    percent = 0
-
-    def flush():
-        if segs:
-            items.extend(join_segments(list(segs), list(tols), {"kind": "gcode", "path": path}))
-            segs.clear()
-            tols.clear()
-
+    first = next((n for n, line in enumerate(raw, start=1) if line.strip()), 0)
+    percent = raw[first - 1].strip() == "%" if first else False
     for n, line in enumerate(raw, start=1):
-        body = line.strip()
-        if body == "%":
-            percent += 1
-            if percent == 2:
-                ended = True
-                break
+        if n <= first and percent:
             continue
-        if body.startswith("/"):
-            raise _Error(f"line {n}: block delete '/' is not supported")
-        words = parse_words(line, n)
-        if not words:
-            continue
-        if words[0][0] == "N":
-            words = words[1:]
-        seen: dict[str, float] = {}
-        gs: dict[str, int] = {}
-        ms = []
-        for letter, v in words:
-            if letter == "G":
-                g = _code(v, "G", n)
-                grp = MODAL_GROUPS.get(g)
-                if grp is None:
-                    raise _Error(f"line {n}: G{v:g} is not supported")
-                if grp in gs:
-                    raise _Error(f"line {n}: G{gs[grp]} and G{g} in one line (same modal group)")
-                gs[grp] = g
-            elif letter == "M":
-                m = _code(v, "M", n)
-                if m not in (2, 30):
-                    raise _Error(f"line {n}: M{v:g} is not supported")
-                ms.append(m)
-            elif letter in "XYZIJKRFP":
-                if letter in seen:
-                    raise _Error(f"line {n}: {letter} twice in one line")
-                seen[letter] = v
-            elif letter == "N":
-                raise _Error(f"line {n}: N must start the line")
-            else:
-                raise _Error(f"line {n}: word {letter} is not supported")
-        if len(ms) > 1:
-            raise _Error(f"line {n}: more than one M code")
-        # modal settings first (LinuxCNC's order of execution)
-        if "units" in gs:
-            st.units = gs["units"]
-        if "F" in seen:
-            if not seen["F"] > 0:
-                raise _Error(f"line {n}: feed F must be positive, got {seen['F']:g}")
-            st.feed = seen["F"] * UNITS[st.units] / 60.0
-        unit = UNITS[st.units]
-        if "plane" in gs:
-            st.plane = gs["plane"]
-        if "path" in gs:
-            if gs["path"] == 64:
-                if "P" not in seen:
-                    raise _Error(f"line {n}: G64 needs P (the blending tolerance): pkrt never blends without a bound")
-                if seen["P"] < 0:
-                    raise _Error(f"line {n}: G64 P must not be negative")
-                st.blend = seen["P"] * unit
-            else:
-                st.blend = None
-        if "distance" in gs:
-            st.absolute = gs["distance"] == 90
-        if "dwell" in gs:
-            if "P" not in seen:
-                raise _Error(f"line {n}: G4 needs P (seconds)")
-            if seen["P"] < 0:
-                raise _Error(f"line {n}: G4 P must not be negative")
-            if any(k in seen for k in "XYZIJKR") or "motion" in gs:
-                raise _Error(f"line {n}: G4 with a motion on the same line")
-            flush()
-            items.append(Dwell(seen["P"], n))
-        elif "P" in seen and gs.get("path") != 64:
-            raise _Error(f"line {n}: P without G4 or G64")
-        if "motion" in gs:
-            st.motion = gs["motion"]
-        axes = [k for k in "XYZ" if k in seen]
-        offsets = [k for k in "IJKR" if k in seen]
-        if axes or offsets or "motion" in gs:
-            if st.motion is None:
-                raise _Error(f"line {n}: coordinates without a motion mode (G0, G1, G2 or G3)")
-            target = st.pos.copy()
-            for i, k in enumerate("XYZ"):
-                if k in seen:
-                    target[i] = seen[k] * unit + (0.0 if st.absolute else st.pos[i])
-            if st.motion in (0, 1):
-                if offsets:
-                    raise _Error(f"line {n}: {','.join(offsets)} with G{st.motion} (only arcs take them)")
-                feed = np.inf
-                if st.motion == 1:
-                    if st.feed is None:
-                        raise _Error(f"line {n}: G1 without a feed rate (F)")
-                    feed = st.feed
-                if axes:
-                    segs.append(Line.between(origin + st.pos, origin + target, feed, n))
-                    tols.append(st.blend)
-            elif axes or offsets:  # an arc (a G2/G3 alone only sets the mode)
-                if st.feed is None:
-                    raise _Error(f"line {n}: G{st.motion} without a feed rate (F)")
-                segs.append(_arc(st, seen, target, origin, n))
-                tols.append(st.blend)
-            st.pos = target
-        if ms:
-            ended = True
+        if percent and line.strip() == "%":  # the second percent line ends the program
+            ip.ended = True
             break
-    if not ended:
-        raise _Error(f"{path}: the program ends without M2 or M30 (line {len(raw)})")
-    flush()
-    if not any(isinstance(x, Motion) for x in items):
-        raise _Error(f"{path}: the program has no motion")
-    return Program(items, path, len(raw), {"kind": "gcode", "path": path})
+        b = read_block(line, n)
+        if b.delete and ip.setup.block_delete:
+            continue
+        if b.empty:
+            continue
+        ip.execute(b)
+        if ip.ended:
+            break
+    if not ip.ended:
+        raise NgcError(f"{path}: the program ends without M2 or M30 (line {len(raw)})")
+    return ip.out
 
 
-def _arc(st: _State, seen: dict, target: np.ndarray, origin: np.ndarray, n: int) -> Arc:
-    """The arc from st.pos to target (program coordinates, m) in the current plane."""
-    unit = UNITS[st.units]
-    a, b, c = PLANES[st.plane]
-    allowed = {OFFSET[a], OFFSET[b]}
-    offs = [k for k in "IJK" if k in seen]
-    for k in offs:
-        if k not in allowed:
-            raise _Error(f"line {n}: {k} is not an offset in the G{st.plane} plane (use {' and '.join(sorted(allowed))})")
-    p0, p1 = st.pos, target
-    u0, u1 = np.array([p0[a], p0[b]]), np.array([p1[a], p1[b]])
-    cw = st.motion == 2
-    if "R" in seen:
-        if offs:
-            raise _Error(f"line {n}: R and I/J/K together")
-        r = seen["R"] * unit
-        chord = u1 - u0
-        d = float(np.linalg.norm(chord))
-        if d < 1e-12:
-            raise _Error(f"line {n}: an R arc needs an end point different from the start")
-        if abs(r) < 1e-12:
-            raise _Error(f"line {n}: R must not be zero")
-        if d > 2 * abs(r) * (1 + 1e-9) + 1e-12:
-            raise _Error(f"line {n}: R {seen['R']:g} is too small for the chord {d / unit:.6g}")
-        h = math.sqrt(max(r * r - d * d / 4, 0.0))
-        left = np.array([-chord[1], chord[0]]) / d
-        side = (1 if not cw else -1) * (1 if r > 0 else -1)
-        ctr = 0.5 * (u0 + u1) + side * h * left
-    else:
-        if not offs:
-            raise _Error(f"line {n}: G{st.motion} needs the centre (I, J, K) or a radius R")
-        ctr = u0 + np.array([seen.get(OFFSET[a], 0.0), seen.get(OFFSET[b], 0.0)]) * unit
-    r0, r1 = float(np.linalg.norm(u0 - ctr)), float(np.linalg.norm(u1 - ctr))
-    if r0 < 1e-9:
-        raise _Error(f"line {n}: the arc's centre is its start point (zero radius)")
-    if abs(r1 - r0) > ARC_ABS_TOL and abs(r1 - r0) > ARC_REL_TOL * r0:
-        raise _Error(f"line {n}: radius to the end of the arc ({r1 / unit:.6g}) differs from the radius to its "
-                     f"start ({r0 / unit:.6g})")
-    t0 = math.atan2(u0[1] - ctr[1], u0[0] - ctr[0])
-    t1 = math.atan2(u1[1] - ctr[1], u1[0] - ctr[0])
-    sweep = ((t0 - t1) if cw else (t1 - t0)) % (2 * math.pi)
-    if sweep < 1e-9:
-        sweep = 2 * math.pi  # end at the start: a full circle
+class _Items:
+    """Canonical commands to planner items: segments are collected until something stops the
+    motion (a dwell, an event, an exact stop), then joined (``join_segments``)."""
+
+    def __init__(self, origin: np.ndarray, start_mm: np.ndarray, setup: Setup, description: dict):
+        self.origin, self.setup, self.description = origin, setup, description
+        self.at = origin + start_mm * 1e-3  # the gauge point now (m)
+        self.segs: list[Segment] = []
+        self.tols: list = []
+        self.items: list = []
+        self.spindle, self.speed = "off", 0.0
+        self.coolant = {"mist": False, "flood": False}
+
+    def flush(self) -> None:
+        if self.segs:
+            self.items.extend(join_segments(self.segs, self.tols, self.description))
+            self.segs, self.tols = [], []
+
+    def machine(self, c: Canon, p) -> np.ndarray:
+        return self.origin + (np.asarray(p, float) + c.offset) * c.units * 1e-3
+
+    def motion(self, c: Canon) -> None:
+        end = self.machine(c, c.end)
+        feed = c.feed * c.units * 1e-3 / 60.0  # m/s
+        seg = _arc(c, self.at, end, self) if c.kind == "arc" else Line.between(self.at, end, feed, c.line)
+        if seg.length > 1e-12:
+            stop = c.blend == "stop"
+            if stop:
+                self.flush()
+            self.segs.append(seg)
+            self.tols.append(None if (stop or c.blend is None) else c.blend * c.units * 1e-3)
+            if stop:
+                self.flush()
+        self.at = end
+
+    def event(self, c: Canon, kind: str, text: str, hold: bool = False, **values) -> None:
+        self.flush()
+        self.items.append(Event(kind, c.line, {**values, "text": f"line {c.line}: {text}"}, hold))
+
+    def command(self, c: Canon) -> None:
+        if c.kind in MOTIONS:
+            self.motion(c)
+        elif c.kind == "dwell":
+            self.flush()
+            self.items.append(Dwell(c.value, c.line))
+        elif c.kind in ("speed", "spindle"):
+            state, speed = (self.spindle, c.value) if c.kind == "speed" else (c.value, self.speed)
+            if (state, speed) != (self.spindle, self.speed):
+                self.spindle, self.speed = state, speed
+                what = {"cw": "clockwise", "ccw": "counter-clockwise"}.get(state)
+                text = (f"spindle {what} at S{speed:g}" if what else
+                        f"spindle speed S{speed:g} (stopped)" if c.kind == "speed" else "spindle stopped")
+                self.event(c, "spindle", text, state=state, speed=speed)
+        elif c.kind in ("mist", "flood") and self.coolant[c.kind] != c.value:
+            self.coolant[c.kind] = bool(c.value)
+            on = [k for k, v in self.coolant.items() if v]
+            self.event(c, "coolant", f"coolant {' and '.join(on) if on else 'off'}", **self.coolant)
+        elif c.kind == "change_tool":
+            self.event(c, "tool", f"tool change to T{c.value} (M6): hold until resumed", hold=True, tool=c.value)
+        elif c.kind == "stop" and (c.value == "M0" or self.setup.optional_stop):
+            self.event(c, "stop", f"program stop ({c.value}): hold until resumed", hold=True, code=c.value)
+
+
+def _arc(c: Canon, start: np.ndarray, end: np.ndarray, conv: _Items) -> Arc:
+    """The geometric arc of canonical ARC_FEED ``c`` from ``start`` to ``end`` (gauge point, m)."""
+    a1, a2, a3 = AXES[c.plane]
+    ctr = conv.machine(c, _point(c.centre, c.end[a3], c.plane))
+    u0, u1, uc = (np.array([p[a1], p[a2]]) for p in (start, end, ctr))
+    sweep = abs(find_turn((c.start[a1], c.start[a2]), c.centre, c.turn, (c.end[a1], c.end[a2])))
+    r0, r1 = float(np.linalg.norm(u0 - uc)), float(np.linalg.norm(u1 - uc))
     e = np.eye(3)
-    centre = origin + ctr[0] * e[a] + ctr[1] * e[b] + p0[c] * e[c]
-    h_rate = (p1[c] - p0[c]) / sweep
+    centre = uc[0] * e[a1] + uc[1] * e[a2] + start[a3] * e[a3]
+    h_rate = (end[a3] - start[a3]) / sweep
     length = sweep * math.hypot(0.5 * (r0 + r1), h_rate)
-    return Arc(length, st.feed, n, "arc", centre, e[a], e[b], r0, r1, t0, sweep, -1 if cw else 1, h_rate)
+    phi0 = math.atan2(u0[1] - uc[1], u0[0] - uc[0])
+    feed = c.feed * c.units * 1e-3 / 60.0
+    return Arc(length, feed, c.line, "arc", centre, e[a1], e[a2], r0, r1, phi0, sweep, 1 if c.turn > 0 else -1, h_rate)
 
 
-def read_program(path: str, origin) -> Program:
-    """Read and parse a program file (UTF-8 or ASCII text)."""
+def _point(centre, normal: float, plane: int) -> np.ndarray:
+    a1, a2, a3 = AXES[plane]
+    p = np.empty(3)
+    p[a1], p[a2], p[a3] = centre[0], centre[1], normal
+    return p
+
+
+def parse_program(text: str, path: str = "program", origin=(0.0, 0.0, 0.0), setup: Setup | None = None,
+                  start=(0.0, 0.0, 0.0)) -> Program:
+    """Interpret a whole program into motions, dwells and events (task coordinates, m).
+    Raises UserError (one line, naming the program line) on anything it cannot run exactly
+    as written."""
+    setup = setup or Setup()
+    origin = np.asarray(origin, float)
+    canon = interpret(text, setup, start, path)
+    desc = {"kind": "gcode", "path": path}
+    conv = _Items(origin, np.asarray(start, float), setup, desc)
+    for c in canon:
+        conv.command(c)
+    conv.flush()
+    if not any(c.kind in MOTIONS for c in canon):
+        raise NgcError(f"{path}: the program has no motion")
+    return Program(conv.items, path, len(text.split("\n")), canon, desc)
+
+
+def read_program(path: str, origin, setup: Setup | None = None) -> Program:
+    """Read and interpret a program file (UTF-8 or ASCII text)."""
     try:
         data = open(path, "rb").read()
     except OSError as e:
@@ -302,6 +193,6 @@ def read_program(path: str, origin) -> Program:
     if not text.strip():
         raise UserError(f"{path}: empty program")
     try:
-        return parse_program(text.replace("\r\n", "\n").replace("\r", "\n"), path, origin)
-    except _Error as e:
+        return parse_program(text.replace("\r\n", "\n").replace("\r", "\n"), path, origin, setup)
+    except NgcError as e:
         raise UserError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None

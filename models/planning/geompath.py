@@ -225,6 +225,17 @@ class Dwell:
     line: int | None = None
 
 
+@dataclass
+class Event:
+    """Something the machine does at rest between motions (a G-code spindle, coolant or tool
+    command, a program stop): ``kind``, the program ``line``, ``values`` (with ``text``, one
+    line for the log) and ``hold``: a served machine holds there until resumed."""
+    kind: str
+    line: int | None
+    values: dict = field(default_factory=dict)
+    hold: bool = False
+
+
 def polyline_motions(points, tolerance: float | None, feed=np.inf, lines=None, task: bool = True,
                      description: dict | None = None) -> list[Motion]:
     """Lines through ``points`` (k, m): corners blended within ``tolerance`` (each blend leg at

@@ -571,9 +571,11 @@ def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float):
 
 
 def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Planned, dict]:
-    """Motions and dwells (``geompath.Dwell``) in order, each motion from rest to rest, joined
-    into one reference at the loop rate, and a report: duration, peaks, where limits bind."""
-    from .geompath import Dwell
+    """Motions, dwells and events (``geompath.Dwell``, ``geompath.Event``) in order, each
+    motion from rest to rest, joined into one reference at the loop rate (with each sample's
+    program line and each event's sample), and a report: duration, peaks, where limits bind,
+    the events."""
+    from .geompath import Dwell, Event
 
     t0 = time.perf_counter()
     rate = planner.rate_hz
@@ -581,6 +583,7 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
     pending = 0
     feed_bound: set[int] = set()
     grid_points = 0
+    events = []
 
     def hold(seconds, at, ln):
         k = int(round(seconds * rate))
@@ -594,6 +597,11 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
         tau.append(np.repeat((-p)[None], k, 0))
 
     for it in items:
+        if isinstance(it, Event):
+            done = sum(len(p) for p in pos)
+            at = done - 1 if done else int(round(pending * rate))
+            events.append({"sample": at, "kind": it.kind, "line": it.line, "hold": it.hold, **it.values})
+            continue
         if isinstance(it, Dwell):
             if pos:
                 hold(it.seconds, pos[-1][-1], it.line)
@@ -621,10 +629,13 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
         feed_bound |= set(rep["feed_bound_lines"])
     if not pos:
         raise UserError("nothing to plan (no motion)")
-    out = Planned(rate, np.vstack(pos), np.vstack(vel), np.vstack(acc), dict(description))
     tau_all, line_all, speed_all, feed_all = (np.concatenate(x) for x in (tau, line, speed, feed))
-    return out, summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound,
-                        time.perf_counter() - t0, grid_points)
+    out = Planned(rate, np.vstack(pos), np.vstack(vel), np.vstack(acc), dict(description),
+                  line_all.astype(np.int32), events)
+    report = summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound, time.perf_counter() - t0,
+                     grid_points)
+    report["events"] = [{**e, "t_s": e["sample"] / rate} for e in events]
+    return out, report
 
 
 def summary(planner: PathPlanner, plan: Planned, tau, line, speed, feed, feed_bound, seconds, grid_points) -> dict:

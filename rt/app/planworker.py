@@ -15,6 +15,7 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -24,23 +25,40 @@ from pkrt.rt.core.plan import Planned, csv_columns
 _PLANNER = None  # the worker process' Planner (built by ``_init``)
 
 
+GCODE_SUFFIXES = (".ngc", ".nc", ".gcode", ".tap", ".cnc", ".g")
+
+
+def is_gcode(file: str) -> bool:
+    """A G-code program: by its suffix, or a text file that is not a CSV (``pkrt plan`` takes
+    every file but a .csv for G-code)."""
+    from pkrt.rt.core.filekind import CSV, sniff
+
+    suffix = Path(file).suffix.lower()
+    if suffix in GCODE_SUFFIXES:
+        return True
+    return file != "demo" and suffix != ".csv" and sniff(file) != CSV
+
+
 def needs_model(file: str, axes: list[str]) -> bool:
-    """A program planned from the model: the demo, or a CSV of task coordinates (its columns
-    after ``t`` start with ``x`` and are not the actuators' names); an actuator CSV is not."""
-    if file == "demo":
+    """A program planned from the model: the demo, a G-code program, or a CSV of task
+    coordinates (its columns after ``t`` start with ``x`` and are not the actuators' names);
+    an actuator CSV is not."""
+    if file == "demo" or is_gcode(file):
         return True
     cols = csv_columns(file)
     return cols is not None and cols[1:2] == ["x"] and cols[1:] != axes
 
 
 def plan_program(planner, file: str, theta0: np.ndarray, axes: list[str], speed: float) -> Planned:
-    """The program ``file`` ("demo" or a CSV path) at the loop rate, starting where the machine
-    is (``theta0``): a joint move to its first point put first if needed (``program_from``)."""
+    """The program ``file`` ("demo", a G-code program or a CSV path) at the loop rate, starting
+    where the machine is (``theta0``): a joint move to its first point put first if needed
+    (``program_from``)."""
     from pkrt.rt.app.planner import program_from
     from pkrt.rt.app.reference import plan_reference
 
     with planner._lock:
-        ref = plan_reference(planner.config, file, mech=planner._mech, axes=axes)
+        gcode = file if file != "demo" and is_gcode(file) else None
+        ref = plan_reference(planner.config, None if gcode else file, mech=planner._mech, axes=axes, gcode=gcode)
     if not isinstance(ref, Planned):
         from pkrt.rt.runtime.trajectory import load_trajectory_csv
 

@@ -31,7 +31,7 @@ def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | No
     G-code program (``gcode``, timed in minimum time); anything else (a ``Planned``, an
     actuator CSV's path) is returned unchanged."""
     if gcode is not None:
-        return plan_gcode(path_planner(config, mech), gcode)[0]
+        return plan_gcode(path_planner(config, mech), gcode, setup=gcode_setup(config))[0]
     if isinstance(trajectory, Planned):
         return trajectory
     if trajectory is None or trajectory == "demo":
@@ -132,8 +132,26 @@ def home_tool(planner) -> np.ndarray:
     return planner.kin.forward(planner.mech.theta_ref)[0]
 
 
-def plan_gcode(planner, path: str, origin=None):
-    """A G-code program, parsed and checked whole, timed: (Planned, report)."""
+def gcode_setup(config: MachineConfig):
+    """What G-code programs run against on this machine (``pkrt.models.planning.ngc_setup.Setup``):
+    the configuration's ``[gcode]`` tool table (read now) and work offsets (m -> mm)."""
+    from pkrt.models.planning.ngc_setup import Setup, read_tool_table
+
+    g = config.gcode
+    if g is None:
+        return Setup()
+    table = config.resolve(g.tool_table) if g.tool_table else None
+    try:
+        tools = read_tool_table(table, g.tool_units) if table else {}
+    except UserError as e:
+        raise UserError(f"{config.path}: [gcode] tool_table: {e}") from None
+    offsets = {i + 1: getattr(g, f"g{54 + i}") * 1e3 for i in range(6)}
+    return Setup(tools, offsets, g.block_delete, g.optional_stop, table)
+
+
+def plan_gcode(planner, path: str, origin=None, setup=None):
+    """A G-code program (``setup``: its tool table and work offsets, ``gcode_setup``),
+    interpreted and checked whole, timed: (Planned, report)."""
     from pkrt.models.planning.gcode import read_program
     from pkrt.models.planning.topp import plan_items
 
@@ -142,7 +160,7 @@ def plan_gcode(planner, path: str, origin=None):
         raise UserError(f"{path}: G-code needs a tool in x, y, z ({planner.mech.name}'s tool has "
                         f"{', '.join(planner.kin.tool.coordinates)})")
     origin = home if origin is None else np.asarray(origin, float)
-    prog = read_program(path, origin)
+    prog = read_program(path, origin, setup)
     try:
         return plan_items(planner, prog.items, {**prog.description, "origin": origin.tolist()})
     except UserError as e:

@@ -178,7 +178,7 @@ class Translator:
 
         f = req.get("file")
         if not isinstance(f, str) or not f:
-            raise UserError("run needs \"file\": a trajectory CSV path or \"demo\"")
+            raise UserError("run needs \"file\": a G-code program, a trajectory CSV path or \"demo\"")
         if f != "demo" and not Path(f).is_file():
             raise UserError(f"{f}: no such file")
         speed = _number(req, "speed", 0.25, lo=1e-3, hi=1.0)

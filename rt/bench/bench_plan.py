@@ -29,7 +29,8 @@ import numpy as np
 from pkrt.drivers import open_drives
 from pkrt.models.planning.geompath import Line, Motion, polyline_motions
 from pkrt.models.kinematics.taskspace import adept_cycle
-from pkrt.rt.app.reference import home_tool, machine_mechanism, path_planner, plan_adept, plan_gcode
+from pkrt.rt.app.reference import (gcode_setup, home_tool, machine_mechanism, path_planner, plan_adept,
+                                   plan_gcode)
 from pkrt.rt.runtime.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned
@@ -164,7 +165,7 @@ def gcode_figures() -> dict:
     planner = path_planner(config)
     demo = str(resources.files("pkrt.models") / "machines" / "orthoglide-demo.ngc")
     t0 = time.perf_counter()
-    plan, rep = plan_gcode(planner, demo)
+    plan, rep = plan_gcode(planner, demo, setup=gcode_setup(config))
     cost = time.perf_counter() - t0
     from pkrt.models.planning.gcode import parse_program
     from scipy.spatial import cKDTree

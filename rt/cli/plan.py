@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args, config, mech=None):
     """(Planned, report) for ``pkrt plan``'s FILE or --adept."""
-    from pkrt.rt.app.reference import path_planner, plan_adept, plan_gcode, plan_path_csv
+    from pkrt.rt.app.reference import gcode_setup, path_planner, plan_adept, plan_gcode, plan_path_csv
 
     if not 0 <= args.margin < 1:
         raise UserError(f"--margin must be in [0, 1), got {args.margin}")
@@ -62,7 +62,7 @@ def plan_from_args(args, config, mech=None):
         raise UserError(f"{args.file}: no such file")
     if args.file.lower().endswith(".csv"):
         return plan_path_csv(planner, args.file)
-    return plan_gcode(planner, args.file, args.origin)
+    return plan_gcode(planner, args.file, args.origin, gcode_setup(config))
 
 
 def write_csv(plan, names: list[str], path: str) -> None:
@@ -111,6 +111,8 @@ def _text(r: dict) -> str:
         for f in r["feeds"]:
             lines.append(f"    line {f['line']}: F {f['feed_m_s'] * 6e4:.6g} mm/min, peak {f['peak_speed_m_s'] * 6e4:.6g} "
                          f"mm/min{'' if f['feed_reachable'] else ' (feed not reachable: limits bind first)'}")
+    for e in r.get("events", []):
+        lines.append(f"  at {e['t_s']:.3f} s: {e['text']}")
     for k in ("output", "plot"):
         if r.get(k):
             lines.append(f"  {k} {r[k]}")

@@ -5,6 +5,7 @@ resume, override, stop, estop, reset)."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -99,7 +100,8 @@ def _mode(args) -> str:
 
 def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=ACTIONS, help="what to ask the machine")
-    p.add_argument("value", nargs="?", help="run: FILE (a trajectory CSV) or 'demo'; override: PERCENT (0-120)")
+    p.add_argument("value", nargs="?", help="run: FILE (a G-code program or a trajectory CSV) or 'demo'; "
+                                            "override: PERCENT (0-120)")
     p.add_argument("--socket", help="control socket path (default: as pkrt serve's)")
     p.add_argument("--tcp", metavar="HOST:PORT", help="connect over TCP (loopback) instead, with --token-file")
     p.add_argument("--token-file", help="TCP: file holding the token")
@@ -176,8 +178,8 @@ def _run(c, args) -> dict:
     """A program: a program planned from the model is accepted at once ("planning"); this
     waits for its planning to end and reports the start, or the reason it cannot run."""
     if args.value is None:
-        raise UserError("run needs FILE (a trajectory CSV) or 'demo'")
-    r = c.run(args.value, **_speed(args))
+        raise UserError("run needs FILE (a G-code program or a trajectory CSV) or 'demo'")
+    r = c.run(args.value if args.value == "demo" else os.path.abspath(args.value), **_speed(args))
     if not r.get("planning"):
         return r
     if not args.json:
@@ -265,6 +267,14 @@ def _status_text(st: dict) -> str:
     lines = [f"state {st['state']}{' (homed)' if st['homed'] else ' (not homed)'}, override {st['override'] * 100:.0f} %,"
              f" cycle {st['cycle']}, overruns {st['overruns']}",
              f"  position [{pos}] ({', '.join(st['units'])})", f"  motion: {st['motion']}"]
+    prog = st.get("program")
+    if prog:
+        line = f", line {prog['line']}" if prog.get("line") else ""
+        lines.append(f"  program {prog['file']} ({prog['kind']}): {prog['progress'] * 100:.1f} %{line}")
+    if "spindle" in st:
+        sp, co = st["spindle"], st["coolant"]
+        coolant = " and ".join(k for k in ("mist", "flood") if co[k]) or "off"
+        lines.append(f"  spindle {sp['state']} (S{sp['speed']:g}), coolant {coolant}, tool T{st['tool']}")
     if st.get("fault"):
         lines.append(f"  fault: {st['fault']}")
     return "\n".join(lines)

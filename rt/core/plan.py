@@ -34,12 +34,19 @@ def sample_count(span: float, rate_hz: float, what: str) -> int:
 
 @dataclass
 class Planned:
-    """A reference sampled at ``rate_hz``: rows k at t = k / rate_hz."""
+    """A reference sampled at ``rate_hz``: rows k at t = k / rate_hz. A G-code program's also
+    has ``line`` (n,): the 1-based program line each sample's motion comes from (0: none),
+    and ``events``: what the machine does at rest on the way (spindle, coolant, tool changes,
+    program stops), each a dict with ``sample`` (the row it happens at), ``kind``, ``line``,
+    ``text`` (one line for the log), ``hold`` (a served machine holds there until resumed)
+    and the kind's values (``pkrt.models.planning.gcode``)."""
     rate_hz: float
     pos: np.ndarray
     vel: np.ndarray
     acc: np.ndarray
     description: dict = field(default_factory=dict)
+    line: np.ndarray | None = None
+    events: list = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -54,14 +61,16 @@ class Planned:
         n = int(round(duration * self.rate_hz)) + 1
         _check_length(n, self.rate_hz, "--duration")
         if n <= self.n:
-            return Planned(self.rate_hz, self.pos[:n], self.vel[:n], self.acc[:n], self.description)
+            return Planned(self.rate_hz, self.pos[:n], self.vel[:n], self.acc[:n], self.description,
+                           None if self.line is None else self.line[:n], [e for e in self.events if e["sample"] < n])
         extra = n - self.n
         hold = np.repeat(self.pos[-1:], extra, axis=0)
         z = np.zeros_like(hold)
         if np.any(np.abs(self.vel[-1]) > 1e-9):
             raise UserError(f"cannot extend the trajectory to {duration} s: it ends moving")
+        line = None if self.line is None else np.concatenate([self.line, np.zeros(extra, self.line.dtype)])
         return Planned(self.rate_hz, np.vstack([self.pos, hold]), np.vstack([self.vel, z]),
-                       np.vstack([self.acc, z]), self.description)
+                       np.vstack([self.acc, z]), self.description, line, list(self.events))
 
 
 def quintic_profile(tau: np.ndarray):
@@ -84,11 +93,19 @@ def circle_basis(normal) -> tuple[np.ndarray, np.ndarray]:
 
 
 def concatenate(parts: list[Planned], description: dict) -> Planned:
-    """Join planned pieces; each piece's first row repeats the previous piece's last one."""
+    """Join planned pieces; each piece's first row repeats the previous piece's last one.
+    Program lines (0 where a piece has none) and events follow their samples."""
     pos = [parts[0].pos] + [p.pos[1:] for p in parts[1:]]
     vel = [parts[0].vel] + [p.vel[1:] for p in parts[1:]]
     acc = [parts[0].acc] + [p.acc[1:] for p in parts[1:]]
-    return Planned(parts[0].rate_hz, np.vstack(pos), np.vstack(vel), np.vstack(acc), description)
+    line, events, k0 = None, [], 0
+    if any(p.line is not None for p in parts):
+        line = np.concatenate([(p.line if p.line is not None else np.zeros(p.n, np.int32))[1 if i else 0:]
+                               for i, p in enumerate(parts)])
+    for p in parts:
+        events += [{**e, "sample": e["sample"] + k0} for e in p.events]
+        k0 += p.n - 1
+    return Planned(parts[0].rate_hz, np.vstack(pos), np.vstack(vel), np.vstack(acc), description, line, events)
 
 
 def resample(t: np.ndarray, values: np.ndarray, rate_hz: float, what: str):

@@ -435,7 +435,38 @@ class EmulatorPlantTable(PlantTable):
                                      "(plant = \"exact\" is for [drives] backend = \"sim\")")
 
 
+def _offset(values: dict, ctx: Context) -> np.ndarray:
+    return np.zeros(3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcodeTable:
+    """``[gcode]``: what G-code programs run against (pkrt plan, pkrt run --gcode, pkrt ctl run):
+    the tool table and the work offsets, as LinuxCNC keeps them. Machine zero (G53 X0 Y0 Z0)
+    is the tool at the reference assembly (pkrt plan --origin moves it)."""
+
+    tool_table: str | None = spec(STRING, "LinuxCNC tool table (.tbl, relative to this file): tool lengths for "
+                                  "G43 Hn; without one, T words other than T0 are refused", None)
+    tool_units: str = spec(STRING, "units of the tool table's lengths", "mm", choices=("mm", "inch"))
+    g54: np.ndarray = spec(NUMBERS, "work offset G54 (x, y, z) from machine zero, the start coordinate system",
+                           unit="m", derive=_offset)
+    g55: np.ndarray = spec(NUMBERS, "work offset G55 (x, y, z)", unit="m", derive=_offset)
+    g56: np.ndarray = spec(NUMBERS, "work offset G56 (x, y, z)", unit="m", derive=_offset)
+    g57: np.ndarray = spec(NUMBERS, "work offset G57 (x, y, z)", unit="m", derive=_offset)
+    g58: np.ndarray = spec(NUMBERS, "work offset G58 (x, y, z)", unit="m", derive=_offset)
+    g59: np.ndarray = spec(NUMBERS, "work offset G59 (x, y, z)", unit="m", derive=_offset)
+    block_delete: bool = spec(BOOL, "the block delete switch: skip lines starting with '/' (LinuxCNC's default: "
+                              "off, the lines run)", False)
+    optional_stop: bool = spec(BOOL, "the optional stop switch: M1 holds a served machine as M0 does", True)
+
+    def check(self, ctx: Context) -> None:
+        for k in ("g54", "g55", "g56", "g57", "g58", "g59"):
+            v = getattr(self, k)
+            if len(v) != 3 or not np.all(np.abs(v) <= 10.0):
+                raise ctx.error(k, f"expected 3 numbers x, y, z within 10 m, got {v.tolist()}")
+
+
 # the tables every machine file has, in file order (name, class); [drives] and [emulator] are
 # the drive family's (``pkrt.drivers.drive_tables``)
 COMMON_TABLES = (("machine", MachineTable), ("controller", ControllerConfig), ("limits", Limits),
-                 ("realtime", RealtimeConfig), ("demo", DemoTable))
+                 ("realtime", RealtimeConfig), ("demo", DemoTable), ("gcode", GcodeTable))

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from pathlib import Path
 
-GCODE_SUFFIXES = (".ngc", ".nc", ".gcode", ".tap")
 FIELDS = ("seq", "time", "t", "kind", "text")
 
 
@@ -44,21 +42,15 @@ class Journal:
                 "unacked_alarm": self.last_alarm > self.acked}
 
 
-def program_kind(file: str) -> str:
-    if file == "demo":
-        return "demo"
-    return "gcode" if Path(file).suffix.lower() in GCODE_SUFFIXES else "csv"
-
-
 def run_status(program) -> dict | None:
-    """The last program run, ``(file, its Program source)``: file, kind, progress in [0, 1]
-    (path time over the plan's duration, the move to its start included), line (the G-code
-    source line being executed; None: not known for this program)."""
+    """The last program run, ``(file, its Program source)``: file, kind (csv, gcode, demo),
+    progress in [0, 1] (path time over the plan's duration, the move to its start included),
+    line (the G-code source line being executed, or of the event holding it; None for other
+    programs)."""
     if program is None:
         return None
     file, src = program
-    return {"file": file, "kind": program_kind(file), "progress": min(src.tau / src.t_end, 1.0) if src.t_end > 0 else 1.0,
-            "line": None}
+    return {**src.program_status(), "file": file}
 
 
 def machine_info(m) -> dict:

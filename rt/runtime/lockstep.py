@@ -161,14 +161,16 @@ class LockstepBlock:
         sn, d = self.session, self.session.drives
         return sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
 
-    def run(self, k: int) -> int:
-        """Cycles from k in compiled calls while ``ready``; returns the first cycle left to
-        ``Session.cycle`` (k itself when none ran), or the reference's end."""
+    def run(self, k: int, until: int | None = None) -> int:
+        """Cycles from k in compiled calls while ``ready`` (and before cycle ``until``: a
+        program's event there); returns the first cycle left to ``Session.cycle`` (k itself
+        when none ran), or the reference's end."""
         sn = self.session
         ref, n = sn.ref, sn.ref.n
-        while k < n and self.ready(k):
+        end = n if until is None else min(n, until)
+        while k < end and self.ready(k):
             ref.slot(k)  # computes the reference's rows up to k (lockstep) and marks the ring's reader
-            k1 = min(n, ref.ready)
+            k1 = min(end, ref.ready)
             k_next, done, finite, saturated, comp_max, st, ends = self._call(k, k1)
             if done:
                 self._account(k_next - 1, done, finite, saturated, comp_max, st)

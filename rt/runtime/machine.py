@@ -29,8 +29,10 @@ from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
+from pkrt.rt.runtime.programevents import Outputs
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
+from pkrt.rt.runtime.servehoming import home, home_cycle
 from pkrt.rt.core.tree import Tree
 
 STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of logs and telemetry
@@ -125,6 +127,7 @@ class Machine:
         self.owner = None      # who runs the current jog or stream (a connection's id)
         self.last_alive = 0.0  # monotonic time of its last keep-alive
         self.homing = None
+        self.outputs = Outputs()  # spindle, coolant, tool as the program's events left them
         self.planning: dict | None = None     # the program being planned out of process (``plan``)
         self.plan_result: dict | None = None  # how the last planned program ended (started, refused, cancelled)
         self._jobs = 0
@@ -196,6 +199,7 @@ class Machine:
         else:
             self.drives.fault(reason)
         self.fault_reason, self.fault_time = reason, time.monotonic()
+        self._outputs_off(f"fault: {reason}")
         self.source = Hold(self.drives.feedback.position.copy() if self.prepared else self.source.pos.copy())
         self.owner = self.homing = None
         self._cancel_planning(f"cancelled: {reason}")
@@ -212,6 +216,7 @@ class Machine:
                 "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result,
                 "planning": self.planning, "plan_result": self.plan_result, "events": self.journal.status(),
+                **self.outputs.status(),
                 "torque": (self.ctrl.tau if self.drives.torque_on else 0 * self.ctrl.tau).tolist(),
                 "program": run_status(self.program)}
 
@@ -337,7 +342,7 @@ class Machine:
     _COMMANDS = {
         "status": lambda m, cmd: {"ok": True, "status": m.status()},
         "alive": _alive, "enable": lambda m, cmd: m._enable(), "disable": _disable, "estop": _estop,
-        "reset": _reset, "override": _override, "home": lambda m, cmd: m._home(cmd), "release": _release,
+        "reset": _reset, "override": _override, "home": lambda m, cmd: home(m, cmd), "release": _release,
         "jog": lambda m, cmd: m._jog(cmd), "move": lambda m, cmd: m._program(cmd, "move"),
         "run": lambda m, cmd: m._program(cmd, "run"), "stream": lambda m, cmd: m._stream(cmd),
         "hold": _hold, "resume": _resume, "stop": _stop, "plan": _plan, "planned": _planned, **JOURNAL_COMMANDS,
@@ -364,68 +369,6 @@ class Machine:
         self.source = Hold(fb.position.copy())
         self.set_state(State.STANDSTILL, "enable")
         return {"ok": True}
-
-    def _home(self, cmd: dict) -> dict:
-        d = self.drives
-        if getattr(d, "absolute", d.backend == "sim"):
-            self.homed = True
-            self.event("homed", "absolute encoders: position known")
-            return {"ok": True, "homed": True, "method": "absolute"}
-        if d.backend == "dynamixel":
-            return self._home_dynamixel(cmd)
-        if d.backend != "cia402":
-            return {"ok": False, "error": f"home refused: homing {d.backend} drives is not supported"}
-        from pkrt.drivers import cia402_homing as ch
-
-        method = int(cmd.get("method", 35))
-        if method not in ch.METHODS:
-            return {"ok": False, "error": f"home: method {method} not supported ({', '.join(map(str, ch.METHODS))})"}
-        offset = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
-        speeds = tuple(float(x) for x in cmd.get("speeds", (0.0, 0.0)))
-        timeout = float(cmd.get("timeout", 30.0))
-        self.homing = {"halt": threading.Event(), "done": threading.Event(), "result": None, "error": None}
-        h = self.homing
-        pos, z = d.feedback.position.copy(), np.zeros(self.s)
-        self.ctrl.update(pos, z, pos, z, z)  # the torque that holds the machine here (its weight)
-        hold = self.ctrl.tau.copy()
-        ch.leave_cyclic(d)  # torque off: the drives home themselves, the loop does no drive I/O meanwhile
-
-        def work():
-            try:
-                h["result"] = ch.home_si(d, method, offset, speeds, timeout, h["halt"], hold)
-            except Exception as e:  # noqa: BLE001 - any failure ends in error stop with its reason
-                h["error"] = str(e)
-            h["done"].set()
-
-        threading.Thread(target=work, name="pkrt-homing", daemon=True).start()
-        self.set_state(State.HOMING, f"home (CiA 402 method {method})")
-        return {"ok": True, "method": method}
-
-    def _home_dynamixel(self, cmd: dict) -> dict:
-        """Dynamixel servos (absolute encoders): the Homing Offset (address 20) set so that
-        where the machine stands reads ``offset`` (actuator units, default 0), with torque off
-        for the few transactions it takes (the EEPROM area's rule); then enabled again, holding
-        there in the homed frame. Done within this cycle (the loop's only blocking command)."""
-        from pkrt.drivers.dynamixel_homing import home_here
-
-        d = self.drives
-        home = np.broadcast_to(np.asarray(cmd.get("offset", 0.0), float), (self.s,)).copy()
-        lim = self.config.limits.position
-        if np.any(home < lim[:, 0]) or np.any(home > lim[:, 1]):
-            return {"ok": False, "error": f"home: offset {home.tolist()} outside the actuator ranges {lim.tolist()}"}
-        try:
-            result = home_here(d, home)
-            d.enable()
-            fb = d.read(self.t)
-        except Exception as e:  # noqa: BLE001 - a servo that refuses or does not answer: error stop
-            self.fault(f"homing: {e}")
-            return {"ok": False, "error": f"homing failed: {e}"}
-        self.homed = True
-        self.home_result = result
-        self.sup.stale = self.sup.late = 0
-        self.source = Hold(fb.position.copy())
-        self.event("homed", json.dumps(result, default=str))
-        return {"ok": True, "homed": True, **result}
 
     def _home_abort(self, why: str) -> None:
         """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
@@ -469,8 +412,10 @@ class Machine:
             return {"ok": False, "error": f"{name} refused: it starts {gap:.3g} away from the machine's reference "
                                           f"(planned from a stale position)"}
         kind = "jog" if name == "jog" else ("move" if name == "move" else "program")
+        f = cmd.get("file")
+        info = {"file": f, "kind": "demo" if f == "demo" else ("gcode" if plan.line is not None else "csv")}
         self.source = Program(plan, self.vmax, self.amax, self.settings.ramp_s, self.override, kind=kind,
-                              peaks=cmd.get("peaks"))
+                              peaks=cmd.get("peaks"), info=info)
         self.owner = cmd.get("owner") if kind == "jog" and cmd.get("continuous") else None
         self.program = (str(cmd.get("file")), self.source) if name == "run" else self.program
         self.last_alive = time.monotonic()
@@ -528,7 +473,7 @@ class Machine:
         flags = 0
         src = self.source
         if self.state is State.HOMING:
-            self._home_cycle()
+            home_cycle(self)
         if self.state in ENABLED and self.state is not State.HOMING:
             src = self.source
             src.step(period)
@@ -572,42 +517,38 @@ class Machine:
 
     def _after_step(self, src: Source) -> None:
         st = self.state
+        if getattr(src, "fired", None):
+            self._program_events(src)
         if src.done and st in (State.MOVING, State.STOPPING):
             why = "stopped" if st is State.STOPPING else f"{src.kind} done"
             if getattr(src, "stale", False):
                 why = src.stale
+            if st is State.STOPPING and src.kind == "program":
+                self._outputs_off("program stopped")
             self.source = Hold(src.pos.copy())
             self.owner = None
             self.set_state(State.STANDSTILL, why)
         elif st is State.MOVING and isinstance(src, Program) and src.held and src.at_rest:
-            self.set_state(State.HOLDING, "feed hold")
+            self.set_state(State.HOLDING, src.waiting["text"] if src.waiting else "feed hold")
         elif st is State.MOVING and getattr(src, "stopping", False):
             self.set_state(State.STOPPING, getattr(src, "stale", None) or "stop")
         limit = getattr(src, "limit_error", None)
         if limit:
             self.fault(limit)
 
-    def _home_cycle(self) -> None:
-        """While the drives home: nothing to do until the procedure ends; then the machine
-        holds where it is (homed) or goes to error stop with the reason."""
-        h = self.homing
-        if h is None or not h["done"].is_set():
-            return
-        self.homing = None
-        if h["error"] is not None:
-            self.fault(h["error"])
-            return
-        try:
-            fb = self.drives.read(self.t)
-        except Exception as e:  # noqa: BLE001
-            self.fault(f"after homing: {e}")
-            return
-        self.homed = True
-        self.home_result = h["result"]
-        self.sup.stale = self.sup.late = 0
-        self.source = Hold(fb.position.copy())
-        self.event("homed", json.dumps(h["result"], default=str))
-        self.set_state(State.STANDSTILL, "homed")
+    def _program_events(self, src: Program) -> None:
+        """The events the program passed this cycle: logged, the outputs set on the drives."""
+        for ev in src.fired:
+            self.drives.set_outputs(self.outputs.apply(ev), self.t)
+            self.event(ev["kind"], ev["text"])
+        src.fired.clear()
+
+    def _outputs_off(self, why: str) -> None:
+        """Spindle and coolant off (a program stopped early, a fault), logged if they were on."""
+        ch = self.outputs.off()
+        if ch:
+            self.drives.set_outputs(ch, self.t)
+            self.event("outputs", f"{why}: spindle and coolant off")
 
     def _stage(self, t: float, wake: float, flags: int) -> None:
         v, src, fb = self.views, self.source, self.drives.feedback

@@ -10,7 +10,9 @@ reference (pos, vel, acc) in actuator units (m or rad and their derivatives).
   changes at a bounded rate so that every axis' acceleration P''(tau) r^2 + P'(tau) r_dot
   stays within the limits. Feed hold ramps r to 0, resume back to the override, stop ramps to
   0 and ends. The position between planned samples is the cubic Hermite of the samples'
-  positions and velocities (on the path to O(h^4)).
+  positions and velocities (on the path to O(h^4)). A program's events (``Planned.events``)
+  fire as path time passes their sample; one that holds (a G-code tool change, M0, M1) stops
+  the program there, at rest on its path, until ``resume``.
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ class Program(Source):
 
     def __init__(self, plan: Planned, vmax: np.ndarray, amax: np.ndarray, ramp_s: float = 0.25,
                  override: float = 1.0, kind: str = "program",
-                 peaks: tuple[np.ndarray, np.ndarray] | None = None):
+                 peaks: tuple[np.ndarray, np.ndarray] | None = None, info: dict | None = None):
         s = plan.pos.shape[1]
         super().__init__(s)
         self.kind = kind
@@ -154,6 +156,11 @@ class Program(Source):
         self.target = self.r
         self.held = False
         self.stopping = False
+        self.info = info or {}  # what runs: {"file": ..., "kind": "csv" | "gcode" | "demo"} (status)
+        self.events = sorted(plan.events, key=lambda e: e["sample"])
+        self.next_event = 0
+        self.fired: list[dict] = []  # events passed since the machine last took them
+        self.waiting: dict | None = None  # the event that holds the program now (until resume)
         self._sample(0.0)
 
     # -- commands ---------------------------------------------------------------------------------
@@ -162,6 +169,9 @@ class Program(Source):
 
     def resume(self) -> None:
         self.held, self.target = False, min(self.override, self.rate_cap)
+        if self.waiting is not None:
+            self.waiting = None
+            self.next_event += 1
 
     def set_override(self, f: float) -> None:
         self.override = float(f)
@@ -223,6 +233,10 @@ class Program(Source):
         self.r = r1
         if tau >= self.t_end:
             tau, self.r = self.t_end, 0.0
+        if self.next_event < len(self.events) and self.waiting is None:
+            tau = self._events(tau)
+            if self.waiting is not None:
+                rd = 0.0
         self.tau = tau
         self._sample(tau)
         self.vel[:] = self.d1 * self.r
@@ -232,7 +246,35 @@ class Program(Source):
             self.acc[:] = 0.0
             self.done = True
 
+    def _events(self, tau: float) -> float:
+        """Fire the events path time ``tau`` passed (into ``fired``); at one that holds, stop
+        there (the plan is at rest at an event's sample) and return its time."""
+        while self.next_event < len(self.events):
+            ev = self.events[self.next_event]
+            at = ev["sample"] * self.h
+            if at > tau + 1e-12:
+                break
+            self.fired.append(ev)
+            if ev.get("hold"):
+                self.waiting, self.held, self.target, self.r, self.rdot = ev, True, 0.0, 0.0, 0.0
+                return min(at, tau)
+            self.next_event += 1
+        return tau
+
+    def program_status(self) -> dict:
+        """What runs, how far (path time over duration) and the program line of the motion
+        now, or of the event holding it (None where the plan has no lines, or between them)."""
+        line = None
+        if self.waiting is not None:  # held at an event: its line
+            line = self.waiting.get("line")
+        elif self.plan.line is not None:
+            ln = int(self.plan.line[min(int(round(self.tau / self.h)), self.plan.n - 1)])
+            line = ln or None
+        return {"file": self.info.get("file"), "kind": self.info.get("kind"),
+                "progress": min(max(self.tau / self.t_end, 0.0), 1.0) if self.t_end > 0 else 1.0, "line": line}
+
     def status(self) -> dict:
         return {"kind": self.kind, "path_time_s": self.tau, "duration_s": self.t_end, "rate": self.r,
                 "override": self.override, "rate_cap": self.rate_cap, "held": self.held,
+                "waiting": self.waiting["text"] if self.waiting else None,
                 "description": self.plan.description.get("kind")}

@@ -24,6 +24,7 @@ from pkrt.rt.runtime.lockstep import LockstepBlock
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
                                      status, thread_faults)
+from pkrt.rt.runtime.programevents import Outputs, due
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -366,6 +367,11 @@ class Session:
         self.memory: dict = {"heap": heap}  # VmLck, VmRSS, pinned memory at the loop's start and end, its page faults
         # lockstep on the plain simulated plant: its plain cycles in one compiled loop
         self.block = LockstepBlock.of(self) if compiled else None
+        # a program's events (G-code spindle, coolant, tool changes, stops): logged and set on the
+        # drives at their cycle; nothing holds a run (no operator resumes it: pkrt serve holds)
+        self.events = list(trajectory.events) if isinstance(trajectory, Planned) else []
+        self.next_event = 0
+        self.outputs = Outputs()
 
     # -- the one fault path ------------------------------------------------------------------------
     def fault(self, k: int, reason: str, *, drive_fault: bool = True) -> None:
@@ -539,10 +545,15 @@ class Session:
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
             while k is not None and k < self.ref.n:
-                if self.block is not None:  # what it can, then the cycle it leaves (if any) in Python
-                    k = self.block.run(k)
+                if self.next_event < len(self.events):
+                    self._events(k)
+                if self.block is not None:  # what it can (up to the next event), then the cycle it leaves in Python
+                    k = self.block.run(k, self.events[self.next_event]["sample"] if self.next_event < len(self.events)
+                                       else None)
                     if k >= self.ref.n:
                         break
+                    if self.next_event < len(self.events):
+                        self._events(k)
                 k = self.cycle(k)
             self.loop_end = time.perf_counter()
             faults1, moves1 = thread_faults(), kernel_moves()  # the loop thread's page faults over all its cycles
@@ -559,6 +570,15 @@ class Session:
         finally:
             self.stop(wall0)
         return self.summary()
+
+    def _events(self, k: int) -> None:
+        """The program's events due at cycle k: the drives' outputs set, each logged."""
+        j = due(self.events, self.next_event, k)
+        for ev in self.events[self.next_event:j]:
+            self.drives.set_outputs(self.outputs.apply(ev), k * self.period)
+            if self.writer:
+                self.writer.event(k, ev["kind"], ev["text"] + (" (pkrt run does not hold)" if ev.get("hold") else ""))
+        self.next_event = j
 
     def stop(self, wall0: float) -> None:
         """Torque off (idempotent), loop time measured, real-time settings restored."""
@@ -603,7 +623,7 @@ class Session:
             "realtime_factor_cpu": ((self.last_k + 1) * period / self.cpu) if self.cpu > 0 else None,
             "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
             "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
-            "log": self.log_path,
+            "log": self.log_path, "program_events": self.next_event, "outputs": self.drives.output_changes,
             "drives": self.drives.describe(), "memory": self.memory,
         }
         if self.writer:
