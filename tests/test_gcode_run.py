@@ -115,7 +115,7 @@ def test_served_cam_program_holds_at_the_tool_change_and_reports_its_line(srv, c
     assert progress == sorted(progress) and 0 <= progress[0] and progress[-1] <= 1
     assert any(st["spindle"] == {"state": "cw", "speed": 10000.0} for st in moving)
     done = seen[-1]
-    assert done["program"] is None and done["spindle"]["state"] == "off" and done["tool"] == 1
+    assert done["program"]["progress"] == 1.0 and done["spindle"]["state"] == "off" and done["tool"] == 1
     tail = [o for o in srv.drives.output_changes][-4:]
     assert [{k: v for k, v in o.items() if k != "t"} for o in tail] == OUTPUTS
 
@@ -164,7 +164,7 @@ def test_served_stops_m0_m1_and_a_stop_turns_the_spindle_off(srv, c, tmp_path):
     _until(c, lambda s: s["state"] == "moving" and (s["program"] or {}).get("line") == 7)
     c.call("stop")
     st = c.wait_state("standstill", timeout=60)
-    assert st["program"] is None and st["spindle"]["state"] == "off" and not st["coolant"]["flood"]
+    assert st["program"]["progress"] < 1 and st["spindle"]["state"] == "off" and not st["coolant"]["flood"]
     last = {k: v for k, v in srv.drives.output_changes[-1].items() if k != "t"}
     assert last == {"spindle": "off", "mist": False, "flood": False}  # the stop turned them off
 
@@ -176,7 +176,7 @@ def test_served_csv_program_reports_its_kind_and_no_line(srv, c, tmp_path):
     assert r["ok"], r
     st = _until(c, lambda s: s["program"] is not None)[-1]
     assert st["program"]["kind"] == "csv" and st["program"]["line"] is None and st["program"]["file"] == str(p)
-    assert c.wait_state("standstill", timeout=60)["program"] is None
+    assert c.wait_state("standstill", timeout=60)["program"]["progress"] == 1.0  # the last run, ended
 
 
 def test_served_gcode_refused_in_one_line(srv, c, tmp_path):

@@ -43,7 +43,7 @@ class Journal:
 
 
 def run_status(program) -> dict | None:
-    """The last program run, ``(file, its Program source)``: file, kind (csv, gcode, demo),
+    """A program run, ``(file, its Program source)``: file, kind (csv, gcode, demo),
     progress in [0, 1] (path time over the plan's duration, the move to its start included),
     line (the G-code source line being executed, or of the event holding it; None for other
     programs)."""
