@@ -99,45 +99,67 @@ class Passive:
         return k - first
 
 
+# 3-vectors as tuples of floats inside the kernels: no allocation, no BLAS call per product
+
 @njit(cache=True)
 def _turn(R, k, b, v):
     """R[k, b] v; the ground (b < 0) does not turn."""
     if b < 0:
-        return v.copy()
-    return R[k, b] @ v
+        return v[0], v[1], v[2]
+    M = R[k, b]
+    return (M[0, 0] * v[0] + M[0, 1] * v[1] + M[0, 2] * v[2], M[1, 0] * v[0] + M[1, 1] * v[1] + M[1, 2] * v[2],
+            M[2, 0] * v[0] + M[2, 1] * v[1] + M[2, 2] * v[2])
 
 
 @njit(cache=True)
 def _at(X, R, k, b, p):
     """World position of point p of body b at configuration k."""
+    t = _turn(R, k, b, p)
     if b < 0:
-        return p.copy()
-    return X[k, b] + R[k, b] @ p
+        return t
+    return X[k, b, 0] + t[0], X[k, b, 1] + t[1], X[k, b, 2] + t[2]
+
+
+@njit(cache=True)
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@njit(cache=True)
+def _sub(a, b):
+    return a[0] - b[0], a[1] - b[1], a[2] - b[2]
+
+
+@njit(cache=True)
+def _axpy(s, a, b):
+    """b + s a."""
+    return b[0] + s * a[0], b[1] + s * a[1], b[2] + s * a[2]
 
 
 @njit(cache=True)
 def _angle(a, b):
     """The angle (rad) between unit vectors a and b."""
-    return np.arctan2(np.linalg.norm(np.cross(a, b)), a @ b)
+    c = (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+    return np.arctan2(np.sqrt(_dot(c, c)), _dot(a, b))
 
 
 @njit(cache=True)
 def _segment_gap(p0, p1, q0, q1):
     """Distance between segments [p0, p1] and [q0, q1]: the closest points by clamped parameters
     (Ericson, Real-Time Collision Detection, 5.1.9), degenerate segments (points) included."""
-    d1, d2, r = p1 - p0, q1 - q0, p0 - q0
-    a, e, f = d1 @ d1, d2 @ d2, d2 @ r
+    d1, d2, r = _sub(p1, p0), _sub(q1, q0), _sub(p0, q0)
+    a, e, f = _dot(d1, d1), _dot(d2, d2), _dot(d2, r)
     tiny = 1e-300
     if a <= tiny and e <= tiny:
         s, t = 0.0, 0.0
     elif a <= tiny:
         s, t = 0.0, min(max(f / e, 0.0), 1.0)
     else:
-        c = d1 @ r
+        c = _dot(d1, r)
         if e <= tiny:
             s, t = min(max(-c / a, 0.0), 1.0), 0.0
         else:
-            b = d1 @ d2
+            b = _dot(d1, d2)
             den = a * e - b * b
             s = min(max((b * f - c * e) / den, 0.0), 1.0) if den > 1e-12 * a * e else 0.0
             t = (b * s + f) / e
@@ -145,7 +167,8 @@ def _segment_gap(p0, p1, q0, q1):
                 s, t = min(max(-c / a, 0.0), 1.0), 0.0
             elif t > 1.0:
                 s, t = min(max((b - c) / a, 0.0), 1.0), 1.0
-    return np.linalg.norm((p0 + d1 * s) - (q0 + d2 * t))
+    g = _sub(_axpy(s, d1, p0), _axpy(t, d2, q0))
+    return np.sqrt(_dot(g, g))
 
 
 @njit(cache=True)
@@ -153,7 +176,8 @@ def segment_distance(p0, p1, q0, q1):
     """Distances (n,) between segments [p0[i], p1[i]] and [q0[i], q1[i]] (arrays (n, 3))."""
     out = np.empty(p0.shape[0])
     for i in range(p0.shape[0]):
-        out[i] = _segment_gap(p0[i], p1[i], q0[i], q1[i])
+        out[i] = _segment_gap((p0[i, 0], p0[i, 1], p0[i, 2]), (p1[i, 0], p1[i, 1], p1[i, 2]),
+                              (q0[i, 0], q0[i, 1], q0[i, 2]), (q1[i, 0], q1[i, 1], q1[i, 2]))
     return out
 
 
@@ -180,12 +204,12 @@ def _margins(X, R, cone_b, cone_a, cone_max, cone_spin, cone_side, cone_beta, re
             u = _turn(R, k, rev_b[i, 0], rev_uvr[i, 0])
             v = _turn(R, k, rev_b[i, 0], rev_uvr[i, 1])
             r = _turn(R, k, rev_b[i, 1], rev_uvr[i, 2])
-            q = np.arctan2(r @ v, r @ u)
+            q = np.arctan2(_dot(r, v), _dot(r, u))
             out[k, col] = min(q - rev_lim[i, 0], rev_lim[i, 1] - q)
             col += 1
         for i in range(pri_b.shape[0]):
-            d = _at(X, R, k, pri_b[i, 1], pri_pa[i, 2]) - _at(X, R, k, pri_b[i, 0], pri_pa[i, 0])
-            q = d @ _turn(R, k, pri_b[i, 0], pri_pa[i, 1])
+            d = _sub(_at(X, R, k, pri_b[i, 1], pri_pa[i, 2]), _at(X, R, k, pri_b[i, 0], pri_pa[i, 0]))
+            q = _dot(d, _turn(R, k, pri_b[i, 0], pri_pa[i, 1]))
             out[k, col] = min(q - pri_lim[i, 0], pri_lim[i, 1] - q)
             col += 1
         for i in range(pairs.shape[0]):
