@@ -373,3 +373,14 @@ def test_run_refuses_an_actuator_trajectory_past_a_cone_before_anything_moves(tm
     _one_line(capsys, main(["run", "--machine", "delta", "--traj", traj, "--lockstep", "--log", str(log)]), 2,
               ["trajectory refused: at t = 1.", "joint wrist", "its cone 0.3142 rad"])
     assert not log.exists()  # refused before the loop: no log
+
+
+def test_hil_refuses_the_same_trajectory_before_its_drives_move(tmp_path):
+    """``pkrt hil --traj`` plans its reference as ``pkrt run`` does, and checks it the same way."""
+    from pkrt.rt.app.hil import reference_of
+    from pkrt.rt.core.errors import UserError
+    from pkrt.rt.runtime.config import load_machine
+
+    traj = _write(tmp_path, "t.csv", "t,theta1,theta2,theta3\n0,0,0,0\n1,0.45,0,0\n2,0.9,0,0\n3,0,0,0\n")
+    with pytest.raises(UserError, match=r"trajectory refused: at t = 1\.\d+ s joint wrist.* its cone"):
+        reference_of(traj=traj)(load_machine("delta-can"))
