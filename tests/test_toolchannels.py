@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import io
 import json
 import shutil
@@ -253,7 +252,7 @@ def test_six_dof_and_planar_tools_from_a_log(tmp_path, name, task):
     s = mech.n_act
     header = {"machine": {"machine": {"name": f"{name}-test", "model": str(model)}},
               "machine_path": str(tmp_path / "gone.toml"), "model_name": name,
-              "model_hash": hashlib.sha256(model.read_bytes()).hexdigest(), "rate_hz": RATE,
+              "model_hash": mech.content_hash, "rate_hz": RATE,
               "axes": list(mech.actuator_names)}
     u = mech.actuator_units[0]
     w = LogWriter(tmp_path / "h.pktlog", header, [("t", 1, "s"), ("ref_pos", s, u), ("pos", s, u)], 32)

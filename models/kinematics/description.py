@@ -6,11 +6,20 @@ A description holds ``[model]`` (name, gravity), ``[[bodies]]``, ``[[joints]]``,
 coordinates of task-space motion). Body poses
 are the assembly guess: they select the branch. Every error names the file, the table and the
 field. Units are SI: m, kg, kg m^2, rad.
+
+Optional protection fields (``pkrt.rt.core.protection``; checked by
+``pkrt.models.kinematics.passive``): a joint's ``cone`` (spherical and universal: the largest
+angle between the joint's axis as fixed in body 1 and as fixed in body 2, which coincide at the
+guess; ``cone_axis`` gives that axis, world, at the guess) or ``range`` (passive revolute, rad,
+or prismatic, m: the joint's value as an actuated one would have it, without offset), and a
+body's ``radius`` (a capsule: the points within it of the body's ``segment``, two points in
+world at the guess, by default the centres of its two joints). They do not change the
+dynamics: the content hash leaves their lines out.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +28,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MODEL, expect
+from pkrt.rt.core.protection import FIELDS as PROTECTION, dynamics_hash
 from pkrt.rt.core.schema import field_message, finite_real, unknown_key, unknown_what
 
 from .joints import ACTUATABLE, JOINT_TYPES
@@ -34,9 +44,9 @@ GROUND = "ground"
 KEYS = {
     "": ("model", "bodies", "joints", "actuators", "assembly", "tool", "identification"),
     "model": ("name", "gravity", "singular_threshold"),
-    "bodies": ("name", "mass", "inertia", "com", "position", "rotation"),
+    "bodies": ("name", "mass", "inertia", "com", "position", "rotation", *PROTECTION["bodies"]),
     "joints": ("name", "type", "body1", "body2", "point1", "point2", "axis1", "axis2", "ref1", "ref2",
-               "at", "axis", "ref"),
+               "at", "axis", "ref", *PROTECTION["joints"]),
     "actuators": ("name", "joint", "range", "offset"),
     "assembly": ("theta",),
     "tool": ("body", "point", "rotation", "coordinates"),
@@ -52,6 +62,8 @@ class Body:
     inertia: np.ndarray  # about the centre of mass, body frame (kg m^2)
     position: np.ndarray  # body frame origin in world at the guess (m)
     rotation: np.ndarray  # body to world rotation matrix at the guess
+    radius: float | None = None  # m: a capsule of this radius around ``segment``
+    segment: np.ndarray | None = None  # (2, 3): the capsule's end points in the body frame (m)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,10 @@ class JointSpec:
     axis2: np.ndarray
     ref1: np.ndarray
     ref2: np.ndarray
+    cone: float | None = None  # rad: half-angle (spherical, universal)
+    cone_axis1: np.ndarray | None = None  # the cone's axis in body 1's frame (unit)
+    cone_axis2: np.ndarray | None = None  # ... in body 2's frame (the same world vector at the guess)
+    range: tuple[float, float] | None = None  # passive revolute (rad) or prismatic (m) joint's value
 
 
 @dataclass(frozen=True)
@@ -101,7 +117,7 @@ class ToolSpec:
 class Description:
     name: str
     path: str
-    content_hash: str  # sha256 of the file bytes
+    content_hash: str  # sha256 of the file without its protection lines (``protection.dynamics_hash``)
     gravity: np.ndarray
     bodies: tuple[Body, ...]
     joints: tuple[JointSpec, ...]
@@ -245,9 +261,10 @@ def load_description(name_or_path: str) -> Description:
             r.fail(where, "name", "'ground' is reserved for the fixed frame")
         mass = r.number(b, where, "mass", positive=True)
         inertia = _inertia(r, b, where)
-        bodies.append(Body(bname, mass, r.vector(b, where, "com", default=(0, 0, 0)), inertia,
-                           r.vector(b, where, "position", default=(0, 0, 0)),
-                           rotation_from_vector(r.vector(b, where, "rotation", default=(0, 0, 0)))))
+        body = Body(bname, mass, r.vector(b, where, "com", default=(0, 0, 0)), inertia,
+                    r.vector(b, where, "position", default=(0, 0, 0)),
+                    rotation_from_vector(r.vector(b, where, "rotation", default=(0, 0, 0))))
+        bodies.append(_capsule(r, b, where, body))
     if not bodies:
         r.fail("[[bodies]]", None, "no bodies")
     by_name = {b.name: b for b in bodies}
@@ -267,10 +284,11 @@ def load_description(name_or_path: str) -> Description:
             names.append(bn)
         if names[0] == names[1]:
             r.fail(where, "body2", "a joint must connect two different bodies")
-        joints.append(_joint_frames(r, j, where, jname, jtype, names, by_name))
+        joints.append(_joint_limits(r, j, where, _joint_frames(r, j, where, jname, jtype, names, by_name), by_name))
     if not joints:
         r.fail("[[joints]]", None, "no joints")
     jby = {j.name: j for j in joints}
+    bodies = [_segment(r, b, joints) for b in bodies]
 
     actuators: list[ActuatorSpec] = []
     for i, a in enumerate(r.table_list(doc, "actuators")):
@@ -283,6 +301,8 @@ def load_description(name_or_path: str) -> Description:
             r.fail(where, "joint", f"joint '{jn}' is {jby[jn].type}; only {' and '.join(ACTUATABLE)} joints can be actuated")
         if any(x.joint == jn for x in actuators):
             r.fail(where, "joint", f"joint '{jn}' is already actuated")
+        if jby[jn].range is not None:
+            r.fail(f"[[joints]] '{jn}'", "range", f"the joint is actuated (by '{aname}'): its actuator's range bounds it")
         rng = r.vector(a, where, "range", n=2)
         if not rng[0] < rng[1]:
             r.fail(where, "range", f"empty range [{rng[0]}, {rng[1]}] (need lower < upper)")
@@ -300,8 +320,79 @@ def load_description(name_or_path: str) -> Description:
     theta = r.vector(asm, "[assembly]", "theta", n=len(actuators), default=mid)
     tool = _tool(r, doc, by_name, len(actuators)) if "tool" in doc else None
     r.keys(doc, "", "")  # last: a misspelt [model] is reported as missing
-    return Description(name, str(path), hashlib.sha256(raw).hexdigest(), gravity, tuple(bodies),
+    try:
+        content_hash = dynamics_hash(raw, str(path), doc)
+    except UserError as e:
+        raise ModelError(str(e)) from None
+    return Description(name, str(path), content_hash, gravity, tuple(bodies),
                        tuple(joints), tuple(actuators), theta, sing, tool)
+
+
+def _capsule(r: _Reader, b: dict, where: str, body: Body) -> Body:
+    """``radius`` (m) and ``segment`` (two points, world, at the guess) of a body."""
+    if "segment" in b and "radius" not in b:
+        r.fail(where, "segment", "a segment without 'radius' (the capsule's radius, m)")
+    if "radius" not in b:
+        return body
+    radius = r.number(b, where, "radius", positive=True)
+    seg = b.get("segment")
+    if seg is None:
+        return dataclasses.replace(body, radius=radius)
+    if not isinstance(seg, list) or len(seg) != 2:
+        r.fail(where, "segment", f"must be two points [[x, y, z], [x, y, z]] (m, world, at the guess), got {_short(seg)}")
+    pts = [r.vector({"segment": p}, where, "segment") for p in seg]
+    local = np.array([body.rotation.T @ (p - body.position) for p in pts])
+    return dataclasses.replace(body, radius=radius, segment=local)
+
+
+def _segment(r: _Reader, body: Body, joints) -> Body:
+    """A body's capsule segment by default: the centres of its two joints (in its frame)."""
+    if body.radius is None or body.segment is not None:
+        return body
+    pts = [j.point1 if j.body1 == body.name else j.point2 for j in joints if body.name in (j.body1, j.body2)]
+    if len(pts) != 2 or np.linalg.norm(pts[0] - pts[1]) < 1e-9:
+        why = (f"its {len(pts)} joints are at one point" if len(pts) == 2 else f"it has {len(pts)} joint(s), not 2")
+        r.fail(f"[[bodies]] '{body.name}'", "segment",
+               f"missing: the capsule's segment defaults to the centres of the body's two joints, but {why}; "
+               f"give 'segment' = [[x, y, z], [x, y, z]] (m, world, at the guess)")
+    return dataclasses.replace(body, segment=np.array(pts))
+
+
+def _joint_limits(r: _Reader, j: dict, where: str, spec: JointSpec, by_name) -> JointSpec:
+    """``cone`` (and ``cone_axis``) or ``range`` of a joint."""
+    if "cone_axis" in j and "cone" not in j:
+        r.fail(where, "cone_axis", "an axis without 'cone' (the cone's half-angle, rad)")
+    out = spec
+    if "cone" in j:
+        if spec.type not in ("spherical", "universal"):
+            r.fail(where, "cone", f"a {spec.type} joint has no cone (spherical and universal joints do; "
+                                  f"a revolute or prismatic joint has a 'range')")
+        cone = r.number(j, where, "cone", positive=True)
+        if cone >= np.pi:
+            r.fail(where, "cone", f"must be a half-angle below pi rad, got {cone!r}")
+        R1 = np.eye(3) if spec.body1 == GROUND else by_name[spec.body1].rotation
+        R2 = np.eye(3) if spec.body2 == GROUND else by_name[spec.body2].rotation
+        if "cone_axis" in j:
+            w = r.vector(j, where, "cone_axis", unit=True)
+        elif spec.type == "universal":  # the shafts' direction: across both cross axes
+            w = np.cross(R1 @ spec.axis1, R2 @ spec.axis2)
+            w /= np.linalg.norm(w)
+        else:
+            r.fail(where, "cone_axis", "missing: a spherical joint's cone needs its axis (the ball stud's direction, "
+                                       "world, at the guess)")
+        out = dataclasses.replace(spec, cone=cone, cone_axis1=R1.T @ w, cone_axis2=R2.T @ w)
+    if "range" in j:
+        if spec.type not in ("revolute", "prismatic"):
+            r.fail(where, "range", f"a {spec.type} joint has no range (revolute and prismatic joints do; a "
+                                   f"spherical or universal joint has a 'cone')")
+        lo, hi = r.vector(j, where, "range", n=2)
+        unit = "rad" if spec.type == "revolute" else "m"
+        if not lo < hi:
+            r.fail(where, "range", f"empty range [{lo:g}, {hi:g}] {unit} (need lower < upper)")
+        if spec.type == "revolute" and (lo <= -np.pi or hi >= np.pi):
+            r.fail(where, "range", f"[{lo:g}, {hi:g}] rad must lie inside (-pi, pi)")
+        out = dataclasses.replace(out, range=(float(lo), float(hi)))
+    return out
 
 
 def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:

@@ -4,12 +4,14 @@ its reference assembly."""
 from __future__ import annotations
 
 from .mechanism import Mechanism
+from .passive import reference_margins
 from .taskspace import tool_pose
 
 
 def check_report(mech: Mechanism) -> dict:
     """Counts, actuators (units m or rad), the reference assembly and its singularity measure,
-    and the tool."""
+    the tool, and the margins of the passive-joint limits and capsules there (``protection``:
+    None when the description declares none)."""
     cfg = mech.ref_config
     sigma = mech.singularity_measure(cfg, mech.theta_ref)
     return {
@@ -31,6 +33,7 @@ def check_report(mech: Mechanism) -> dict:
         "singularity_measure": sigma,
         "singular_threshold": mech.description.singular_threshold,
         "tool": tool_report(mech),
+        "protection": reference_margins(mech),
     }
 
 

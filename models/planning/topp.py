@@ -284,6 +284,18 @@ class PathPlanner:
         self.closed_form = closed_form  # task motions: the legs' closed form where the machine has one
         self.held_acc = held_acc  # acc: each period's mean (see ``sample``)
         self._legs = None
+        self._passive = None
+
+    @property
+    def passive(self):
+        """The check of the passive joints and capsules (``PathCheck``), None when the model
+        declares none."""
+        if self._passive is None:
+            from ..kinematics.passive import PathCheck, compile_passive
+
+            p = compile_passive(self.mech)
+            self._passive = PathCheck(self.mech, p) if p is not None else False
+        return self._passive or None
 
     @property
     def legs(self):
@@ -632,6 +644,8 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
     tau_all, line_all, speed_all, feed_all = (np.concatenate(x) for x in (tau, line, speed, feed))
     out = Planned(rate, np.vstack(pos), np.vstack(vel), np.vstack(acc), dict(description),
                   line_all.astype(np.int32), events)
+    if planner.passive is not None:  # passive joints and capsules at the loop rate, before anything moves
+        planner.passive.path(out.pos, rate, "trajectory refused: ", line_all)
     report = summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound, time.perf_counter() - t0,
                      grid_points)
     report["events"] = [{**e, "t_s": e["sample"] / rate} for e in events]

@@ -40,17 +40,20 @@ def _check(bus: str, fault: str | None, duration: float | None, interface: str |
 def reference_of(traj: str | None = None, gcode: str | None = None):
     """The ``reference(config)`` callable the HIL runners take (``hil.can_hil.reference_for``):
     the demo, or ``traj`` / ``gcode`` planned for the HIL configuration (its rate) as ``pkrt run``
-    plans them (``plan_reference``)."""
-    from pkrt.rt.app.reference import plan_reference
-
-    if traj is None and gcode is None:
-        return plan_reference
+    plans them (``plan_reference``), and checked as it checks them (the passive joints and
+    capsules: ``check_reference``; a G-code program is checked as it is planned)."""
+    from pkrt.rt.app.reference import check_reference, plan_reference
 
     def reference(config):
-        from pkrt.rt.runtime.run import load_controller_tree, tree_axes
+        axes = None
+        if traj is not None or gcode is not None:
+            from pkrt.rt.runtime.run import load_controller_tree, tree_axes
 
-        axes, _ = tree_axes(load_controller_tree(config))
-        return plan_reference(config, traj, axes=axes, gcode=gcode)
+            axes, _ = tree_axes(load_controller_tree(config))
+        ref = plan_reference(config, traj, axes=axes, gcode=gcode)
+        if gcode is None:
+            check_reference(config, ref, axes)
+        return ref
 
     return reference
 

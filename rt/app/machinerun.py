@@ -222,6 +222,10 @@ def run_machine(opts: RunOptions) -> dict:
         hook = sim_fault(drives, opts.inject, config.rate_hz) if opts.inject is not None else None
         views = LiveViews(opts, axes, units)
         traj = run_reference(config, opts, axes, mech)
+        if opts.gcode is None:  # a G-code program is checked as it is planned (with its lines)
+            from pkrt.rt.app.reference import check_reference
+
+            check_reference(config, traj, axes, mech)
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
             traj, model, exact_figures = exact_model_for(config, traj, axes, lockstep)

@@ -2,8 +2,9 @@
 joint moves and steps (quintic), task-space moves, steps and continuous jogs (straight lines
 through the model's inverse kinematics), programs (an actuator or task CSV, or the machine's
 demo, joined from the machine's reference by a joint move). Every plan is checked against the
-actuator ranges, the velocity and acceleration limits and the task-space workspace before the
-loop sees it. Units: actuator (m or rad), task (m, rad), seconds.
+actuator ranges, the velocity and acceleration limits, the task-space workspace and the passive
+joints' limits and bodies' capsules (when the model declares them) before the loop sees it.
+Units: actuator (m or rad), task (m, rad), seconds.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ class Planner:
         self.rate = config.rate_hz
         self._mech = mech
         self._kin = None
-        self._lock = threading.Lock()  # the kinematics keep warm-start state: one plan at a time
+        self._passive = None
+        self._lock = threading.RLock()  # the kinematics keep warm-start state: one plan at a time
 
     @property
     def kin(self):
@@ -109,9 +111,50 @@ class Planner:
             self._kin = TaskKinematics(self._mech)
         return self._kin
 
+    def task_coordinates(self) -> list[str]:
+        """The tool's task coordinates (the model loaded if it is not, not its kinematics)."""
+        if self._mech is None:
+            from pkrt.rt.app.reference import machine_mechanism
+
+            self._mech = machine_mechanism(self.config)
+        if self._mech.description.tool is None:
+            raise UserError(f"{self._mech.name} has no [tool]: task-space motion needs one")
+        return list(self._mech.description.tool.coordinates)
+
+    @property
+    def passive(self):
+        """The check of the passive joints and capsules (``PathCheck``), None when the model
+        declares none (a machine run in joint space then never loads its model)."""
+        if self._passive is None:
+            from pkrt.rt.app.reference import passive_check
+
+            self._passive = passive_check(self.config, self._mech) or False
+            if self._passive:
+                self._mech = self._passive.mech
+        return self._passive or None
+
     def _check(self, plan: Planned, axes) -> Planned:
         validate(plan, self.lo - 1e-9, self.hi + 1e-9, self.vmax, self.amax, axes)  # rounding at a limit
+        if self.passive is not None:
+            with self._lock:
+                self.passive.path(plan.pos, plan.rate_hz, "trajectory refused: ")
         return plan
+
+    def check_target(self, theta: np.ndarray, what: str) -> None:
+        """Refuse actuator values beyond a passive joint's limit or with two bodies touching."""
+        if self.passive is None:
+            return
+        from pkrt.models.kinematics.mechanism import AssemblyError
+
+        with self._lock:
+            try:
+                m = self.passive.margins_at(theta)[0]
+            except AssemblyError:
+                self.passive.assembler.reset()
+                raise UserError(f"{what}: target {np.round(theta, 6).tolist()} cannot be assembled") from None
+        if np.any(m < 0):
+            i = int(np.argmin(m))
+            raise UserError(f"{what}: target refused: {self.passive.passive.value(i, float(m[i]))}")
 
     # -- joint space -------------------------------------------------------------------------------
     def joint_move(self, start: np.ndarray, target: np.ndarray, speed: float, axes) -> Planned:
@@ -188,39 +231,54 @@ class Planner:
         if kind == "step":
             return self.task_line(theta0, x0 + off, speed, accel, axes), False
         with self._lock:
-            far = self.reach(theta0, off, speed * JOG_AHEAD_S)
+            far, _ = self.travel(theta0, off, speed * JOG_AHEAD_S)
         if far < 1e-4:
             raise UserError("task jog refused: the workspace edge is reached in that direction")
         return self.task_line(theta0, x0 + far * off, speed, accel, axes), True
 
-    def reach(self, theta0: np.ndarray, direction: np.ndarray, most: float) -> float:
+    def travel(self, theta0: np.ndarray, direction: np.ndarray, most: float) -> tuple[float, str | None]:
         """How far (m) the tool can go from where it is along ``direction`` (unit), up to
-        ``most``, staying assembled and inside the actuator ranges (5 mm steps, then halving)."""
+        ``most``, staying assembled, inside the soft limits and the passive joints' limits, with
+        no two bodies touching (5 mm steps, then halving); and what stops it there (None: it
+        got to ``most``)."""
         kin = self.kin
         x0 = kin.forward(theta0)[0]
+        if direction.shape != x0.shape:
+            raise UserError(f"'direction' needs {len(x0)} values ({', '.join(kin.tool.coordinates)})")
         cfg, th = kin.assembler.solve(theta0), theta0.copy()
+        passive = self.passive.passive if self.passive is not None else None
 
-        def ok(dist):
+        def why(dist):
             c, t, res = kin.solve_pose(x0 + dist * direction, cfg, th)
-            good = res < kin.tol and np.all(t >= self.lo) and np.all(t <= self.hi)
-            return good, c, t
+            if not res < kin.tol:
+                return "the workspace's edge (cannot be assembled further)", c, t
+            out = np.flatnonzero((t < self.lo) | (t > self.hi))
+            if len(out):
+                i = int(out[0])
+                return f"actuator {kin.mech.actuator_names[i]}'s soft limit", c, t
+            if passive is not None:
+                m = passive.margins(c.X[None], c.R[None])[0]
+                if np.any(m < 0):
+                    i = int(np.argmin(m))
+                    return passive.value(i, float(m[i])), c, t
+            return None, c, t
 
         step, d = 0.005, 0.0
         while d < most:
             nxt = min(d + step, most)
-            good, c, t = ok(nxt)
-            if not good:
+            stop, c, t = why(nxt)
+            if stop is not None:
                 lo, hi = d, nxt
                 for _ in range(10):
                     mid = 0.5 * (lo + hi)
-                    g, c2, t2 = ok(mid)
-                    if g:
+                    s2, c2, t2 = why(mid)
+                    if s2 is None:
                         lo, cfg, th = mid, c2, t2
                     else:
-                        hi = mid
-                return max(lo - EDGE_MARGIN, 0.0)
+                        hi, stop = mid, s2
+                return max(lo - EDGE_MARGIN, 0.0), stop
             d, cfg, th = nxt, c, t
-        return most
+        return most, None
 
 
 class PlanError(UserError):

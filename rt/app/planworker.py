@@ -106,6 +106,17 @@ def _task(spec: dict, theta0: np.ndarray, axes: list[str]):
         return "error", f"cannot be planned: {type(e).__name__}: {e}"
 
 
+def _travel(theta0: np.ndarray, direction: np.ndarray, most: float):
+    """In the worker: ("ok", (distance, what stops it)) or ("error", one line)."""
+    try:
+        with _PLANNER._lock:
+            return "ok", _PLANNER.travel(theta0, direction, most)
+    except UserError as e:
+        return "error", str(e)
+    except Exception as e:  # noqa: BLE001 - a model that fails: one line
+        return "error", f"cannot be computed: {type(e).__name__}: {e}"
+
+
 class PlanWorker:
     """One planning process for one served machine. ``submit`` returns a ``Future`` whose
     result is ("ok", Planned) or ("error", message)."""
@@ -143,6 +154,10 @@ class PlanWorker:
     def submit_task(self, spec: dict, theta0: np.ndarray, axes: list[str]) -> Future:
         """Plan a task-space move or jog (``Planner.task_motion``)."""
         return self._submit(_task, spec, theta0, list(axes))
+
+    def submit_travel(self, theta0: np.ndarray, direction: np.ndarray, most: float) -> Future:
+        """The largest travel of the tool along ``direction`` (``Planner.travel``)."""
+        return self._submit(_travel, theta0, direction, most)
 
     def _submit(self, fn, *args) -> Future:
         from concurrent.futures.process import BrokenProcessPool

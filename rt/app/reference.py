@@ -24,6 +24,33 @@ def machine_mechanism(config: MachineConfig) -> "Mechanism":
     return load_mechanism(config.model_path)
 
 
+def passive_check(config: MachineConfig, mech: "Mechanism | None" = None):
+    """The machine's check of its passive joints and capsules (``PathCheck``), or None when its
+    description declares none (then no model is loaded for it)."""
+    from pkrt.rt.core.protection import declares_protection
+
+    if not declares_protection(config.model_path):
+        return None
+    from pkrt.models.kinematics.passive import PathCheck
+
+    return PathCheck(mech or machine_mechanism(config))
+
+
+def check_reference(config: MachineConfig, trajectory, axes: list[str], mech: "Mechanism | None" = None) -> None:
+    """Refuse a run's reference (one line, with the time) that takes a passive joint beyond its
+    limit or makes two bodies touch (an actuator CSV is read here for it; the runtime streams
+    its own reading)."""
+    check = passive_check(config, mech)
+    if check is None:
+        return
+    plan = trajectory
+    if not isinstance(plan, Planned):
+        from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+        plan = load_trajectory_csv(trajectory, config.rate_hz, axes)
+    check.path(plan.pos, plan.rate_hz, "trajectory refused: ")
+
+
 def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | None" = None,
                    axes: list[str] | None = None, gcode: str | None = None):
     """A ``Planned`` at the loop rate for the demo (``None`` or ``"demo"``), a task-space CSV

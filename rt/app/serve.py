@@ -76,10 +76,10 @@ class Served:
         else:
             self.drives = open_drives(config, overrides or {})
         try:
+            self.planner = Planner(config, self.settings)
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
-                                   pacing="delay" if hil is not None else None)
-            self.planner = Planner(config, self.settings)
+                                   pacing="delay" if hil is not None else None, guard=self._guard(start))
             self.worker = PlanWorker(config, self.settings) if plan_process else None
             self.socket_path = socket_path or default_socket()
             self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token,
@@ -91,6 +91,19 @@ class Served:
             raise
         self.thread: threading.Thread | None = None
         self.summary: dict | None = None
+
+    def _guard(self, start: np.ndarray):
+        """The loop's guard of streams and velocity jogs (``pkrt.models.kinematics.passive.Guard``:
+        the passive joints and capsules at each cycle's stopping point), None when the model
+        declares none; warmed up here (its first call assembles from the reference)."""
+        check = self.planner.passive
+        if check is None:
+            return None
+        from pkrt.models.kinematics.passive import Guard
+
+        guard = Guard(check.mech, check.passive)
+        guard(start, start)
+        return guard
 
     @staticmethod
     def _start(config, tree) -> np.ndarray:

@@ -3,7 +3,7 @@ mode 0600) and, optionally, over TCP bound to loopback with a token.
 
 One request per line, a JSON object with ``cmd`` (status, enable, disable, home, jog,
 release, move, run, stream, hold, resume, override, stop, estop, reset, alive; info, events,
-ack: ``pkrt.rt.runtime.journal``) and its
+ack: ``pkrt.rt.runtime.journal``; and ``check``, which answers without moving) and its
 arguments; one reply per line: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``
 (one line, never a traceback). A TCP client's first line must be ``{"token": "..."}``.
 
@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.runtime.machine import PLANNING_REFUSES
 from pkrt.rt.runtime.motion import plan_peaks
+from pkrt.rt.runtime.states import refusal
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
 SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release", "info")
@@ -83,6 +85,8 @@ class Translator:
             if "speeds" in req:
                 out["speeds"] = _vector(req, "speeds", 2).tolist()
             return out
+        if cmd == "check":
+            return {"cmd": "check", "reply": self._query(req, owner)}
         space = req.get("space", "joint")
         if space not in ("joint", "task"):
             raise UserError(f"'space' must be joint or task, got {space!r}")
@@ -112,9 +116,62 @@ class Translator:
                 if not res < kin.tol:
                     raise UserError(f"stream: task target {target.tolist()} is outside the workspace")
                 target = th
+            self.p.check_target(target, "stream")  # the way there: the loop's guard (``Machine``)
             return {"cmd": "stream", "target": target.tolist(), "space": space, "owner": owner}
         raise UserError(f"unknown command '{cmd}' (status, enable, disable, home, jog, release, move, run, stream, "
-                        f"hold, resume, override, stop, estop, reset, alive, info, events, ack)")
+                        f"hold, resume, override, stop, estop, reset, alive, info, events, ack, check)")
+
+    def _query(self, req: dict, owner: int) -> dict:
+        """``check``, nothing moves: ``what`` "move" (the arguments of ``move``): whether the move
+        can be done now (``possible``) and why not (``reason``: the plan's refusal, then the
+        machine's state), with its duration; ``what`` "travel" (``direction``: a task
+        coordinate's name with an optional sign, or a vector; ``most``, m, default 1): the
+        largest travel of the tool from where the machine is along the direction, and what
+        stops it there (``limited_by``; None: ``most`` is reached)."""
+        what = req.get("what")
+        if what == "move":
+            try:
+                plan = self.command({**req, "cmd": "move"}, owner)["plan"]
+            except UserError as e:
+                return {"ok": True, "possible": False, "reason": str(e)}
+            why = ("move refused: a program is being planned (stop cancels it)" if self.m.planning is not None
+                   and "move" in PLANNING_REFUSES else refusal("move", self.m.state))
+            out = {"ok": True, "possible": why is None, "duration_s": plan.duration, "space": req.get("space", "joint")}
+            return {**out, "reason": why} if why else out
+        if what == "travel":
+            self._need_homed("check travel")
+            direction = self._direction(req)
+            most = _number(req, "most", 1.0, lo=1e-4, hi=100.0)
+            theta0 = self.m.ref_now.copy()
+            if self.worker is None:
+                with self.p._lock:
+                    dist, why = self.p.travel(theta0, direction, most)
+            else:
+                kind, value = self._worker_result(self.worker.submit_travel(theta0, direction, most), "check travel")
+                dist, why = value
+            coords = self.p.task_coordinates()
+            unit = "m" if any(direction[i] for i, c in enumerate(coords) if c in "xyz") else "rad"
+            return {"ok": True, "travel": dist, "unit": unit, "direction": direction.tolist(), "limited_by": why,
+                    "most": most}
+        raise UserError(f"check: 'what' must be move or travel, got {what!r}")
+
+    def _direction(self, req: dict) -> np.ndarray:
+        """``direction``: a task coordinate's name with an optional sign (``x``, ``-z``, ``roll``)
+        or one value per task coordinate; a unit vector of the task coordinates."""
+        d = req.get("direction")
+        if isinstance(d, str):
+            coords = self.p.task_coordinates()
+            name = d.lstrip("+-")
+            if name not in coords:
+                raise UserError(f"'direction': {d!r} is not a task coordinate ({', '.join(coords)}) or a vector")
+            v = np.zeros(len(coords))
+            v[coords.index(name)] = -1.0 if d.startswith("-") else 1.0
+            return v
+        v = _vector(req, "direction")  # its length: checked where it is planned
+        n = float(np.linalg.norm(v))
+        if not n > 0:
+            raise UserError("'direction' must not be zero")
+        return v / n
 
     def _need_homed(self, what: str) -> None:
         if not self.m.homed:
@@ -127,17 +184,22 @@ class Translator:
             return self.p.task_motion(theta0, spec, self.m.axes)
         if self.m.planning is not None:
             raise UserError(f"{what} refused: a program is being planned (stop cancels it)")
+        return self._worker_result(self.worker.submit_task(spec, theta0, self.m.axes), what)[1]
+
+    def _worker_result(self, future, what: str):
+        """("ok", value) of the planning worker's ``future``, waited for ``task_timeout`` at most;
+        its refusal (the same line as planned here) or its end raised as one line."""
         from concurrent.futures import TimeoutError as FutureTimeout
 
         try:
-            kind, value = self.worker.submit_task(spec, theta0, self.m.axes).result(self.task_timeout)
+            kind, value = future.result(self.task_timeout)
         except FutureTimeout:
             raise UserError(f"{what}: not planned within {self.task_timeout:g} s (the planning process is busy)") from None
         except Exception as e:  # noqa: BLE001 - the worker died or was shut down
             raise UserError(f"{what}: the planning process ended ({type(e).__name__})") from None
         if kind != "ok":
-            raise UserError(value)  # the same line as planned here
-        return value
+            raise UserError(value)
+        return kind, value
 
     def _jog(self, req: dict, space: str, theta0: np.ndarray, owner: int) -> dict:
         m, s = self.m, self.m.s
@@ -162,11 +224,7 @@ class Translator:
         if "step" in req:
             spec.update(kind="step", step=_vector(req, "step"))
         else:
-            d = _vector(req, "direction")
-            n = float(np.linalg.norm(d))
-            if not n > 0:
-                raise UserError("'direction' must not be zero")
-            spec.update(kind="jog", direction=d / n)
+            spec.update(kind="jog", direction=self._direction(req))
         plan, continuous = self._task(spec, theta0, "jog")
         out = {"cmd": "jog", "plan": plan, "space": "task", "owner": owner}
         return {**out, "continuous": True} if continuous else out
@@ -304,6 +362,11 @@ class Server:
         except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line, the loop is untouched
             out = {"ok": False, "error": f"{req.get('cmd')}: cannot be planned: {type(e).__name__}: {e}"}
         else:
+            if cmd["cmd"] == "check":  # a question: the loop is not asked
+                out = {**cmd["reply"], "state": self.m.state.value}
+                if rid is not None:
+                    out["id"] = rid
+                return out
             if "plan" in cmd:  # what the loop would otherwise compute in its cycle
                 cmd["peaks"] = plan_peaks(cmd["plan"])
             out = self.m.submit(cmd).wait(self.reply_timeout)

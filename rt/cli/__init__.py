@@ -28,7 +28,8 @@ from pkrt.rt.core.plain import to_jsonable
 # verb -> (module, one-line help). Two-word verbs are written "model check"; their first word is a
 # group with its own help (GROUPS).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "model check": ("pkrt.rt.cli.model", "check a machine description: coordinates, constraints, mobility, singularity"),
+    "model check": ("pkrt.rt.cli.model", "check a machine description: coordinates, constraints, mobility, singularity, "
+                                         "passive-joint margins"),
     "model eval": ("pkrt.rt.cli.model", "evaluate H, D, p_ext (and h, tau) of a model or a tree"),
     "build": ("pkrt.rt.cli.tree", "build a reduced-dynamics tree from a model"),
     "tree info": ("pkrt.rt.cli.tree", "show a tree file's header"),
@@ -44,7 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
     "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
-    "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..."),
+    "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..., "
+                                  "check move/travel"),
     "panel": ("pkrt.rt.cli.panel", "an operator's web page for a served machine (state, jog, programs, emergency stop)"),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
 }

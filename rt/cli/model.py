@@ -34,9 +34,26 @@ def run_model_check(args) -> int:
             f"{_tool_text(r['tool'])}"
             f"  assembled at theta = {np.array2string(mech.theta_ref, precision=6)}, "
             f"singularity measure {sigma:.4g} (threshold {r['singular_threshold']:g})\n"
-            f"  ok")
+            f"{_protection_text(r['protection'])}"
+            f"  {'ok' if (r['protection'] or {}).get('inside', True) else 'FAILED: the reference pose is beyond a limit'}")
     emit(r, args.json, text)
+    if not (r["protection"] or {}).get("inside", True):
+        bad = min(r["protection"]["items"], key=lambda it: it["margin"])
+        raise CheckFailed(f"{mech.name}: at the reference pose {bad['text']}")
     return 0
+
+
+def _protection_text(p: dict | None) -> str:
+    """The passive-joint limits and capsules at the reference: the tightest joint, the closest pair."""
+    if p is None:
+        return "  passive-joint limits and capsules: none declared\n"
+    kinds = [it["kind"] for it in p["items"]]
+    out = (f"  passive-joint limits {kinds.count('cone')} cone(s), {kinds.count('range')} range(s); "
+           f"capsule pairs {kinds.count('pair')}\n")
+    for what, it in (("tightest joint", p["tightest_joint"]), ("closest pair", p["closest_pair"])):
+        if it is not None:
+            out += f"    {what} at the reference: {it['text']} (margin {it['margin']:.4g} {it['unit']})\n"
+    return out
 
 
 def _idle_text(mech) -> str:

@@ -1,20 +1,29 @@
 """CLI verbs ``pkrt serve`` (a machine as a long-running process with a control socket) and
 ``pkrt ctl`` (its client: status, enable, disable, home, jog, move, run, stream, hold,
-resume, override, stop, estop, reset)."""
+resume, override, stop, estop, reset; and ``check move``/``check travel``, which move nothing)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
 
 from pkrt.rt.cli import emit, positive_number, vector
-from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.errors import CheckFailed, UserError
 
 ACTIONS = ("status", "enable", "disable", "home", "jog", "release", "move", "run", "stream", "hold", "resume",
-           "override", "stop", "estop", "reset")
+           "override", "stop", "estop", "reset", "check")
+
+
+def direction(text: str):
+    """argparse type: a task coordinate's name with an optional sign (x, -z, roll: the machine
+    knows its coordinates) or comma-separated numbers."""
+    if re.fullmatch(r"[+-]?[a-z]+", text.strip()):
+        return text.strip()
+    return vector(text)
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,7 +110,8 @@ def _mode(args) -> str:
 def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=ACTIONS, help="what to ask the machine")
     p.add_argument("value", nargs="?", help="run: FILE (a G-code program or a trajectory CSV) or 'demo'; "
-                                            "override: PERCENT (0-120)")
+                                            "override: PERCENT (0-120); check: move (with the arguments of move) or "
+                                            "travel (with --direction)")
     p.add_argument("--socket", help="control socket path (default: as pkrt serve's)")
     p.add_argument("--tcp", metavar="HOST:PORT", help="connect over TCP (loopback) instead, with --token-file")
     p.add_argument("--token-file", help="TCP: file holding the token")
@@ -109,7 +119,11 @@ def add_ctl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--axis", type=int, help="jog: the axis (joint space, from 0)")
     p.add_argument("--velocity", type=float, help="jog: continuous joint jog speed (actuator units per s, signed)")
     p.add_argument("--step", type=vector, help="jog: a step (joint: one value for --axis; task: one per coordinate)")
-    p.add_argument("--direction", type=vector, help="jog: continuous task-space direction")
+    p.add_argument("--direction", type=direction,
+                   help="jog: continuous task-space direction; check travel: the direction to measure along (a task "
+                        "coordinate's name with an optional sign, e.g. x or -z, or one value per task coordinate)")
+    p.add_argument("--most", type=positive_number, default=1.0,
+                   help="check travel: measure up to this far (m, or rad for a rotation; default: %(default)s)")
     p.add_argument("--speed", type=positive_number,
                    help="task jog: m/s (default 0.02); move, run: fraction of the limits (default 0.25)")
     p.add_argument("--for", dest="duration", type=positive_number, default=1.0,
@@ -153,7 +167,9 @@ def ctl(args) -> int:
         r = act(c, args) if act is not None else c.call(a)
         if args.wait and a in ("move", "run", "jog", "stop", "home"):
             r = {"ok": True, "status": c.wait_state("standstill", timeout=3600)}
-    emit(r, args.json, f"{a}: ok (machine {r.get('state', r.get('status', {}).get('state'))})")
+    text = (_check_text(r, args.value) if a == "check"
+            else f"{a}: ok (machine {r.get('state', r.get('status', {}).get('state'))})")
+    emit(r, args.json, text)
     return 0
 
 
@@ -199,6 +215,32 @@ def _move(c, args) -> dict:
     return c.move(args.target, space=args.space, **_speed(args))
 
 
+def _check(c, args) -> dict:
+    """``check move`` (the arguments of move) or ``check travel`` (--direction, --most): the
+    machine's answer, nothing moves; a move that cannot be done is a failed check (exit 1)."""
+    if args.value == "move":
+        if args.target is None:
+            raise UserError("check move needs --target (as move)")
+        r = c.call("check", what="move", target=list(map(float, args.target)), space=args.space, **_speed(args))
+        if not r["possible"]:
+            emit(r, args.json, f"check move: not possible: {r['reason']}")
+            raise CheckFailed(f"check move: {r['reason']}")
+        return r
+    if args.value == "travel":
+        if args.direction is None:
+            raise UserError("check travel needs --direction (e.g. x, -z, or 1,0,0)")
+        d = args.direction if isinstance(args.direction, str) else list(map(float, args.direction))
+        return c.call("check", what="travel", direction=d, most=args.most)
+    raise UserError(f"check: expected 'move' or 'travel', got {args.value!r}")
+
+
+def _check_text(r: dict, what: str) -> str:
+    if what == "move":
+        return f"check move: possible ({r['space']} space, {r['duration_s']:.3f} s; machine {r['state']})"
+    stop = f"limited by {r['limited_by']}" if r["limited_by"] else f"the {r['most']:g} {r['unit']} asked"
+    return f"check travel: {r['travel']:.4f} {r['unit']} along {[round(x, 6) for x in r['direction']]} ({stop})"
+
+
 def _home(c, args) -> dict:
     extra = {k: v for k, v in (("method", args.method), ("timeout", args.timeout),
                                ("offset", None if args.offset is None else args.offset.tolist()),
@@ -208,7 +250,7 @@ def _home(c, args) -> dict:
 
 
 # action -> (client, arguments) -> reply; the other actions are plain calls
-_ACTIONS = {"override": _override, "run": _run, "move": _move, "home": _home,
+_ACTIONS = {"override": _override, "run": _run, "move": _move, "home": _home, "check": _check,
             "jog": lambda c, args: _jog(c, args), "stream": lambda c, args: _stream(c, args)}
 
 
@@ -230,7 +272,7 @@ def _jog(c, args) -> dict:
             return c.jog(step=args.step.tolist(), **args_out, **({"speed": args.speed} if args.speed else {}))
         if args.direction is None:
             raise UserError("a task jog needs --direction (continuous) or --step")
-        args_out["direction"] = args.direction.tolist()
+        args_out["direction"] = args.direction if isinstance(args.direction, str) else args.direction.tolist()
         if args.speed:
             args_out["speed"] = args.speed
     r = c.jog(**args_out)

@@ -91,8 +91,9 @@ class Machine:
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
-                 realtime: bool = False, controller: str | None = None, pacing: str | None = None):
+                 realtime: bool = False, controller: str | None = None, pacing: str | None = None, guard=None):
         self.config, self.drives, self.tree = config, drives, tree
+        self.guard = guard  # streams and velocity jogs: (pos, stopping point) -> why not (``motion.guarded``)
         self.pacing = pacing or default_pacing(drives)
         if self.pacing not in PACINGS:
             raise ValueError(f"pacing {self.pacing!r}: expected one of {', '.join(PACINGS)}")
@@ -109,6 +110,7 @@ class Machine:
         self.period = 1.0 / config.rate_hz
         self.start_pos = np.asarray(start, float).copy()
         self.state = State.DISABLED
+        self.state_reason = "start"  # why the machine entered its state (a stream's guard, a stale stream, ...)
         self.homed = False
         self.prepared = False
         self.source: Source = Hold(self.start_pos)
@@ -190,7 +192,7 @@ class Machine:
     def set_state(self, new: State, why: str) -> None:
         if new is not self.state:
             self.event("state", f"{self.state.value} -> {new.value}: {why}")
-            self.state = new
+            self.state, self.state_reason = new, why
 
     def fault(self, reason: str, *, estop: bool = False) -> None:
         """Torque off at once, error stop with the reason."""
@@ -207,7 +209,7 @@ class Machine:
         self.set_state(State.ERROR_STOP, reason)
 
     def status(self) -> dict:
-        return {"state": self.state.value, "homed": self.homed, "cycle": self.k, "time_s": self.t,
+        return {"state": self.state.value, "state_reason": self.state_reason, "homed": self.homed, "cycle": self.k, "time_s": self.t,
                 "axes": self.axes, "units": self.units, "position": self.pos_now.tolist(),
                 "reference": self.ref_now.tolist(), "reference_velocity": self.source.vel.tolist(), "motion": self.source.status(), "override": self.override,
                 "fault": self.fault_reason, "fault_time": self.fault_time, "overruns": self.overruns,
@@ -396,7 +398,8 @@ class Machine:
         else:
             if self.state is State.MOVING:
                 return {"ok": False, "error": "jog refused: a planned jog is running (release it first)"}
-            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, self.lo, self.hi)
+            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, self.lo, self.hi,
+                                   self.guard, self.period)
             self.set_state(State.MOVING, "jog")
         self.owner, self.last_alive = owner, time.monotonic()
         return {"ok": True, "speed_cap": vmax.tolist(), "homed": self.homed}
@@ -441,7 +444,7 @@ class Machine:
             return {"ok": True}
         frac = self.settings.jog_speed if self.homed else self.settings.unhomed_speed
         self.source = LiveTarget(src.pos.copy(), target, self.t, frac * self.vmax, self.settings.jog_accel * self.amax,
-                                 self.lo, self.hi, self.period, self.settings.stream_timeout_s)
+                                 self.lo, self.hi, self.period, self.settings.stream_timeout_s, self.guard)
         self.owner = cmd.get("owner")
         self.set_state(State.MOVING, "stream")
         return {"ok": True}

@@ -4,7 +4,8 @@ reference (pos, vel, acc) in actuator units (m or rad and their derivatives).
 - ``Hold``: stand still at a position.
 - ``JointJog``: per-axis velocity jog (continuous, released by ``release``) with acceleration
   ``a``; the soft limits (actuator ranges) are never crossed: the velocity towards a limit is
-  capped so that braking at ``a`` stops before it.
+  capped so that braking at ``a`` stops before it. With a ``guard`` (``guarded``), the jog is
+  released as soon as its stopping point would take a passive joint beyond its limit.
 - ``Program``: a planned reference (a move, a task-space line, a whole program) played along
   its path with a time scaling: path time tau advances at rate r (1 = as planned), and r
   changes at a bounded rate so that every axis' acceleration P''(tau) r^2 + P'(tau) r_dot
@@ -58,6 +59,20 @@ class Hold(Source):
         pass
 
 
+def guarded(src) -> None:
+    """The passive joints' guard of an unplanned source (a stream, a velocity jog), each cycle:
+    ``src.guard(pos, stopping point)`` (made by the application from the model: the runtime
+    holds no model) gives the reason when the stopping point is beyond a limit; the source then
+    stops at once (short of the limit: its stopping point was inside the cycle before), and
+    ``stale`` keeps the reason."""
+    if src.guard is None or src.stopping:
+        return
+    why = src.guard(src.pos, src.stop_point())
+    if why:
+        src.stale = why
+        src.stop()
+
+
 def braking_speed(d: np.ndarray, a: np.ndarray, dt: float) -> np.ndarray:
     """Largest speed from which braking at ``a`` in steps of dt (trapezoidal position update)
     stops within distance d >= 0: v^2 / (2 a) + v dt / 2 + v dt <= d (the last term: the cycle
@@ -74,9 +89,10 @@ class JointJog(Source):
     kind = "jog"
 
     def __init__(self, start: np.ndarray, velocity: np.ndarray, vmax: np.ndarray, a: np.ndarray,
-                 lo: np.ndarray, hi: np.ndarray):
+                 lo: np.ndarray, hi: np.ndarray, guard=None, dt: float = 1e-3):
         super().__init__(len(start))
         self.pos[:] = start
+        self.guard, self.dt, self.stale = guard, dt, None
         self.a, self.lo, self.hi = np.asarray(a, float), np.asarray(lo, float), np.asarray(hi, float)
         self.vmax = np.asarray(vmax, float)
         self.target = np.clip(np.asarray(velocity, float), -self.vmax, self.vmax)
@@ -92,6 +108,16 @@ class JointJog(Source):
         self.released = True
 
     stop = release
+
+    @property
+    def stopping(self) -> bool:
+        return self.released
+
+    def stop_point(self) -> np.ndarray:
+        """Where braking begun next cycle ends: a cycle more at the acceleration limit, then
+        braking at it (``braking_speed``'s distance)."""
+        v = np.abs(self.vel) + self.a * self.dt
+        return self.pos + np.where(self.vel >= 0, 1.0, -1.0) * (v * v / (2 * self.a) + 2.5 * v * self.dt)
 
     def step(self, dt: float) -> None:
         v0 = self.vel
@@ -109,6 +135,7 @@ class JointJog(Source):
         self.pos[:] = p1
         self.vel[:] = v1
         self.acc[:] = acc
+        guarded(self)
         if self.released and not np.any(v1):
             self.done = True
 

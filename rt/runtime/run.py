@@ -46,12 +46,14 @@ def domain_mask(T, pos):
 
 
 def load_controller_tree(config: MachineConfig) -> Tree:
-    """The configuration's tree, checked against its model file's content hash."""
+    """The configuration's tree, checked against its model file's content hash (its bytes
+    without the passive-joint limits and radii: ``pkrt.rt.core.protection``)."""
+    from pkrt.rt.core.protection import dynamics_hash
     from pkrt.rt.core.treefile import TreeFileError, check_tree_matches_model, load_tree
 
     tree = load_tree(config.tree)
     try:
-        have = hashlib.sha256(Path(config.model_path).read_bytes()).hexdigest()
+        have = dynamics_hash(Path(config.model_path).read_bytes(), config.model_path)
     except OSError:
         raise UserError(f"{config.path}: [machine], field 'model': cannot read {config.model_path}") from None
     try:
