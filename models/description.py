@@ -29,6 +29,10 @@ class ModelError(UserError, ValueError):
 
 
 GROUND = "ground"
+# a body's inertia: negative principal moments and violations of the triangle inequality are
+# tolerated up to this fraction of its largest moment (rounding; ``pkrt identify`` writes its
+# inertias at least 1000 times this inside: ``models.identify.INERTIA_MARGIN``)
+INERTIA_RTOL = 1e-9
 # the fields of each table (a key not listed is refused: a typo in an optional field);
 # [identification] is provenance that `pkrt identify` writes (free-form, never read here)
 KEYS = {
@@ -348,7 +352,7 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
     if not np.allclose(a, a.T, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max())):
         r.fail(where, "inertia", "not symmetric")
     ev = np.linalg.eigvalsh(a)
-    tol = 1e-12 * max(1.0, ev.max())
+    tol = INERTIA_RTOL * max(ev.max(), 1e-300)
     if ev.min() < -tol:
         r.fail(where, "inertia", f"not positive semidefinite (eigenvalues {ev.round(12).tolist()})")
     if ev[0] + ev[1] < ev[2] - tol:

@@ -63,9 +63,12 @@ def _text(r: dict) -> str:
              "  #   estimate      rsd %   model        base parameter"]
     for i, b in enumerate(r["base"]):
         lines.append(f"  {i + 1:<3d} {b['value']:<12.6g} {b['rsd_percent']:<7.2f} {b['model']:<12.6g} {b['name']}")
-    if r["not_identifiable"]:
-        lines.append(f"  not identifiable (no effect on the forces): {len(r['not_identifiable'])} parameters, kept at "
-                     f"the original values")
+    kept = r["consistent"].get("kept_at_original", {})
+    if kept:
+        bodies = r["consistent"]["bodies_kept_at_original"]
+        parts = [f"{b} ({'all' if b in bodies else ', '.join(ps)})" for b, ps in kept.items()]
+        lines.append(f"  not identifiable (no effect on the forces), kept at the original values: "
+                     f"{sum(len(ps) for ps in kept.values())} parameters of {len(kept)} bodies: {'; '.join(parts)}")
     h = r["held_out_rms"]
     fmt = lambda v: ", ".join("-" if x is None else f"{x:.4g}" for x in v)  # noqa: E731
     lines.append(f"  held-out force residual RMS per axis: identified {fmt(h['consistent'])}; "
