@@ -11,7 +11,6 @@ field. Units are SI: m, kg, kg m^2, rad.
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,8 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MODEL, expect
-from pkrt.rt.core.schema import field_message, finite_real, unknown_key, unknown_what
+from pkrt.rt.core.inputs import excerpt, read_toml
+from pkrt.rt.core.schema import LARGEST, field_message, finite_real, key_text, unknown_key, unknown_what
 
 from .joints import ACTUATABLE, JOINT_TYPES
 
@@ -165,9 +165,9 @@ class _Reader:
             return float(default)
         v = tbl[field]
         if not finite_real(v):
-            self.fail(where, field, f"must be a finite number, got {_short(v)}")
+            self.fail(where, field, f"must be a finite number of magnitude at most {LARGEST:g}, got {excerpt(v)}")
         if positive and v <= 0:
-            self.fail(where, field, f"must be positive, got {v!r}")
+            self.fail(where, field, f"must be positive, got {excerpt(v)}")
         return float(v)
 
     def string(self, tbl, where, field, default=None):
@@ -177,7 +177,7 @@ class _Reader:
             return default
         v = tbl[field]
         if not isinstance(v, str) or not v:
-            self.fail(where, field, f"must be a non-empty string, got {_short(v)}")
+            self.fail(where, field, f"must be a non-empty string, got {excerpt(v)}")
         return v
 
     def vector(self, tbl, where, field, n=3, default=None, unit=False):
@@ -188,9 +188,9 @@ class _Reader:
         v = tbl[field]
         if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                              for x in v):
-            self.fail(where, field, f"must be a list of {n} numbers, got {_short(v)}")
+            self.fail(where, field, f"must be a list of {n} numbers, got {excerpt(v)}")
         if not all(finite_real(x) for x in v):
-            self.fail(where, field, f"must be finite numbers, got {_short(v)}")
+            self.fail(where, field, f"must be finite numbers of magnitude at most {LARGEST:g}, got {excerpt(v)}")
         a = np.asarray(v, dtype=float)
         if unit:
             big = np.abs(a).max()
@@ -203,7 +203,7 @@ class _Reader:
     def entry(self, tbl, i: int, key: str, seen: list[str]) -> tuple[str, str]:
         """Name and location of the i-th entry of [[key]]; its name must be new."""
         name = tbl.get("name") if isinstance(tbl.get("name"), str) else f"#{i + 1}"
-        where = f"[[{key}]] '{name}'"
+        where = f"[[{key}]] '{key_text(name)}'"
         self.string(tbl, where, "name")
         if name in seen:
             self.fail(where, "name", f"duplicate {key[:-1]} name")
@@ -216,21 +216,12 @@ class _Reader:
         return v
 
 
-def _short(v, limit: int = 60) -> str:
-    """``repr(v)`` cut to ``limit`` characters (a 400-digit integer stays readable)."""
-    text = repr(v)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def load_description(name_or_path: str) -> Description:
     """Read and validate a machine description (no assembly)."""
     path = resolve_model_path(name_or_path)
     expect(path, MODEL, ModelError)  # another kind of file: say what it is
     raw = path.read_bytes()
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path}: not a valid TOML file: {e}") from None
+    doc = read_toml(path, ModelError)
     r = _Reader(str(path))
 
     model = doc.get("model")
@@ -323,12 +314,12 @@ def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:
     rot = rotation_from_vector(r.vector(t, where, "rotation", default=(0, 0, 0)))
     coords = t.get("coordinates", ["x", "y", "z"])
     if not isinstance(coords, list) or not all(isinstance(c, str) for c in coords):
-        r.fail(where, "coordinates", f"must be a list of names, got {coords!r}")
+        r.fail(where, "coordinates", f"must be a list of names, got {excerpt(coords)}")
     bad = [c for c in coords if c not in TASK_AXES]
     if bad:
         r.fail(where, "coordinates", f"unknown coordinate '{bad[0]}' (known: {', '.join(TASK_AXES)})")
     if len(set(coords)) != len(coords) or list(coords) != [c for c in TASK_AXES if c in coords]:
-        r.fail(where, "coordinates", f"must be distinct and in the order {', '.join(TASK_AXES)}, got {coords!r}")
+        r.fail(where, "coordinates", f"must be distinct and in the order {', '.join(TASK_AXES)}, got {excerpt(coords)}")
     ang = [c for c in coords if c in TASK_AXES[3:]]
     if ang and len(ang) != 3:
         r.fail(where, "coordinates", "orientation needs all of roll, pitch, yaw")
@@ -345,7 +336,8 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
         r.fail(where, "inertia", "missing")
     v = b["inertia"]
     if not (_three_numbers(v) or isinstance(v, list) and len(v) == 3 and all(_three_numbers(x) for x in v)):
-        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix of finite numbers, got {_short(v)}")
+        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix of finite numbers (magnitude at most "
+                                 f"{LARGEST:g}), got {excerpt(v)}")
     a = np.asarray(v, dtype=float)
     if a.shape == (3,):
         a = np.diag(a)

@@ -93,7 +93,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--f0", type=positive_number,
                    help="base frequency in Hz (period 1/f0; default: where the full position range also "
                         "reaches the velocity or acceleration limit)")
-    p.add_argument("--harmonics", type=whole_number(2), default=6, help="harmonics per actuator (default %(default)s)")
+    p.add_argument("--harmonics", type=whole_number(2, 100), default=6, help="harmonics per actuator (default %(default)s)")
     p.add_argument("--duration", type=positive_number, default=30.0,
                    help="seconds in the CSV, rounded up to whole periods (default %(default)s)")
     p.add_argument("--periods", type=whole_number(1), help="periods in the CSV (instead of --duration)")
@@ -102,7 +102,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.05, help="position margin, fraction of each range (default %(default)s)")
     p.add_argument("--singular-margin", type=positive_number, default=3.0,
                    help="singularity measure at least this times the model's threshold (default %(default)s)")
-    p.add_argument("--seed", type=whole_number(0), default=0, help="random start (default %(default)s)")
+    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, help="random start (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
