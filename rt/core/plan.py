@@ -225,8 +225,10 @@ def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
     return (head, *resample(t, vals, rate_hz, str(path)))
 
 
-def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0) -> Planned:
-    """Quintic point-to-point moves through ``points`` (k, s) with given durations (s)."""
+def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0, what: str = "moves") -> Planned:
+    """Quintic point-to-point moves through ``points`` (k, s) with given durations (s), refused
+    (``what`` named) beyond ``MAX_SAMPLES``."""
+    _check_length(int(sum(max(round(T * rate_hz), 1) + round(dwell * rate_hz) for T in durations)), rate_hz, what)
     pos, vel, acc = [points[:1]], [np.zeros((1, points.shape[1]))], [np.zeros((1, points.shape[1]))]
     for a, b, T in zip(points[:-1], points[1:], durations):
         n = max(int(round(T * rate_hz)), 1)
