@@ -106,8 +106,8 @@ ALLOWED = {
     "error_stop": {"status": "error_stop", "alive": "error_stop", "release": "error_stop", "reset": "disabled",
                    "estop": "error_stop"},
 }
-REASON = {"disabled": "disabled", "standstill": "standstill", "moving": "moving", "holding": "feed hold",
-          "stopping": "stopping", "error_stop": "error stop"}
+REASON = {"disabled": "disabled", "standstill": "standstill", "moving": "moving", "holding": "holding",
+          "stopping": "stopping", "error_stop": "error_stop"}  # the state as status names it
 
 
 @pytest.mark.parametrize("state", list(ALLOWED))
@@ -231,7 +231,7 @@ def test_ctl_cli(machine, capsys):
     assert json.loads(capsys.readouterr().out)["state"] == "error_stop"
     assert main(["ctl", "enable", "--socket", srv.socket_path]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "pkrt: error: enable refused: the machine is in error stop (reset first)"
+    assert err.strip() == "pkrt: error: enable refused: the machine is in error stop, error_stop (reset first)"
     assert main(["ctl", "reset", "--socket", srv.socket_path]) == 0
     assert main(["ctl", "enable", "--socket", srv.socket_path]) == 0
     assert main(["ctl", "override", "130", "--socket", srv.socket_path]) == 2

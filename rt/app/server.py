@@ -28,6 +28,7 @@ import numpy as np
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.inputs import excerpt, shorten_tokens
 from pkrt.rt.runtime.motion import plan_peaks
+from pkrt.rt.runtime.states import refusal
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
 SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release")
@@ -70,6 +71,9 @@ class Translator:
             raise UserError("a request needs \"cmd\" (a string)")
         if cmd in SIMPLE:
             return {"cmd": cmd, "owner": owner}
+        why = refusal(cmd, m.state)  # the state decides first (the loop checks it again when it executes)
+        if why is not None and not why.startswith("unknown"):
+            raise UserError(why)
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
         if cmd == "home":  # method, offset (actuator units; Dynamixel: offset only), speeds (units/s), timeout (s)
