@@ -656,6 +656,7 @@ class Machine:
                 if self.lockstep and self.idle() and self._q.empty():
                     try:
                         p = self._q.get(timeout=0.001)
+                        self.k, self.t = k, k * self.period  # it takes effect in cycle k: its events say so
                         self._execute(p)
                     except queue.Empty:
                         pass
