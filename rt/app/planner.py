@@ -110,7 +110,10 @@ class Planner:
         return self._kin
 
     def _check(self, plan: Planned, axes) -> Planned:
-        validate(plan, self.lo - 1e-9, self.hi + 1e-9, self.vmax, self.amax, axes)  # rounding at a limit
+        """The plan within the soft limits (widened to its start: a machine standing beyond them by
+        its tracking error may come back, never go further), velocity and acceleration limits."""
+        lo, hi = np.minimum(self.lo, plan.pos[0]), np.maximum(self.hi, plan.pos[0])
+        validate(plan, lo - 1e-9, hi + 1e-9, self.vmax, self.amax, axes)  # rounding at a limit
         return plan
 
     # -- joint space -------------------------------------------------------------------------------

@@ -448,7 +448,7 @@ class Machine:
         else:
             if self.state is State.MOVING:
                 return {"ok": False, "error": "jog refused: a planned jog is running (release it first)"}
-            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, self.lo, self.hi)
+            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, *self._limits_at(src.pos))
             self.set_state(State.MOVING, "jog")
         self.owner, self.last_alive = owner, time.monotonic()
         return {"ok": True, "speed_cap": vmax.tolist(), "homed": self.homed}
@@ -490,10 +490,15 @@ class Machine:
             return {"ok": True}
         frac = self.settings.jog_speed if self.homed else self.settings.unhomed_speed
         self.source = LiveTarget(src.pos.copy(), target, self.t, frac * self.vmax, self.settings.jog_accel * self.amax,
-                                 self.lo, self.hi, self.period, self.settings.stream_timeout_s)
+                                 *self._limits_at(src.pos), self.period, self.settings.stream_timeout_s)
         self.owner = cmd.get("owner")
         self.set_state(State.MOVING, "stream")
         return {"ok": True}
+
+    def _limits_at(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The soft limits widened to ``pos``, where a motion starts: a machine enabled or
+        stopped beyond them (by its tracking error) holds there, and may come back, never go further."""
+        return np.minimum(self.lo, pos), np.maximum(self.hi, pos)
 
     # -- the cycle (loop thread) -------------------------------------------------------------------
     def _drain(self) -> None:
