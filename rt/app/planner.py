@@ -15,6 +15,7 @@ import numpy as np
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned, concatenate, quintic_profile
+from pkrt.rt.runtime.motion import motion_limits
 from pkrt.rt.runtime.trajectory import plan_moves, quintic_duration, validate
 
 COARSE = 10          # task paths are solved every COARSE loop periods, then Hermite-resampled
@@ -84,12 +85,10 @@ class Planner:
 
     def __init__(self, config: MachineConfig, settings, mech=None):
         self.config, self.settings = config, settings
-        lim = config.limits
-        s = lim.position.shape[0]
         from pkrt.rt.runtime.machine import soft_limits
 
         self.lo, self.hi = soft_limits(config, settings)
-        self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
+        self.vmax, self.amax = motion_limits(config.limits, settings.limit_margin)
         self.rate = config.rate_hz
         self._mech = mech
         self._kin = None

@@ -27,7 +27,7 @@ from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percen
 from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
-from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
+from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source, motion_limits
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.core.tree import Tree
@@ -50,6 +50,7 @@ class ServeSettings:
     deadman_s: float = 0.5        # a continuous jog without a keep-alive for this long is released
     stream_timeout_s: float = 0.2  # a live-target stream without a target for this long stops
     soft_margin: float = 0.01     # soft limits: the actuator ranges shrunk by this fraction at each end
+    limit_margin: float = 0.02    # references within the velocity and acceleration limits less this fraction
 
 
 def soft_limits(config: MachineConfig, settings: ServeSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +103,7 @@ class Machine:
         self.sup = Supervisor(config.limits, self.axes, self.units)
         lim = config.limits
         self.lo, self.hi = soft_limits(config, self.settings)
-        self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
+        self.vmax, self.amax = motion_limits(lim, self.settings.limit_margin)
         self.period = 1.0 / config.rate_hz
         self.start_pos = np.asarray(start, float).copy()
         self.state = State.DISABLED
