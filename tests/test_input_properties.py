@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from pkrt.rt.cli import main
 from tests.test_bad_inputs import CONFIG, MACHINES, MAX_LINE, MODEL
 
-EXAMPLES = 300  # per document family
+EXAMPLES = 200  # per document family
 PROFILE = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                           HealthCheck.data_too_large])

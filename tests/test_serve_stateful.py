@@ -45,7 +45,7 @@ from pkrt.rt.app.serve import Served
 from pkrt.rt.runtime.logfile import read_log
 from pkrt.rt.runtime.machine import ServeSettings, soft_limits
 
-EXAMPLES, STEPS = 50, 40
+EXAMPLES, STEPS = 40, 40
 TIMEOUT = 20.0  # s: a reply later than this is a hung socket
 
 # docs/operation.md, "States": state -> the commands it allows (status, alive, release, estop:
