@@ -100,11 +100,15 @@ def base(tmp_path_factory) -> Path:
     return d
 
 
+MAX_LINE = 1000  # characters of an error line: values appear as excerpts, never whole
+
+
 def check_one_line(code: int, err: str, argv) -> None:
     lines = err.strip().splitlines()
-    assert "Traceback" not in err, (argv, err)
-    assert code == 2, (argv, code, err)
-    assert len(lines) == 1 and lines[0].startswith("pkrt: error: "), (argv, err)
+    assert "Traceback" not in err, (argv, err[-3000:])
+    assert code == 2, (argv, code, err[-3000:])
+    assert len(lines) == 1 and lines[0].startswith("pkrt: error: "), (argv, err[-3000:])
+    assert len(lines[0]) <= MAX_LINE, (argv, len(lines[0]), lines[0][:300])
 
 
 def run_cli(argv: list[str], capsys) -> None:
@@ -550,3 +554,110 @@ def test_console_script(argv, base, tmp_path):
     argv = [a.format(base=base, tmp=tmp_path) for a in argv]
     r = subprocess.run([sys.executable, "-m", "pkrt.rt.cli", *argv], capture_output=True, text=True, timeout=300)
     check_one_line(r.returncode, r.stderr, argv)
+
+
+# -- values that escaped before (issue 34): nested, huge, overlong -----------------------------------
+
+LONG = "x" * 59_000  # a 59 kB value: the message shows an excerpt
+DIGITS = "9" * 500
+
+
+def _can_config(base: Path, tmp: Path, old: str, new: str) -> Path:
+    """delta-can.toml with one line replaced, beside links to its model and trees."""
+    for name in ("delta.toml", "delta.pkt", "delta-plant.pkt"):
+        os.symlink(MACHINES / name, tmp / name)
+    text = (MACHINES / "delta-can.toml").read_text()
+    assert old in text
+    p = tmp / "delta-can.toml"
+    p.write_text(text.replace(old, new))
+    return p
+
+
+@pytest.mark.parametrize("value", ["[[1], [2], [3]]", "[[1, 2], 2, 3]", "[{a = 1}, 2, 3]", f"[{DIGITS}, 2, 3]",
+                                   f'["{LONG}", 2, 3]', "[1, 2, 1e300]", "[]"])
+def test_ids_that_are_not_integers(value, base, tmp_path, capsys):
+    """A field of ids given nested lists, tables, huge or overlong values: one line (a nested
+    list was a TypeError traceback: unhashable type)."""
+    p = _can_config(base, tmp_path, "node_ids = [1, 2, 3]", f"node_ids = {value}")
+    run_cli(["run", "--machine", p, *RUN], capsys)
+
+
+def test_overlong_values_are_shown_as_excerpts(base, tmp_path, capsys):
+    for doc in (_mutated(CONFIG, ("set", "drives", None, "backend", LONG)),
+                _mutated(CONFIG, ("set", "machine", None, "name", [LONG])),
+                _mutated(CONFIG, ("set", "limits", None, LONG, 1.0)),
+                _mutated(CONFIG, ("top", LONG, None, None, {"a": 1})),
+                _mutated(CONFIG, ("set", "limits", None, "velocity", int(DIGITS)))):
+        sub = tmp_path / str(len(list(tmp_path.iterdir())))
+        sub.mkdir()
+        p = _write_config(base, sub, doc)
+        run_cli(["run", "--machine", p, *RUN], capsys)
+    for doc in (_mutated(MODEL, ("set", "bodies", 0, "name", LONG)), _mutated(MODEL, ("set", "bodies", 0, LONG, 1)),
+                _mutated(MODEL, ("set", "bodies", 0, "mass", int(DIGITS)))):
+        p = tmp_path / "m.toml"
+        p.write_text(toml_dumps(doc))
+        run_cli(["model", "check", p], capsys)
+
+
+@pytest.mark.parametrize("text", [
+    "[model]\nname = 'x'\ngravity = [0, 0, " + "9" * 5000 + "]\n",  # beyond Python's int conversion (ValueError)
+    "[model]\nname = 'x'\ngravity = " + "[" * 2000 + "]" * 2000 + "\n",  # nested deeper than the parser recurses
+])
+def test_toml_the_parser_cannot_take(text, tmp_path, capsys):
+    run_on_file(text.encode(), tmp_path / "m.toml", capsys, "model", "check")
+    run_on_file(text.replace("[model]", "[machine]").encode(), tmp_path / "c.toml", capsys, "run", *RUN, "--machine")
+
+
+@pytest.mark.parametrize("rows", [
+    "t,theta\n0,0\n1," + "1" * 200_000 + "\n",  # a field beyond the csv module's limit (_csv.Error)
+    "t,theta," + LONG + "\n0,0,0\n1,0,0\n",  # a 59 kB header
+    "t,theta\n0,0\n1," + DIGITS + "x\n",  # a 500-digit non-number
+    "t,theta\n0,0\n1,0\x00\n",
+])
+def test_csv_values_the_reader_refuses(rows, base, tmp_path, capsys):
+    run_on_file(rows.encode(), tmp_path / "traj.csv", capsys, "run", *RUN[2:], "--machine", base / "fourbar-sim.toml",
+                "--traj")
+
+
+@pytest.mark.parametrize("option", ["--theta-dot=1e200", "--theta-dot=1e160", "--theta-ddot=1e308"])
+def test_huge_but_finite_model_eval_values_name_their_option(option, capsys):
+    """Velocities whose squares overflow: one line naming the option (numpy's RuntimeWarning
+    on stderr and exit 0 before)."""
+    capsys.readouterr()
+    code = main(["model", "eval", "fourbar", "--theta=0", option, "--theta-dot=1e200"] if "ddot" in option
+                else ["model", "eval", "fourbar", "--theta=0", option])
+    err = capsys.readouterr().err
+    check_one_line(code, err, option)
+    assert "--theta-dot" in err and "too large" in err
+
+
+@pytest.mark.parametrize("rate", [1e300, 1e-300, -5.0, math.nan, LONG, 10 ** 30, [1000.0]])
+def test_log_with_an_impossible_rate(rate, tmp_path, capsys):
+    """A log whose header's rate is huge, tiny, negative or not a number: one line naming the
+    field (`pkrt log export` printed numpy's RuntimeWarning and exited 0 before)."""
+    from pkrt.rt.runtime.logfile import LogWriter
+
+    p = tmp_path / "r.pktlog"
+    with LogWriter(str(p), {"rate_hz": rate, "axes": ["theta"]}, [("t", 1, "s"), ("pos", 1, "rad"),
+                                                                  ("ref_pos", 1, "rad")]) as w:
+        for k in range(10):
+            w.row[:] = [k * 1e-3, 0.1 * k, 0.1 * k]
+            w.commit()
+    for verb in (["log", "export", p, "--csv", tmp_path / "o.csv"], ["log", "info", p]):
+        capsys.readouterr()
+        code = main([str(a) for a in verb])
+        err = capsys.readouterr().err
+        check_one_line(code, err, verb)
+        assert "rate_hz" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--adept", "--machine", "delta", "-o", "{tmp}/a.csv", "--grid=100000000000000000000"],
+    ["plan", "--adept", "--machine", "delta", "-o", "{tmp}/a.csv", "--cycles=1000000000000"],
+    ["plan", "--adept", "--machine", "delta", "-o", "{tmp}/a.csv", f"--cycles={DIGITS}"],
+    ["plan", "--adept", "--machine", "delta", "-o", "{tmp}/a.csv", f"--grid={'9' * 5000}"],
+    ["model", "eval", "fourbar", f"--theta={LONG}"],
+    ["identify", "plan", "delta", "-o", "{tmp}/e.csv", "--harmonics=100000000"],
+])
+def test_huge_option_values(argv, tmp_path, capsys):
+    run_cli([a.format(tmp=tmp_path) for a in argv], capsys)

@@ -136,3 +136,42 @@ def test_a_parameter_not_excited(tmp_path, ortho, capsys, monkeypatch):
     write_log(tmp_path / "n.pktlog", ortho, ortho, duration=4.0)
     msg = _error([str(tmp_path / "n.pktlog"), "--machine", "orthoglide", "-o", str(tmp_path / "x.toml")], capsys)
     assert "not excited" in msg or "too few moving samples" in msg
+
+
+def test_written_inertias_pass_the_loader_with_margin(tmp_path, capsys):
+    """A consistent projection that leaves a slender body on the boundary of the physical set
+    (the hexapod's cylinder: principal moments [2.3e-11, 0.022020544022, 0.02202054406], the
+    triangle inequality broken by 1.5e-11 as the solver's tolerance allows) is written just
+    inside it: the file loads and ``pkrt build`` accepts it (it refused it before)."""
+    from pkrt.models.kinematics.description import INERTIA_RTOL
+    from pkrt.models.identification.estimate import INERTIA_MARGIN, write_model
+
+    hexa = load_mechanism("hexapod")
+    pi = model_parameters(hexa.description)
+    b0 = hexa.description.bodies[0]
+    bad = np.diag([2.3e-11, 0.022020544022, 0.02202054406])
+    pi[:10] = body_parameters(b0.mass * 1.1, b0.com, bad)
+    out = tmp_path / "id.toml"
+    write_model(hexa, pi, str(out), {"test": True})
+    desc = load_description(str(out))
+    ev = np.linalg.eigvalsh(desc.bodies[0].inertia)
+    slack = (ev[0] + ev[1] - ev[2]) / ev[2]
+    assert INERTIA_MARGIN * 0.99 <= slack < 10 * INERTIA_MARGIN  # inside, by the margin and no more
+    assert np.allclose(ev, [0, 0.02202054404, 0.02202054404], rtol=0, atol=1e-7)
+    assert main(["build", str(out), "-o", str(tmp_path / "id.pkt"), "--boxes", "1", "--verify-samples", "5"]) == 0
+    # the loader's tolerance is relative to the moments: a small part's violation of 1e-7 of
+    # its moments is refused (the absolute 1e-12 before let it pass), one of 1e-10 is rounding
+    import tomllib
+
+    from pkrt.models.identification.estimate import dump_toml
+
+    doc = tomllib.loads(out.read_text())
+    for viol, ok in ((1e-7, False), (0.1 * INERTIA_RTOL, True)):
+        doc["bodies"][0]["inertia"] = [5e-7, 5e-7, 1e-6 * (1 + viol)]
+        p = tmp_path / f"small-{ok}.toml"
+        p.write_text(dump_toml(doc))
+        if ok:
+            load_description(str(p))
+        else:
+            with pytest.raises(Exception, match="triangle"):
+                load_description(str(p))

@@ -102,14 +102,21 @@ CASES = {
     "orthoglide_guess_out_of_reach": (
         _edit(ORTHOGLIDE, "theta = [0.0, 0.0, 0.0]", "theta = [0.3, 0.3, 0.3]"),
         ["[assembly]", "cannot be assembled at theta = [0.3, 0.3, 0.3]", "residual"]),
-    # poses that overflow the assembly: still one line (no numpy warning on stderr)
+    # numbers that would overflow the assembly are refused where they are read (magnitude at
+    # most 1e12: no numpy warning, the field named)
     "absurd_pose": (
         _edit(FOURBAR, "position = [0.05, 0.0, 0.0]", "position = [1e300, 0.0, 0.0]"),
-        ["[assembly]", "cannot be assembled", "residual inf"]),
-    # an axis whose norm overflows is still a direction (no warning): here it tilts O's axis
+        ["[[bodies]] 'input'", "field 'position'", "magnitude at most 1e+12", "got [1e+300, 0.0, 0.0]"]),
+    "absurd_but_readable_pose": (
+        _edit(FOURBAR, "position = [0.05, 0.0, 0.0]", "position = [1e12, 0.0, 0.0]"),
+        ["[assembly]", "cannot be assembled"]),
+    # a large axis is still a direction: here it tilts O's axis
+    "large_axis": (
+        _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [1e12, 1e12, 0.0]\nref1"),
+        ["[[actuators]]", "mobility is 0 but 1 actuator(s)", "rank 18"]),
     "overflowing_axis": (
         _edit(FOURBAR, "axis1 = [0.0, 0.0, 1.0]\nref1", "axis1 = [1e308, 1e308, 0.0]\nref1"),
-        ["[[actuators]]", "mobility is 0 but 1 actuator(s)", "rank 18"]),
+        ["[[joints]] 'O'", "field 'axis1'", "magnitude at most 1e+12"]),
     "invalid_toml": (
         _edit(FOURBAR, "[model]", "[model"),
         ["not a valid TOML file", "line 7"]),

@@ -157,7 +157,7 @@ def test_task_csv_six_coordinates(tmp_path, machines):
     np.testing.assert_allclose(plan.pos, [hexapod_ik(x) for x in path.pos], rtol=0, atol=1e-10)
     bad = tmp_path / "xyz.csv"
     np.savetxt(bad, rows[:, :4], delimiter=",", header="t,x,y,z", comments="")
-    with pytest.raises(UserError, match=r"columns must be t,x,y,z,roll,pitch,yaw \(optionally followed by <name>_vel and <name>_acc columns\); got t,x,y,z"):
+    with pytest.raises(UserError, match=r"columns must be t,x,y,z,roll,pitch,yaw \(optionally followed by <name>_vel and <name>_acc columns\); got 't,x,y,z'"):
         load_task_csv(str(bad), RATE, ("x", "y", "z", "roll", "pitch", "yaw"))
 
 

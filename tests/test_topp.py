@@ -90,7 +90,8 @@ def test_velocity_and_acceleration_limited_line_takes_the_analytic_time(ortho):
     plan, _ = PathPlanner(mech, dyn, lim, RATE, grid_points=400, smooth=0.0).plan_motion(m)
     d = 0.1  # the axis that moves furthest binds: trapezoid d / v + v / a
     assert plan.duration == pytest.approx(d / v + v / a, rel=0.01)
-    assert np.abs(plan.vel[:, 0]).max() == pytest.approx(v, rel=2e-3)
+    # the limit binds and holds at every sample (ending on a sample costs under one period)
+    assert v * (1 - 4e-3) <= np.abs(plan.vel[:, 0]).max() <= v
     # the straight line in actuator space is kept: axis 2 never moves, axis 1 moves half as far
     assert np.abs(plan.pos[:, 2] + 0.1).max() < 1e-12
     assert np.allclose(plan.pos[:, 1] + 0.1, -(plan.pos[:, 0] + 0.1) / 2, atol=1e-12)

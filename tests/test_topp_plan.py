@@ -177,3 +177,32 @@ def test_bad_csv_paths(text, expected, tmp_path, capsys):
     p = tmp_path / "bad.csv"
     err = plan_refused(p, text, capsys)
     assert expected in err and str(p) in err, err
+
+
+@pytest.mark.parametrize("margin,smooth", [(0.0, 0.0), (0.0, 0.002), (0.5, 0.0)])
+def test_adept_cycle_keeps_every_limit_at_any_margin(margin, smooth, tmp_path, capsys):
+    """``pkrt plan --adept --machine delta --margin M --smooth S``: planned at every margin in
+    [0, 1), 0 included, and every loop-rate sample of the written reference keeps every
+    planning limit (the limits times 1 - margin): velocity and acceleration from the CSV,
+    forces recomputed along it from the planner's own tree with the friction it feeds forward."""
+    from pkrt.models.planning.topp import PlanLimits, TreeDynamics, forces
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.run import load_controller_tree
+
+    out = tmp_path / "adept.csv"
+    code = main(["plan", "--adept", "--machine", "delta", "--margin", str(margin), "--smooth", str(smooth),
+                 "-o", str(out), "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert code == 0
+    cfg = load_machine("delta")
+    lim = PlanLimits.from_config(cfg, margin)
+    vl, al, fl = lim.planning
+    rows = np.loadtxt(out, delimiter=",", skiprows=1)
+    pos, vel, acc = rows[:, 1:4], rows[:, 4:7], rows[:, 7:10]
+    tau = forces(TreeDynamics(load_controller_tree(cfg)), pos, vel, acc, lim)
+    rnd = 1 + 1e-9  # the CSV's decimal digits
+    assert np.all(np.abs(vel) <= vl * rnd) and np.all(np.abs(acc) <= al * rnd)
+    assert np.all(np.abs(tau) <= fl * rnd), np.abs(tau).max(axis=0)
+    # time-optimal: some limit binds (within 1 %)
+    assert max(np.abs(vel).max() / vl.max(), np.abs(acc).max() / al.max(), np.abs(tau).max() / fl.max()) > 0.99
+    assert r["duration_s"] == pytest.approx((len(rows) - 1) / 1000.0)

@@ -64,7 +64,7 @@ def test_csv_trajectory_resampled(tmp_path):
     ("q1,q2,q3\n1,2,3\n2,3,4\n", "first column must be 't'"),
     ("t,a,b,c\n0,1,2,3\n1,2,3,4\n", "columns must be"),
     ("t,q1,q2,q3\n0,1,2,3\n0,2,3,4\n", "time must increase"),
-    ("t,q1,q2,q3\n0,1,x,3\n1,2,3,4\n", "not a number"),
+    ("t,q1,q2,q3\n0,1,x,3\n1,2,3,4\n", "row 2: expected a number, got .x."),
     ("t,q1,q2,q3\n0,1,2,3\n", "at least 2 rows"),
     ("t,q1,q2,q3\n0,1,2\n1,2,3,4\n", "row 2 has 3 columns, expected 4"),  # was numpy's 'inhomogeneous shape'
 ])

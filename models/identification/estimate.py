@@ -41,11 +41,13 @@ import numpy as np
 from pkrt.rt.core.errors import UserError
 
 from .baseparams import BaseParameters
+from ..kinematics.description import INERTIA_RTOL
 from ..kinematics.mechanism import Mechanism
 from .regressor import ACTUATOR_PARAMS, body_from_parameters
 
 
 PRIOR_RSD = 1.0  # prior standard deviation of a standard parameter, relative to its scale
+INERTIA_MARGIN = 1000 * INERTIA_RTOL  # written inertias this far inside the physical set (``inside``)
 
 
 class NotExcited(UserError):
@@ -202,6 +204,7 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
     x = cp.Variable(p)
     cons = []
     idle = {f.body for f in mech.idle}
+    kept = kept_parameters(mech, bp)
     for b, name in enumerate(mech.body_names):
         q = x[10 * b:10 * b + 10]
         if name in idle:
@@ -209,11 +212,16 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
             cons.append(q == k * pi0[10 * b:10 * b + 10])
         else:
             cons += [q[0] >= 1e-6 * scale[10 * b], _pseudo_inertia(q) >> 0]
+            own = kept.get(name, [])
+            if own:  # no effect on the forces: the original values, not wherever the solver leaves them
+                cons.append(x[own] == pi0[own])
     for a in range(s):
         cons += [x[10 * nb + 3 * a] >= 0, x[10 * nb + 3 * a + 1] >= 0]  # viscous, Coulomb
     dev = cp.multiply(x - pi0, 1.0 / scale)
     exact = cp.Problem(cp.Minimize(cp.sum_squares(dev)), cons + [bp.beta @ x == est.value])
-    info = {"solver": "CLARABEL"}
+    info = {"solver": "CLARABEL",
+            "kept_at_original": {b: [bp.names[j].split(".", 1)[1] for j in js] for b, js in kept.items()},
+            "bodies_kept_at_original": [b for b, js in kept.items() if len(js) == 10]}
     try:
         exact.solve(solver=cp.CLARABEL)
     except cp.error.SolverError:
@@ -234,11 +242,27 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
         info["reproduces_estimate"] = False
         info["mahalanobis"] = float(math.sqrt(max(float(maha.value), 0.0)))
     pi = np.asarray(x.value, float)
+    for js in kept.values():
+        pi[js] = pi0[js]  # exactly (the solver meets equalities to its tolerance)
     dev_std = np.abs(bp.beta @ pi - est.value) / np.maximum(est.std, 1e-300)
     well = est.rsd < 0.05
     info["max_base_error_in_std"] = float(dev_std.max())
     info["max_base_error_in_std_rsd_below_5pct"] = float(dev_std[well].max()) if well.any() else None
     return pi, info
+
+
+def kept_parameters(mech: Mechanism, bp: BaseParameters) -> dict[str, list[int]]:
+    """Per body (not one with an idle spin, which keeps its shape) the indices of its standard
+    parameters that have no effect on the actuator forces (``bp.zero``): the consistent
+    parameters keep their original values there."""
+    idle = {f.body for f in mech.idle}
+    zero = set(int(j) for j in bp.zero)
+    out = {}
+    for b, name in enumerate(mech.body_names):
+        js = [j for j in range(10 * b, 10 * b + 10) if j in zero]
+        if js and name not in idle:
+            out[name] = js
+    return out
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -293,24 +317,50 @@ def _clean(x: float, scale: float) -> float:
     return float(round(x / scale, 12) * scale) if scale > 0 else float(x)
 
 
-def body_values(pi: np.ndarray, nb: int) -> list[tuple[float, list[float], list[list[float]]]]:
-    """(mass, com, inertia about the centre of mass as a 3x3 list) per body."""
+def inside(I: np.ndarray, margin: float = INERTIA_MARGIN) -> np.ndarray:
+    """An inertia about the centre of mass (3x3) moved just inside the physical set: its
+    principal second moments sigma_i = tr(I)/2 - I_i (the mass distribution's extent along
+    each principal axis; >= 0 is the triangle inequality of the moments) raised to at least
+    ``margin`` of the largest (a body at the boundary -- a slender rod's zero moment, or the
+    solver's 1e-8 of infeasibility -- comes out ``margin`` inside it, so the file's rounded
+    numbers pass the loader's check, ``INERTIA_RTOL``); an inertia already inside is returned
+    as it is."""
+    ev, V = np.linalg.eigh(0.5 * (I + I.T))
+    sigma = 0.5 * ev.sum() - ev
+    floor = margin * max(float(sigma.max()), 1e-300)
+    if sigma.min() >= floor:
+        return I
+    sigma = np.maximum(sigma, floor)
+    return (V * (sigma.sum() - sigma)) @ V.T
+
+
+def body_values(pi: np.ndarray, nb: int, moved_inside=()) -> list[tuple[float, list[float], list[list[float]]]]:
+    """(mass, com, inertia about the centre of mass as a 3x3 list) per body; the inertias of
+    the bodies in ``moved_inside`` (indices) ``inside`` the physical set."""
     out = []
     for b in range(nb):
         m, c, I = body_from_parameters(pi[10 * b:10 * b + 10])
+        if b in moved_inside:
+            I = inside(I)
         Is = max(float(np.abs(I).max()), 1e-300)
         out.append((_clean(m, m), [_clean(x, max(np.abs(c).max(), 1e-300)) for x in c],
                     [[_clean(I[i, j], Is) for j in range(3)] for i in range(3)]))
     return out
 
 
-def write_model(mech: Mechanism, pi: np.ndarray, path: str, provenance: dict) -> str:
-    """The description file with the identified bodies and ``[identification]``; returns its text."""
+def write_model(mech: Mechanism, pi: np.ndarray, path: str, provenance: dict, keep=()) -> str:
+    """The description file with the identified bodies and ``[identification]``; returns its
+    text. The bodies whose indices are in ``keep`` (none of their parameters acts on the
+    forces) keep the original file's values as written there; the inertias of the others but
+    those with an idle spin (zero inertia about its axis, kept by their shape) are moved
+    ``inside`` the physical set, so that the loader accepts the written numbers."""
     src = mech.description.path
     doc = tomllib.loads(Path(src).read_text(encoding="utf-8"))
-    vals = body_values(pi, mech.n_bodies)
-    for b, (m, c, I) in zip(doc["bodies"], vals):
-        b["mass"], b["com"], b["inertia"] = m, c, I
+    idle = {f.body for f in mech.idle}
+    vals = body_values(pi, mech.n_bodies, [b for b, n in enumerate(mech.body_names) if n not in idle])
+    for k, (b, (m, c, I)) in enumerate(zip(doc["bodies"], vals)):
+        if k not in keep:
+            b["mass"], b["com"], b["inertia"] = m, c, I
     doc["identification"] = provenance
     text = dump_toml(doc, f"{mech.name}: masses, centres of mass and inertias identified by pkrt identify\n"
                           f"from {src}; provenance in [identification].")

@@ -20,7 +20,6 @@ dynamics: the content hash leaves their lines out.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +27,9 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MODEL, expect
+from pkrt.rt.core.inputs import excerpt, read_toml
 from pkrt.rt.core.protection import FIELDS as PROTECTION, dynamics_hash
-from pkrt.rt.core.schema import field_message, finite_real, unknown_key, unknown_what
+from pkrt.rt.core.schema import LARGEST, field_message, finite_real, key_text, unknown_key, unknown_what
 
 from .joints import ACTUATABLE, JOINT_TYPES
 
@@ -39,6 +39,10 @@ class ModelError(UserError, ValueError):
 
 
 GROUND = "ground"
+# a body's inertia: negative principal moments and violations of the triangle inequality are
+# tolerated up to this fraction of its largest moment (rounding; ``pkrt identify`` writes its
+# inertias at least 1000 times this inside: ``models.identify.INERTIA_MARGIN``)
+INERTIA_RTOL = 1e-9
 # the fields of each table (a key not listed is refused: a typo in an optional field);
 # [identification] is provenance that `pkrt identify` writes (free-form, never read here)
 KEYS = {
@@ -177,9 +181,9 @@ class _Reader:
             return float(default)
         v = tbl[field]
         if not finite_real(v):
-            self.fail(where, field, f"must be a finite number, got {_short(v)}")
+            self.fail(where, field, f"must be a finite number of magnitude at most {LARGEST:g}, got {excerpt(v)}")
         if positive and v <= 0:
-            self.fail(where, field, f"must be positive, got {v!r}")
+            self.fail(where, field, f"must be positive, got {excerpt(v)}")
         return float(v)
 
     def string(self, tbl, where, field, default=None):
@@ -189,7 +193,7 @@ class _Reader:
             return default
         v = tbl[field]
         if not isinstance(v, str) or not v:
-            self.fail(where, field, f"must be a non-empty string, got {_short(v)}")
+            self.fail(where, field, f"must be a non-empty string, got {excerpt(v)}")
         return v
 
     def vector(self, tbl, where, field, n=3, default=None, unit=False):
@@ -200,9 +204,9 @@ class _Reader:
         v = tbl[field]
         if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                              for x in v):
-            self.fail(where, field, f"must be a list of {n} numbers, got {_short(v)}")
+            self.fail(where, field, f"must be a list of {n} numbers, got {excerpt(v)}")
         if not all(finite_real(x) for x in v):
-            self.fail(where, field, f"must be finite numbers, got {_short(v)}")
+            self.fail(where, field, f"must be finite numbers of magnitude at most {LARGEST:g}, got {excerpt(v)}")
         a = np.asarray(v, dtype=float)
         if unit:
             big = np.abs(a).max()
@@ -215,7 +219,7 @@ class _Reader:
     def entry(self, tbl, i: int, key: str, seen: list[str]) -> tuple[str, str]:
         """Name and location of the i-th entry of [[key]]; its name must be new."""
         name = tbl.get("name") if isinstance(tbl.get("name"), str) else f"#{i + 1}"
-        where = f"[[{key}]] '{name}'"
+        where = f"[[{key}]] '{key_text(name)}'"
         self.string(tbl, where, "name")
         if name in seen:
             self.fail(where, "name", f"duplicate {key[:-1]} name")
@@ -228,21 +232,12 @@ class _Reader:
         return v
 
 
-def _short(v, limit: int = 60) -> str:
-    """``repr(v)`` cut to ``limit`` characters (a 400-digit integer stays readable)."""
-    text = repr(v)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def load_description(name_or_path: str) -> Description:
     """Read and validate a machine description (no assembly)."""
     path = resolve_model_path(name_or_path)
     expect(path, MODEL, ModelError)  # another kind of file: say what it is
     raw = path.read_bytes()
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path}: not a valid TOML file: {e}") from None
+    doc = read_toml(path, ModelError)
     r = _Reader(str(path))
 
     model = doc.get("model")
@@ -339,7 +334,7 @@ def _capsule(r: _Reader, b: dict, where: str, body: Body) -> Body:
     if seg is None:
         return dataclasses.replace(body, radius=radius)
     if not isinstance(seg, list) or len(seg) != 2:
-        r.fail(where, "segment", f"must be two points [[x, y, z], [x, y, z]] (m, world, at the guess), got {_short(seg)}")
+        r.fail(where, "segment", f"must be two points [[x, y, z], [x, y, z]] (m, world, at the guess), got {excerpt(seg)}")
     pts = [r.vector({"segment": p}, where, "segment") for p in seg]
     local = np.array([body.rotation.T @ (p - body.position) for p in pts])
     return dataclasses.replace(body, radius=radius, segment=local)
@@ -410,12 +405,12 @@ def _tool(r: _Reader, doc, by_name, n_act: int) -> ToolSpec:
     rot = rotation_from_vector(r.vector(t, where, "rotation", default=(0, 0, 0)))
     coords = t.get("coordinates", ["x", "y", "z"])
     if not isinstance(coords, list) or not all(isinstance(c, str) for c in coords):
-        r.fail(where, "coordinates", f"must be a list of names, got {coords!r}")
+        r.fail(where, "coordinates", f"must be a list of names, got {excerpt(coords)}")
     bad = [c for c in coords if c not in TASK_AXES]
     if bad:
         r.fail(where, "coordinates", f"unknown coordinate '{bad[0]}' (known: {', '.join(TASK_AXES)})")
     if len(set(coords)) != len(coords) or list(coords) != [c for c in TASK_AXES if c in coords]:
-        r.fail(where, "coordinates", f"must be distinct and in the order {', '.join(TASK_AXES)}, got {coords!r}")
+        r.fail(where, "coordinates", f"must be distinct and in the order {', '.join(TASK_AXES)}, got {excerpt(coords)}")
     ang = [c for c in coords if c in TASK_AXES[3:]]
     if ang and len(ang) != 3:
         r.fail(where, "coordinates", "orientation needs all of roll, pitch, yaw")
@@ -432,14 +427,15 @@ def _inertia(r: _Reader, b, where) -> np.ndarray:
         r.fail(where, "inertia", "missing")
     v = b["inertia"]
     if not (_three_numbers(v) or isinstance(v, list) and len(v) == 3 and all(_three_numbers(x) for x in v)):
-        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix of finite numbers, got {_short(v)}")
+        r.fail(where, "inertia", f"must be 3 principal moments or a 3x3 matrix of finite numbers (magnitude at most "
+                                 f"{LARGEST:g}), got {excerpt(v)}")
     a = np.asarray(v, dtype=float)
     if a.shape == (3,):
         a = np.diag(a)
     if not np.allclose(a, a.T, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max())):
         r.fail(where, "inertia", "not symmetric")
     ev = np.linalg.eigvalsh(a)
-    tol = 1e-12 * max(1.0, ev.max())
+    tol = INERTIA_RTOL * max(ev.max(), 1e-300)
     if ev.min() < -tol:
         r.fail(where, "inertia", f"not positive semidefinite (eigenvalues {ev.round(12).tolist()})")
     if ev[0] + ev[1] < ev[2] - tol:

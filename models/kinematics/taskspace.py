@@ -19,8 +19,8 @@ import numpy as np
 import scipy.linalg
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.core.plan import (Planned, cartesian_path, circle_basis, concatenate, plan_moves, quintic_profile,
-                          read_csv_samples)
+from pkrt.rt.core.plan import (MAX_SAMPLES, Planned, cartesian_path, circle_basis, concatenate, plan_moves,
+                               quintic_profile, read_csv_samples)
 
 from .mechanism import AssemblyError, Config, Mechanism
 from .assembly import Assembler
@@ -421,12 +421,14 @@ def plan_demo(mech: Mechanism, demo, rate_hz: float) -> Planned:
     (``circle`` or ``adept-cycle``) from and back to the home tool pose, planned by the model's
     inverse kinematics. Actuator pos, vel, acc at ``rate_hz``."""
     pieces, desc = [], {"kind": "demo", "task": demo.task}
+    _check_demo_length(demo, 0 if demo.points is None else len(demo.points), rate_hz)
     kin = None
     if demo.points is not None:
         pts = np.asarray(demo.points, float)
         if pts.shape[1] != mech.n_act:
             raise UserError(f"[demo] points: {mech.name} has {mech.n_act} actuators, got {pts.shape[1]} values")
-        pieces.append(plan_moves(pts, [demo.move_time] * (len(pts) - 1), rate_hz, dwell=demo.dwell))
+        pieces.append(plan_moves(pts, [demo.move_time] * (len(pts) - 1), rate_hz, dwell=demo.dwell,
+                                 what="[demo] move_time, dwell"))
         desc["points"] = pts.tolist()
     if demo.task != "none":
         kin = TaskKinematics(mech)
@@ -453,6 +455,22 @@ def plan_demo(mech: Mechanism, demo, rate_hz: float) -> Planned:
                         f"piece); give --traj FILE.csv")
     return concatenate(pieces, desc) if len(pieces) > 1 else Planned(rate_hz, pieces[0].pos, pieces[0].vel,
                                                                      pieces[0].acc, desc)
+
+
+def _check_demo_length(demo, points: int, rate_hz: float) -> None:
+    """Refuse a demo longer than ``MAX_SAMPLES`` before planning it (its times are the
+    ``[demo]`` table's, each up to 1e12 s): moves and dwells, the circle or the Adept cycles,
+    the approach lines."""
+    T = max(points - 1, 0) * (demo.move_time + demo.dwell)
+    if demo.task == "circle":
+        T += demo.circle_time if demo.speed is None else 2 * demo.ramp + np.pi * demo.diameter * demo.laps / demo.speed
+    elif demo.task == "adept-cycle":
+        T += demo.cycle_time * demo.cycles
+    if demo.task != "none":
+        T += 2 * demo.approach
+    if T * rate_hz > MAX_SAMPLES:
+        raise UserError(f"[demo]: the demo takes {T:.6g} s, more than {MAX_SAMPLES} samples at {rate_hz:g} Hz "
+                        f"(move_time, dwell, circle_time, laps, speed, cycle_time, cycles, approach)")
 
 
 def _demo_circle(demo, home: np.ndarray, rate_hz: float) -> TaskPath:

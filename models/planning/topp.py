@@ -262,6 +262,11 @@ def grid_for(motion: Motion, points: int) -> tuple[np.ndarray, np.ndarray, list[
     return s, np.concatenate(seg_idx), junctions
 
 
+def _segment_index(motion: Motion, s: np.ndarray) -> np.ndarray:
+    """The segment of each path parameter (a junction belongs to the later segment)."""
+    return np.clip(np.searchsorted(motion.offsets, s, side="right") - 1, 0, len(motion.segments) - 1)
+
+
 def _line_of(motion: Motion, k: int) -> str:
     ln = motion.segments[int(k)].line
     return f"line {ln}: " if ln is not None else ""
@@ -456,24 +461,12 @@ class PathPlanner:
         t_grid = time.perf_counter() - t0
         dof = self.mech.n_act
         scale = np.ones((len(g.s), 3, dof))
-        lim_plan = self.limits.planning
         x_feed0 = g.x_feed.copy()
         speed_grid = np.maximum(np.linalg.norm(motion.eval(g.s)[1], axis=1), 1e-12)
         for attempt in range(9):
             x, u, passes = self.solve(g, scale, motion)
             t_lp = time.perf_counter() - t0 - t_grid
-            s, sd, sdd = smoothed(*sample_profile(g.s, x, self.rate_hz), int(round(self.smooth * self.rate_hz)))
-            plan = self.sample(motion, g, s, sd, sdd)
-            try:
-                tau = forces(self.dyn, plan.pos, plan.vel, plan.acc, self.limits)
-            except UserError as e:
-                raise UserError(f"{_line_of(motion, g.segment[0])}{e}") from None
-            ratio = np.stack([np.abs(plan.vel) / lim_plan[0], np.abs(plan.acc) / lim_plan[1],
-                              np.abs(tau) / lim_plan[2]], axis=1)  # (n, 3, s)
-            seg = np.clip(np.searchsorted(motion.offsets, s, side="right") - 1, 0, len(motion.segments) - 1)
-            speed = np.linalg.norm(motion.eval(s)[1], axis=1) * sd  # tool speed (task motions)
-            feed = np.array([motion.segments[k].feed for k in seg])
-            over_feed = speed / feed
+            s, sd, plan, tau, ratio, speed, feed, over_feed = self._timed(motion, g, x, 1.0)
             worst = max(ratio.max(), over_feed.max())
             if worst <= 1 + 1e-3:
                 break
@@ -489,23 +482,48 @@ class PathPlanner:
                 sl = slice(lo[k], hi[k])
                 cap = (feed[k] / speed_grid[sl]) ** 2 / over_feed[k] ** 2
                 g.x_feed[sl] = np.minimum(g.x_feed[sl], np.minimum(x_feed0[sl], cap))
-        full = np.stack([np.abs(plan.vel) / self.limits.velocity, np.abs(plan.acc) / self.limits.acceleration,
-                         np.abs(tau) / self.limits.force], axis=1)
-        if full.max() > 1 + 1e-3:  # the check's tolerance (0.1 %), as for the planning limits
-            k, q, j = np.unravel_index(int(np.argmax(full)), full.shape)
-            what = ("velocity", "acceleration", "force")[q]
-            raise UserError(f"{_line_of(motion, motion.segments.index(motion.segment_at(s[k])))}planned motion "
-                            f"exceeds actuator {self.mech.actuator_names[j]}'s {what} limit at the loop rate "
-                            f"({full[k, q, j]:.3f} of it) after {attempt + 1} refinements")
+        # what the refinements leave between grid points (a few per mille at most): the whole
+        # motion slowed uniformly until every sample keeps every planning limit, the feed too
+        # (velocities scale with 1 / stretch, accelerations and the forces' dynamic part with its
+        # square), so the limits hold at any margin, 0 included
+        stretch = 1.0
+        while worst > 1.0:
+            stretch *= min(worst, 1.1) * (1 + 1e-6)
+            if stretch > 4.0:
+                k, q, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+                what = ("velocity", "acceleration", "force")[q]
+                raise UserError(f"{_line_of(motion, motion.segments.index(motion.segment_at(s[k])))}planned motion "
+                                f"exceeds actuator {self.mech.actuator_names[j]}'s {what} limit at the loop rate "
+                                f"({ratio[k, q, j] * (1 - self.limits.margin):.3f} of it) however slowly it is "
+                                f"timed")
+            s, sd, plan, tau, ratio, speed, feed, over_feed = self._timed(motion, g, x, stretch)
+            worst = max(ratio.max(), over_feed.max())
         feed_bound = g.x_feed < np.inf
         feed_bound &= x >= 0.99 * g.x_feed
-        report = {"duration_s": plan.duration, "grid_points": len(g.s), "refinements": attempt,
+        report = {"duration_s": plan.duration, "grid_points": len(g.s), "refinements": attempt, "stretch": stretch,
                   "viscous_passes": passes, "grid_s": t_grid, "timing_s": t_lp, "tau": tau,
                   "worst_of_planning_limits": float(worst), "s": s, "speed": speed,
-                  "line": np.array([motion.segments[k].line or 0 for k in seg]),
+                  "line": np.array([motion.segments[k].line or 0 for k in _segment_index(motion, s)]),
                   "feed": feed,
                   "feed_bound_lines": sorted({int(motion.segments[k].line or 0) for k in g.segment[feed_bound]})}
         return plan, report
+
+    def _timed(self, motion: Motion, g: GridPath, x: np.ndarray, stretch: float):
+        """The grid profile ``x`` at the loop rate, its time stretched by ``stretch`` (>= 1),
+        smoothed and sampled, with its forces and its use of each planning limit: s, sdot,
+        the plan, tau (n, s), ratio (n, 3, s) of velocity, acceleration and force to their
+        planning limits, the tool speed, the feed cap and their ratio per sample."""
+        s, sd, sdd = smoothed(*sample_profile(g.s, x, self.rate_hz, stretch), int(round(self.smooth * self.rate_hz)))
+        plan = self.sample(motion, g, s, sd, sdd)
+        try:
+            tau = forces(self.dyn, plan.pos, plan.vel, plan.acc, self.limits)
+        except UserError as e:
+            raise UserError(f"{_line_of(motion, g.segment[0])}{e}") from None
+        vl, al, fl = self.limits.planning
+        ratio = np.stack([np.abs(plan.vel) / vl, np.abs(plan.acc) / al, np.abs(tau) / fl], axis=1)
+        speed = np.linalg.norm(motion.eval(s)[1], axis=1) * sd  # tool speed (task motions)
+        feed = np.array([motion.segments[k].feed for k in _segment_index(motion, s)])
+        return s, sd, plan, tau, ratio, speed, feed, speed / feed
 
     def sample(self, motion: Motion, g: GridPath, s, sd, sdd) -> Planned:
         """Actuator pos, vel, acc at the loop samples: an actuator-space motion exactly; a task
@@ -553,10 +571,10 @@ def profile_time(ds: np.ndarray, x: np.ndarray) -> float:
     return float(np.sum(2 * ds / den))
 
 
-def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float):
+def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float, stretch: float = 1.0):
     """s, sdot, sddot at the loop samples k / rate_hz of the grid profile (constant u between
-    grid points), time stretched by lambda >= 1 (under one period in all) so that the motion
-    ends exactly on a sample."""
+    grid points), time stretched by lambda >= ``stretch`` (by under one period more) so that the
+    motion ends exactly on a sample."""
     ds = np.diff(s_grid)
     sq = np.sqrt(np.maximum(x, 0.0))
     den = sq[:-1] + sq[1:]
@@ -565,12 +583,12 @@ def sample_profile(s_grid: np.ndarray, x: np.ndarray, rate_hz: float):
         raise UserError(f"the planned motion stops inside the path (at s = {s_grid[i]:.6g}): infeasible there")
     dt = 2 * ds / den
     tg = np.concatenate([[0.0], np.cumsum(dt)])
-    T = tg[-1]
+    T = tg[-1] * stretch
     if not T * rate_hz < MAX_SAMPLES:
         raise UserError(f"the planned motion takes {T:.6g} s, more than {MAX_SAMPLES} samples at {rate_hz:g} Hz "
                         f"(is the feed in units per minute?)")
     K = max(int(np.ceil(T * rate_hz - 1e-9)), 1)
-    lam = K / (T * rate_hz)
+    lam = K / (tg[-1] * rate_hz)
     tau = np.arange(K + 1) / rate_hz / lam
     i = np.clip(np.searchsorted(tg, tau, side="right") - 1, 0, len(ds) - 1)
     u = (x[1:] - x[:-1]) / (2 * ds)
@@ -594,7 +612,7 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
     pos, vel, acc, tau, line, speed, feed = [], [], [], [], [], [], []
     pending = 0
     feed_bound: set[int] = set()
-    grid_points = 0
+    grid_points, stretch = 0, 1.0
     events = []
 
     def hold(seconds, at, ln):
@@ -622,6 +640,7 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
             continue
         plan, rep = planner.plan_motion(it)
         grid_points += rep["grid_points"]
+        stretch = max(stretch, rep["stretch"])
         if pos:
             if np.abs(pos[-1][-1] - plan.pos[0]).max() > 1e-9:
                 raise UserError("consecutive motions do not join (the inverse kinematics changed branch?)")
@@ -646,8 +665,8 @@ def plan_items(planner: PathPlanner, items: list, description: dict) -> tuple[Pl
                   line_all.astype(np.int32), events)
     if planner.passive is not None:  # passive joints and capsules at the loop rate, before anything moves
         planner.passive.path(out.pos, rate, "trajectory refused: ", line_all)
-    report = summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound, time.perf_counter() - t0,
-                     grid_points)
+    report = {**summary(planner, out, tau_all, line_all, speed_all, feed_all, feed_bound, time.perf_counter() - t0,
+                        grid_points), "stretch": stretch}
     report["events"] = [{**e, "t_s": e["sample"] / rate} for e in events]
     return out, report
 

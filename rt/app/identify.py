@@ -96,7 +96,7 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         "held_out_rms": rms(pred_cons), "residual_sigma": est.sigma.tolist(),
         "friction": fr, "reproduces_estimate": sdp["reproduces_estimate"],
     }
-    write_model(mech, pi, out, provenance)
+    write_model(mech, pi, out, provenance, keep={mech.body_names.index(b) for b in sdp["bodies_kept_at_original"]})
     _write_machine(config, out, machine_out, fr)
     report = {
         "machine": config.path, "model": mech.description.path, "output": out, "machine_out": machine_out,

@@ -16,6 +16,7 @@ import numpy as np
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned, concatenate, quintic_profile
+from pkrt.rt.runtime.motion import motion_limits
 from pkrt.rt.runtime.trajectory import plan_moves, quintic_duration, validate
 
 COARSE = 10          # task paths are solved every COARSE loop periods, then Hermite-resampled
@@ -85,12 +86,10 @@ class Planner:
 
     def __init__(self, config: MachineConfig, settings, mech=None):
         self.config, self.settings = config, settings
-        lim = config.limits
-        s = lim.position.shape[0]
         from pkrt.rt.runtime.machine import soft_limits
 
         self.lo, self.hi = soft_limits(config, settings)
-        self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
+        self.vmax, self.amax = motion_limits(config.limits, settings.limit_margin)
         self.rate = config.rate_hz
         self._mech = mech
         self._kin = None
@@ -134,7 +133,10 @@ class Planner:
         return self._passive or None
 
     def _check(self, plan: Planned, axes) -> Planned:
-        validate(plan, self.lo - 1e-9, self.hi + 1e-9, self.vmax, self.amax, axes)  # rounding at a limit
+        """The plan within the soft limits (widened to its start: a machine standing beyond them by
+        its tracking error may come back, never go further), velocity and acceleration limits."""
+        lo, hi = np.minimum(self.lo, plan.pos[0]), np.maximum(self.hi, plan.pos[0])
+        validate(plan, lo - 1e-9, hi + 1e-9, self.vmax, self.amax, axes)  # rounding at a limit
         if self.passive is not None:
             with self._lock:
                 self.passive.path(plan.pos, plan.rate_hz, "trajectory refused: ")

@@ -11,6 +11,7 @@ import numpy as np
 
 from pkrt.rt.runtime.config import MachineConfig
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.inputs import excerpt, shorten_tokens
 from pkrt.rt.core.plan import Planned, csv_columns
 
 if TYPE_CHECKING:
@@ -209,11 +210,11 @@ def plan_path_csv(planner, path: str):
     if cols is None or cols not in ([task] if task else []) + [axes]:
         want = " or ".join(",".join(c) for c in ([task] if task else []) + [axes])
         raise UserError(f"{path}: a path CSV has the columns {want} (no t: the planner times it); got "
-                        f"{','.join(cols) if cols else 'no header'}")
+                        f"{excerpt(','.join(cols)) if cols else 'no header (or one the CSV reader refuses)'}")
     try:
         rows = np.loadtxt(path, delimiter=",", comments="#", skiprows=1, ndmin=2)
     except ValueError as e:
-        raise UserError(f"{path}: not a number: {e}") from None
+        raise UserError(f"{path}: not a number: {shorten_tokens(str(e))}") from None
     if rows.shape[1] != len(cols) or not np.all(np.isfinite(rows)):
         raise UserError(f"{path}: every row needs {len(cols)} finite numbers")
     try:

@@ -28,6 +28,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.machine import PLANNING_REFUSES
+from pkrt.rt.core.inputs import excerpt, shorten_tokens
 from pkrt.rt.runtime.motion import plan_peaks
 from pkrt.rt.runtime.states import refusal
 
@@ -74,6 +75,9 @@ class Translator:
             return {"cmd": cmd, "owner": owner}
         if cmd in ("events", "ack"):  # the journal after / up to event number seq
             return {"cmd": cmd, "seq": int(_number(req, "seq", 0, lo=0, hi=2.0**53))}
+        why = refusal(cmd, m.state)  # the state decides first (the loop checks it again when it executes)
+        if why is not None and not why.startswith("unknown"):
+            raise UserError(why)
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
         if cmd == "home":  # method, offset (actuator units; Dynamixel: offset only), speeds (units/s), timeout (s)
@@ -320,14 +324,14 @@ class Server:
                 if not line:
                     break
                 if len(line) > MAX_LINE:
-                    self._send(conn, {"ok": False, "error": f"request longer than {MAX_LINE} bytes"})
+                    self._send(conn, self._refused(line, f"request longer than {MAX_LINE} bytes"))
                     break
                 if not line.strip():
                     continue
                 try:
                     req = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                    self._send(conn, {"ok": False, "error": f"not a JSON object: {e.msg if hasattr(e, 'msg') else e}"})
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as e:
+                    self._send(conn, self._refused(line, f"not a JSON object: {e.msg if hasattr(e, 'msg') else e}"))
                     continue
                 if not authed:
                     tok = req.get("token") if isinstance(req, dict) else None
@@ -358,9 +362,9 @@ class Server:
         try:
             cmd = self.tr.command(req, owner)
         except UserError as e:
-            out = {"ok": False, "error": str(e)}
+            out = self._refused(req, str(e))
         except Exception as e:  # noqa: BLE001 - a plan that fails in the model: one line, the loop is untouched
-            out = {"ok": False, "error": f"{req.get('cmd')}: cannot be planned: {type(e).__name__}: {e}"}
+            out = self._refused(req, f"{req.get('cmd')}: cannot be planned: {type(e).__name__}: {e}")
         else:
             if cmd["cmd"] == "check":  # a question: the loop is not asked
                 out = {**cmd["reply"], "state": self.m.state.value}
@@ -376,6 +380,19 @@ class Server:
         if rid is not None:
             out["id"] = rid
         return out
+
+    def _refused(self, req, error: str) -> dict:
+        """The reply to a request refused here, before the loop (malformed, bad arguments, not
+        planned): one line with the machine's state, and a ``command`` event in the run log as
+        the loop writes for the commands it executes (status and keep-alives aside)."""
+        error = shorten_tokens(" ".join(error.split()))
+        if not (isinstance(req, dict) and req.get("cmd") in ("status", "alive")):
+            try:
+                text = json.dumps(req) if isinstance(req, dict) else excerpt(req, 200)
+            except (TypeError, ValueError):
+                text = excerpt(req, 200)
+            self.m.event("command", f"{text if len(text) <= 300 else text[:297] + '...'} -> refused: {error}")
+        return {"ok": False, "error": error, "state": self.m.state.value}
 
     def _plan(self, cmd: dict, theta0: list, job: int) -> None:
         """Hand an accepted program to the planning worker; its plan (or the reason it has

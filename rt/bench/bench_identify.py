@@ -255,10 +255,7 @@ def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: 
             t0 = time.perf_counter()
             code, _ = _cli(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
             out[f"{name}_build_s"] = time.perf_counter() - t0
-            doc["machine"]["model"], doc["machine"]["tree"] = str(model), str(tree)
-            doc["controller"]["viscous"], doc["controller"]["coulomb"] = visc, coul
-            if exact_ctl:
-                doc["controller"]["model"] = "exact"
+            on_model(doc, model, tree, visc, coul, exact_ctl)
         path = folder / f"track-{name}.toml"
         path.write_text(dump_toml(doc))
         code, r = _cli(["run", "--machine", str(path), "--no-log", "--no-rt"])
@@ -269,6 +266,16 @@ def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: 
         i = out[name]["rms_error_m"]
         out[f"{name}_over_truth"] = i / t if t and i else None
     return out
+
+
+def on_model(doc: dict, model, tree, viscous, coulomb, exact: bool) -> dict:
+    """A machine configuration (TOML document) put on another model: its file and tree, the
+    friction fed forward, and the model computed in the loop when ``exact``."""
+    doc["machine"]["model"], doc["machine"]["tree"] = str(model), str(tree)
+    doc["controller"]["viscous"], doc["controller"]["coulomb"] = viscous, coulomb
+    if exact:
+        doc["controller"]["model"] = "exact"
+    return doc
 
 
 def run_identify_bench() -> dict:

@@ -23,6 +23,7 @@ import traceback
 import numpy as np
 
 from pkrt.rt.core.errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
+from pkrt.rt.core.inputs import excerpt, numeric_error, numeric_warnings_raised, shorten_tokens
 from pkrt.rt.core.plain import to_jsonable
 
 # verb -> (module, one-line help). Two-word verbs are written "model check"; their first word is a
@@ -83,22 +84,22 @@ def vector(text: str) -> np.ndarray:
     try:
         v = np.array([float(x) for x in text.split(",") if x.strip() != ""], dtype=float)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {excerpt(text)}") from None
     if v.size == 0:
         raise argparse.ArgumentTypeError("expected at least one number")
     return v
 
 
-def whole_number(lowest: int):
-    """argparse type: an integer >= ``lowest``."""
+def whole_number(lowest: int, highest: int = 10 ** 6):
+    """argparse type: an integer in [``lowest``, ``highest``]."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got '{text}'") from None
-        if v < lowest:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}, got {v}")
+        except ValueError:  # not an integer, or of more digits than Python converts
+            v = None
+        if v is None or not lowest <= v <= highest:
+            raise argparse.ArgumentTypeError(f"expected a whole number in [{lowest}, {highest}], got {excerpt(text)}")
         return v
     return parse
 
@@ -108,9 +109,9 @@ def positive_number(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {excerpt(text)}") from None
     if not (np.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {excerpt(text)}")
     return v
 
 
@@ -170,8 +171,9 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
 
 
 def one_line(error: BaseException) -> str:
-    """An error's message on one line (a message of several lines is joined with '; ')."""
-    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    """An error's message on one line (a message of several lines is joined with '; '), every
+    overlong word in it cut to an excerpt (no message echoes a whole input)."""
+    return shorten_tokens("; ".join(line.strip() for line in str(error).splitlines() if line.strip()))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -235,9 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     try:
-        args = parse(argv)
-        args.debug = debug
-        return int(args.run(args) or 0)
+        with numeric_warnings_raised():
+            args = parse(argv)
+            args.debug = debug
+            return int(args.run(args) or 0)
+    except RuntimeWarning as e:  # a computation on the user's values overflowed: never printed as a warning
+        return _failed(numeric_error(e), debug)
     except Stopped as e:  # a KeyboardInterrupt: before the handler below
         return _failed(e, debug)
     except KeyboardInterrupt:

@@ -63,9 +63,12 @@ def _text(r: dict) -> str:
              "  #   estimate      rsd %   model        base parameter"]
     for i, b in enumerate(r["base"]):
         lines.append(f"  {i + 1:<3d} {b['value']:<12.6g} {b['rsd_percent']:<7.2f} {b['model']:<12.6g} {b['name']}")
-    if r["not_identifiable"]:
-        lines.append(f"  not identifiable (no effect on the forces): {len(r['not_identifiable'])} parameters, kept at "
-                     f"the original values")
+    kept = r["consistent"].get("kept_at_original", {})
+    if kept:
+        bodies = r["consistent"]["bodies_kept_at_original"]
+        parts = [f"{b} ({'all' if b in bodies else ', '.join(ps)})" for b, ps in kept.items()]
+        lines.append(f"  not identifiable (no effect on the forces), kept at the original values: "
+                     f"{sum(len(ps) for ps in kept.values())} parameters of {len(kept)} bodies: {'; '.join(parts)}")
     h = r["held_out_rms"]
     fmt = lambda v: ", ".join("-" if x is None else f"{x:.4g}" for x in v)  # noqa: E731
     lines.append(f"  held-out force residual RMS per axis: identified {fmt(h['consistent'])}; "
@@ -90,7 +93,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--f0", type=positive_number,
                    help="base frequency in Hz (period 1/f0; default: where the full position range also "
                         "reaches the velocity or acceleration limit)")
-    p.add_argument("--harmonics", type=whole_number(2), default=6, help="harmonics per actuator (default %(default)s)")
+    p.add_argument("--harmonics", type=whole_number(2, 100), default=6, help="harmonics per actuator (default %(default)s)")
     p.add_argument("--duration", type=positive_number, default=30.0,
                    help="seconds in the CSV, rounded up to whole periods (default %(default)s)")
     p.add_argument("--periods", type=whole_number(1), help="periods in the CSV (instead of --duration)")
@@ -99,7 +102,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.05, help="position margin, fraction of each range (default %(default)s)")
     p.add_argument("--singular-margin", type=positive_number, default=3.0,
                    help="singularity measure at least this times the model's threshold (default %(default)s)")
-    p.add_argument("--seed", type=whole_number(0), default=0, help="random start (default %(default)s)")
+    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, help="random start (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

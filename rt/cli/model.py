@@ -8,6 +8,7 @@ import numpy as np
 
 from pkrt.rt.cli import emit, vector
 from pkrt.rt.core.errors import CheckFailed, UserError
+from pkrt.rt.core.inputs import finite_result, quiet
 
 
 def add_arguments_model_check(p: argparse.ArgumentParser) -> None:
@@ -134,12 +135,15 @@ def run_model_eval(args) -> int:
     if args.theta_dot is not None:
         td = _check(args.theta_dot, s, "--theta-dot")
         r["theta_dot"] = td
-        r["h"] = D @ quadratic_velocities(td)
+        with quiet():
+            r["h"] = finite_result(D @ quadratic_velocities(td), "--theta-dot", td.tolist())
     if args.theta_ddot is not None:
         tdd = _check(args.theta_ddot, s, "--theta-ddot")
         td = r.get("theta_dot", np.zeros(s))
         r["theta_ddot"] = tdd
-        r["tau"] = H @ tdd + D @ quadratic_velocities(td) - p_ext
+        with quiet():
+            r["tau"] = finite_result(H @ tdd + D @ quadratic_velocities(td) - p_ext, "--theta-dot, --theta-ddot",
+                                     [td.tolist(), tdd.tolist()])
     emit(r, args.json)
     return 0
 

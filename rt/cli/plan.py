@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                         "(start, height, width, direction) instead of FILE")
     p.add_argument("--blend", type=positive_number, default=0.01,
                    help="--adept: corner blending tolerance in m (default: %(default)s)")
-    p.add_argument("--cycles", type=whole_number(1), default=1, help="--adept: cycles (default: 1)")
+    p.add_argument("--cycles", type=whole_number(1, 10000), default=1, help="--adept: cycles (default: 1)")
     p.add_argument("--margin", type=float, default=0.1,
                    help="fraction of the velocity, acceleration and force limits kept for the controller "
                         "(default: %(default)s)")
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                               "model (default: the configuration's)")
     p.add_argument("--origin", type=vector, help="G-code: program origin x,y,z in m (default: the tool at the "
                                                  "reference assembly)")
-    p.add_argument("--grid", type=whole_number(10), default=200, help="grid points per motion (default: 200)")
+    p.add_argument("--grid", type=whole_number(10, 100000), default=200, help="grid points per motion (default: 200)")
     p.add_argument("--smooth", type=float, default=0.002,
                    help="jerk smoothing window in s (0: none, the bang-bang time-optimal profile; default: %(default)s)")
     p.add_argument("--plot", help="plot PNG: path speed against its limits, forces against theirs")

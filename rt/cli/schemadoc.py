@@ -38,6 +38,13 @@ field, exit 2:
 pkrt: error: m.toml: [controller], field 'viscous': expected a number >= 0 (or a list of 3), got 'abc'
 ```
 
+Every number (of a configuration and of a machine description) is at most 1e12 in magnitude:
+far above any quantity of a machine in SI units, and far enough below the float range that the
+computations on it cannot overflow. A value is shown in a message as an excerpt of at most 80
+characters (a 59 kB string or a 500-digit integer is cut, its size said). The file is read as
+TOML in one place (`pkrt.rt.core.inputs.read_toml`): a file that is not UTF-8, not TOML, holds
+an integer of more than 4300 digits or nests too deep is one line too.
+
 Per-axis fields take one number for every axis or a list of s (the number of actuators).
 Default "derived": computed from other fields when missing; "optional": may be left out.
 """

@@ -45,7 +45,7 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
                         "and for splines the torque) is below REL (default 0.005)")
     p.add_argument("--max-leaves", type=whole_number(1), default=4096, metavar="N",
                    help="adaptive boxes: leaf budget (default 4096)")
-    p.add_argument("--max-bytes", type=whole_number(1), default=None, metavar="N",
+    p.add_argument("--max-bytes", type=whole_number(1, 2 ** 40), default=None, metavar="N",
                    help="adaptive: bound on the coefficient arrays' bytes (default 16 MiB)")
     p.add_argument("--sing-threshold", type=float, default=None, metavar="X",
                    help="out of domain below this singularity measure (default: the model's)")
@@ -56,8 +56,8 @@ def add_arguments_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
                    help="build over this box inside the actuator ranges: lo,hi for every actuator or "
                         "lo1,hi1,lo2,hi2,... (e.g. a plant tree for the region a demo uses)")
-    p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="verification seed")
-    p.add_argument("--verify-samples", type=whole_number(0), default=1000, metavar="N",
+    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, metavar="K", help="verification seed")
+    p.add_argument("--verify-samples", type=whole_number(0, 10 ** 12), default=1000, metavar="N",
                    help="random states for the verification stored in the file (default 1000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -166,13 +166,13 @@ def add_arguments_tree_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("tree", metavar="TREE", help="tree file")
     p.add_argument("--model", metavar="MODEL", default=None,
                    help="model file or built-in name (default: the model named in the tree)")
-    p.add_argument("--samples", type=whole_number(1), default=2000, metavar="N",
+    p.add_argument("--samples", type=whole_number(1, 10 ** 12), default=2000, metavar="N",
                    help="random states (default 2000)")
     p.add_argument("--stress", type=whole_number(0), default=STRESS_SAMPLES, metavar="N",
                    help=f"states on the region's faces, edges and corners (default {STRESS_SAMPLES})")
     p.add_argument("--diagonal-samples", type=whole_number(0), default=DIAGONAL_SAMPLES, metavar="N",
                    help=f"states on the region's diagonal (default {DIAGONAL_SAMPLES})")
-    p.add_argument("--seed", type=whole_number(0), default=0, metavar="K", help="random seed")
+    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, metavar="K", help="random seed")
     p.add_argument("--region", type=vector, default=None, metavar="LO,HI[,...]",
                    help="sample theta in this box: lo,hi for every axis or lo1,hi1,lo2,hi2,...")
     p.add_argument("--diagonal", action="store_true",

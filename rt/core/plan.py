@@ -14,6 +14,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import CSV, expect
+from pkrt.rt.core.inputs import excerpt, shorten_tokens
 
 MAX_SAMPLES = 10_000_000  # a plan longer than this (2.8 h at 1 kHz) is a unit mistake, not a run
 
@@ -161,7 +162,7 @@ def csv_columns(path: str) -> list[str] | None:
             for r in csv.reader(f):
                 if r and not r[0].lstrip().startswith("#"):
                     return [h.strip().split(" ")[0] for h in r]
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, csv.Error):
         return None
     return None
 
@@ -186,10 +187,13 @@ def read_csv_table(path: str, allowed: list[list[str]]):
                     raise UserError(f"{path}: row {len(t) + 2} has {len(r)} columns, expected {len(head)}")
                 try:
                     row = [float(x) for x in r]
-                except ValueError as e:
-                    raise UserError(f"{path}: not a number: {e}") from None
+                except ValueError:
+                    bad = next(x for x in r if not _is_float(x))
+                    raise UserError(f"{path}: row {len(t) + 2}: expected a number, got {excerpt(bad)}") from None
                 t.append(row[0])
                 vals.extend(row[1:])
+    except csv.Error as e:  # a field beyond the csv module's limit (128 kB), a NUL byte, ...
+        raise UserError(f"{path}: not a CSV file the reader accepts: {shorten_tokens(str(e))}") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read trajectory: {e.strerror}") from None
     except UnicodeDecodeError:
@@ -206,13 +210,21 @@ def read_csv_table(path: str, allowed: list[list[str]]):
     return head, t, vals
 
 
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _csv_header(path: str, r: list[str], allowed: list[list[str]]) -> list[str]:
     head = [h.strip().split(" ")[0] for h in r]
     if head[0] != "t":
-        raise UserError(f"{path}: the first column must be 't' (seconds), got '{head[0]}'")
+        raise UserError(f"{path}: the first column must be 't' (seconds), got {excerpt(head[0])}")
     if head[1:] not in allowed and head[1:] not in [state_columns(a) for a in allowed]:
         raise UserError(f"{path}: columns must be {' or '.join('t,' + ','.join(a) for a in allowed)} (optionally "
-                        f"followed by <name>_vel and <name>_acc columns); got {','.join(head)}")
+                        f"followed by <name>_vel and <name>_acc columns); got {excerpt(','.join(head))}")
     return head
 
 
@@ -230,8 +242,10 @@ def read_csv_samples(path: str, rate_hz: float, allowed: list[list[str]]):
     return (head, *resample(t, vals, rate_hz, str(path)))
 
 
-def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0) -> Planned:
-    """Quintic point-to-point moves through ``points`` (k, s) with given durations (s)."""
+def plan_moves(points: np.ndarray, durations, rate_hz: float, dwell: float = 0.0, what: str = "moves") -> Planned:
+    """Quintic point-to-point moves through ``points`` (k, s) with given durations (s), refused
+    (``what`` named) beyond ``MAX_SAMPLES``."""
+    _check_length(int(sum(max(round(T * rate_hz), 1) + round(dwell * rate_hz) for T in durations)), rate_hz, what)
     pos, vel, acc = [points[:1]], [np.zeros((1, points.shape[1]))], [np.zeros((1, points.shape[1]))]
     for a, b, T in zip(points[:-1], points[1:], durations):
         n = max(int(round(T * rate_hz)), 1)

@@ -22,12 +22,19 @@ from typing import Any, Callable
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
+from pkrt.rt.core.inputs import excerpt
 
 
 def field_message(path, where: str, name: str | None, what: str) -> str:
     """The one-line form of every configuration error: ``{file}: {where}, field '{name}': {what}``
     (``where``: the table, e.g. ``[controller]``); machine descriptions use it too."""
-    return f"{path}: {where}" + (f", field '{name}'" if name else "") + f": {what}"
+    return f"{path}: {where}" + (f", field '{key_text(name)}'" if name else "") + f": {what}"
+
+
+def key_text(key: str) -> str:
+    """A key of the user's file (a table or field name) as a message shows it: at most 40
+    characters."""
+    return key if len(key) <= 40 else excerpt(key, 40).strip("'\"")
 
 
 class ConfigError(UserError):
@@ -41,7 +48,7 @@ class ConfigError(UserError):
 
     @classmethod
     def at(cls, path, table: str, name: str | None, what: str) -> "ConfigError":
-        return cls(field_message(path, f"[{table}]", name, what), str(path), table, name)
+        return cls(field_message(path, f"[{key_text(table)}]", name, what), str(path), table, name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,17 +120,28 @@ def _real(v) -> bool:
 
 
 INT64 = 2 ** 63  # integers of a configuration must fit a signed 64-bit integer
-_FLOAT_MAX_INT = int(np.finfo(float).max)
+LARGEST = 1e12  # magnitude of any number of a configuration or description (SI units)
 
 
 def finite_real(v) -> bool:
-    """``v`` is a TOML number (not a bool) that a float holds finitely: no inf or nan, no
-    integer beyond the float range (TOML integers are unbounded)."""
+    """``v`` is a TOML number (not a bool) of magnitude at most ``LARGEST``: no inf or nan, no
+    integer beyond it (TOML integers are unbounded). Every quantity of a machine is far
+    below (the largest default, a plant's force limit, is 1e9 N), and the computations on
+    such numbers (squares, products of a few) stay far from the float range: a value of
+    1e300 is refused here rather than overflowing later (a numpy warning, a NaN)."""
     if not _real(v):
         return False
     if isinstance(v, int):
-        return abs(v) <= _FLOAT_MAX_INT
-    return math.isfinite(v)
+        return abs(v) <= LARGEST
+    return math.isfinite(v) and abs(v) <= LARGEST
+
+
+def too_large(v) -> str:
+    """The error message's hint when ``v`` (or an item of the list ``v``) is a finite number
+    beyond ``LARGEST``: " (magnitude beyond 1e+12)"; else an empty string."""
+    items = v if isinstance(v, list) else [v]
+    big = any(_real(x) and (isinstance(x, int) or math.isfinite(x)) and abs(x) > LARGEST for x in items)
+    return f" (magnitude beyond {LARGEST:g})" if big else ""
 
 
 def unknown_key(table: dict, known) -> str | None:
@@ -164,7 +182,7 @@ def _check_number(v, meta: dict, s: int):
 
 
 def _check_integer(v, meta: dict, s: int):
-    if not finite_real(v) or not (isinstance(v, int) and -INT64 <= v < INT64) or not _in_bounds(v, meta):
+    if not (_int_id(v) and -INT64 <= v < INT64) or not _in_bounds(v, meta):
         return None
     return int(v)
 
@@ -180,7 +198,7 @@ def _check_string(v, meta: dict, s: int):
 
 
 def _check_channel(v, meta: dict, s: int):
-    return v if (isinstance(v, str) and v) or (_int_id(v) and v >= 0) else None
+    return v if (isinstance(v, str) and v) or (_int_id(v) and 0 <= v < INT64) else None
 
 
 def _check_axes(v, meta: dict, s: int):
@@ -193,8 +211,8 @@ def _check_axes(v, meta: dict, s: int):
 
 
 def _check_ids(v, meta: dict, s: int):
-    if (not isinstance(v, list) or len(v) != s or len(set(v)) != s
-            or not all(_int_id(x) and _in_bounds(x, meta) for x in v)):
+    if (not isinstance(v, list) or len(v) != s or not all(_int_id(x) and _in_bounds(x, meta) for x in v)
+            or len(set(v)) != s):  # integers first: a nested list is not hashable
         return None
     return tuple(v)
 
@@ -256,7 +274,7 @@ def validate(cls, table: Any, ctx: Context):
     if table is None:
         table = {}
     if not isinstance(table, dict):
-        raise ctx.error(None, f"expected a table, got {table!r}")
+        raise ctx.error(None, f"expected a table, got {excerpt(table)}")
     known = {f.name for f in fields(cls)}
     key = unknown_key(table, known)
     if key is not None:
@@ -276,7 +294,7 @@ def validate(cls, table: Any, ctx: Context):
         v = table[f.name]
         typed = _check_value(v, meta, ctx)
         if typed is None:
-            raise ctx.error(f.name, f"expected {describe_constraint(meta, ctx.s)}, got {v!r}")
+            raise ctx.error(f.name, f"expected {describe_constraint(meta, ctx.s)}, got {excerpt(v)}{too_large(v)}")
         values[f.name] = typed
     inst = cls(**values)
     check = getattr(inst, "check", None)

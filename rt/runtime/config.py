@@ -9,7 +9,6 @@ Units: SI at the actuators (m or rad, N or N m), Hz, s.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 from pathlib import Path
@@ -20,6 +19,7 @@ from pkrt.drivers import BACKENDS, drive_tables
 from pkrt.rt.core import schema
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import MACHINE, expect
+from pkrt.rt.core.inputs import excerpt, read_toml
 from pkrt.rt.core.schema import ConfigError, ControllerConfig, Limits, RealtimeConfig  # noqa: F401 (re-exported)
 
 MACHINES_DIR = Path(__file__).resolve().parents[2] / "models" / "machines"
@@ -120,10 +120,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     the model."""
     path = resolve_machine_path(name_or_path)
     expect(path, MACHINE)  # another kind of file: say what it is
-    try:
-        doc = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a valid TOML file: {e}") from None
+    doc = read_toml(path)
     if not isinstance(doc.get("machine"), dict):
         raise UserError(f"{path}: [machine] table missing")
     drives_doc = doc.get("drives")
@@ -131,7 +128,7 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
         raise ConfigError.at(str(path), "drives", None, "table missing")
     backend = drives_doc.get("backend")
     if not isinstance(backend, str) or backend not in BACKENDS:
-        what = "missing" if backend is None else f"unknown backend {backend!r}"
+        what = "missing" if backend is None else f"unknown backend {excerpt(backend)}"
         raise ConfigError.at(str(path), "drives", "backend", f"{what} (known: {', '.join(BACKENDS)})")
     tables = dict(tables_of(backend))
     for name in doc:

@@ -54,6 +54,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.filekind import LOG, expect
+from pkrt.rt.core.inputs import excerpt
 from pkrt.rt.core.versions import software_versions
 
 FORMAT = "pkrt-log"
@@ -482,6 +483,9 @@ def _check_header(rec, path: str) -> tuple[str, dict]:
         raise LogFileError(f"{path}: damaged pkrt log header")
     if len({c[0] for c in ch}) != len(ch) or sum(c[1] for c in ch) > _MAX_WIDTH:
         raise LogFileError(f"{path}: damaged pkrt log header (duplicate channel names or an impossible width)")
+    rate = body["run"].get("rate_hz")  # every reader divides or multiplies by it
+    if rate is not None and not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 1e-3 <= rate <= 1e6):
+        raise LogFileError(f"{path}: damaged pkrt log header: rate_hz: expected a number in [1e-3, 1e6], got {excerpt(rate)}")
     return run_id, body
 
 

@@ -232,7 +232,7 @@ def loop_cycles(log: Log) -> np.ndarray:
     row's index when the log has no usable time or rate."""
     rate, t = log.header.get("rate_hz"), log.get("t")
     if (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
-            and t is not None and np.all(np.isfinite(t))):
+            and t is not None and np.all(np.isfinite(t)) and (not len(t) or np.abs(t).max() * rate < 2.0 ** 62)):
         return np.rint(t * rate).astype(np.int64)
     return np.asarray(log.cycles, dtype=np.int64)
 

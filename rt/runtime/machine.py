@@ -28,7 +28,7 @@ from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
-from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
+from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source, motion_limits
 from pkrt.rt.runtime.programevents import Outputs
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
@@ -53,6 +53,7 @@ class ServeSettings:
     deadman_s: float = 0.5        # a continuous jog without a keep-alive for this long is released
     stream_timeout_s: float = 0.2  # a live-target stream without a target for this long stops
     soft_margin: float = 0.01     # soft limits: the actuator ranges shrunk by this fraction at each end
+    limit_margin: float = 0.02    # references within the velocity and acceleration limits less this fraction
 
 
 def soft_limits(config: MachineConfig, settings: ServeSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +107,7 @@ class Machine:
         self.sup = Supervisor(config.limits, self.axes, self.units)
         lim = config.limits
         self.lo, self.hi = soft_limits(config, self.settings)
-        self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
+        self.vmax, self.amax = motion_limits(lim, self.settings.limit_margin)
         self.period = 1.0 / config.rate_hz
         self.start_pos = np.asarray(start, float).copy()
         self.state = State.DISABLED
@@ -398,7 +399,7 @@ class Machine:
         else:
             if self.state is State.MOVING:
                 return {"ok": False, "error": "jog refused: a planned jog is running (release it first)"}
-            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, self.lo, self.hi,
+            self.source = JointJog(src.pos.copy(), v, vmax, self.settings.jog_accel * self.amax, *self._limits_at(src.pos),
                                    self.guard, self.period)
             self.set_state(State.MOVING, "jog")
         self.owner, self.last_alive = owner, time.monotonic()
@@ -444,10 +445,15 @@ class Machine:
             return {"ok": True}
         frac = self.settings.jog_speed if self.homed else self.settings.unhomed_speed
         self.source = LiveTarget(src.pos.copy(), target, self.t, frac * self.vmax, self.settings.jog_accel * self.amax,
-                                 self.lo, self.hi, self.period, self.settings.stream_timeout_s, self.guard)
+                                 *self._limits_at(src.pos), self.period, self.settings.stream_timeout_s, self.guard)
         self.owner = cmd.get("owner")
         self.set_state(State.MOVING, "stream")
         return {"ok": True}
+
+    def _limits_at(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The soft limits widened to ``pos``, where a motion starts: a machine enabled or
+        stopped beyond them (by its tracking error) holds there, and may come back, never go further."""
+        return np.minimum(self.lo, pos), np.maximum(self.hi, pos)
 
     # -- the cycle (loop thread) -------------------------------------------------------------------
     def _drain(self) -> None:
@@ -606,6 +612,7 @@ class Machine:
                 if self.lockstep and self.idle() and self._q.empty():
                     try:
                         p = self._q.get(timeout=0.001)
+                        self.k, self.t = k, k * self.period  # it takes effect in cycle k: its events say so
                         self._execute(p)
                     except queue.Empty:
                         pass

@@ -73,6 +73,15 @@ def guarded(src) -> None:
         src.stop()
 
 
+def motion_limits(limits, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """The velocity and acceleration every reference of a served machine keeps within: the
+    configuration's ``[limits]`` less ``margin`` of them (the machine tracks its reference
+    with an error, and the supervisor faults on the measured velocity: a move at the full
+    limit tripped it at 1.0002 of it)."""
+    s = limits.position.shape[0]
+    return (1 - margin) * limits.velocity * np.ones(s), (1 - margin) * limits.acceleration * np.ones(s)
+
+
 def braking_speed(d: np.ndarray, a: np.ndarray, dt: float) -> np.ndarray:
     """Largest speed from which braking at ``a`` in steps of dt (trapezoidal position update)
     stops within distance d >= 0: v^2 / (2 a) + v dt / 2 + v dt <= d (the last term: the cycle

@@ -44,14 +44,15 @@ ALLOWED: dict[str, frozenset[State]] = {
     "reset": frozenset({S.ERROR_STOP}),
 }
 
+# each names the state as ``status`` reports it
 WHY_NOT: dict[State, str] = {
     S.DISABLED: "the machine is disabled (enable it first)",
     S.STANDSTILL: "the machine is at standstill",
     S.HOMING: "the machine is homing (stop it or wait)",
     S.MOVING: "the machine is moving (stop it first)",
-    S.HOLDING: "the machine is in feed hold (resume or stop first)",
+    S.HOLDING: "the machine is holding, in feed hold (resume or stop first)",
     S.STOPPING: "the machine is stopping",
-    S.ERROR_STOP: "the machine is in error stop (reset first)",
+    S.ERROR_STOP: "the machine is in error stop, error_stop (reset first)",
 }
 
 
