@@ -42,7 +42,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "reports": ("kinematics.report", "trees.summary"),
     "splinebuild": ("trees.splines",),
     "taskspace": ("kinematics.taskspace",),
-    "topp": ("planning.topp",),
+    "topp": ("planning.topp", "planning.items"),
     "topp_plot": ("planning.topp_plot",),
     "treeaccuracy": ("trees.accuracy",),
     "treebuild": ("trees.build", "trees.settings", "trees.samples", "trees.boxes"),

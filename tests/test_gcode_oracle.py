@@ -199,7 +199,7 @@ DEVIATION = ["orthoglide-cam", "freecad_profile", "arcs_planes", "fusion_pocket"
 
 @pytest.mark.parametrize("name", DEVIATION)
 def test_planned_tool_path_within_10_um_of_the_canonical_path(name, orthoglide):
-    from pkrt.models.planning.topp import plan_items
+    from pkrt.models.planning.items import plan_items
 
     planner, origin = orthoglide
     text = next(p for p in CORPUS if p.stem == name).read_text()

@@ -29,7 +29,7 @@ example database. The figures (examples, steps, states and transitions visited) 
 from __future__ import annotations
 
 import json
-import socket
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,6 +47,21 @@ from pkrt.rt.runtime.machine import ServeSettings, soft_limits
 
 EXAMPLES, STEPS = 40, 40
 TIMEOUT = 20.0  # s: a reply later than this is a hung socket
+MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
+PROTECTION_LINE = re.compile(r"^(radius|segment|cone|cone_axis) = .*\n", re.MULTILINE)
+
+
+def delta_without_passive_limits(d: Path) -> str:
+    """The simulated Delta with its description's passive-joint cones and capsules left out
+    (the tests of soft and velocity limits go where the rods' ball joints would stop them
+    first); the same dynamics, so the shipped trees fit it."""
+    (d / "delta.toml").write_text(PROTECTION_LINE.sub("", (MACHINES / "delta.toml").read_text()))
+    cfg = (MACHINES / "delta-sim.toml").read_text()
+    cfg = cfg.replace('model = "delta"', f'model = "{d / "delta.toml"}"', 1)
+    for tree in ("delta.pkt", "delta-plant.pkt"):
+        cfg = cfg.replace(f'"{tree}"', f'"{MACHINES / tree}"', 1)
+    (d / "delta-sim.toml").write_text(cfg)
+    return str(d / "delta-sim.toml")
 
 # docs/operation.md, "States": state -> the commands it allows (status, alive, release, estop:
 # every state), and where an accepted command leads at once (its reply's state)
@@ -373,8 +388,8 @@ def test_motion_from_beyond_the_soft_limits_comes_back_without_a_fault(tmp_path)
     reference, and so does the enable after it. A stream, a jog and a move from there go back
     inside, never further out, with no fault (the stream faulted at its first sample, the move
     was refused: found by the stateful test)."""
-    srv = Served("delta", socket_path=str(tmp_path / "m.sock"), lockstep=True, log_path=str(tmp_path / "m.pktlog"),
-                 plan_process=False)
+    srv = Served(delta_without_passive_limits(tmp_path), socket_path=str(tmp_path / "m.sock"), lockstep=True,
+                 log_path=str(tmp_path / "m.pktlog"), plan_process=False)
     lo, hi = soft_limits(srv.config, srv.settings)
     armed = []
 
@@ -429,8 +444,8 @@ def test_a_move_at_full_speed_does_not_trip_the_velocity_limit(tmp_path):
     """``move --speed 1`` (the whole limits) over most of a range: its reference peaked at the
     velocity limit and the machine's tracking took it 0.02 % over: a velocity-limit fault
     (found by the stateful test). References keep 2 % below the limits (``limit_margin``)."""
-    srv = Served("delta", socket_path=str(tmp_path / "m.sock"), lockstep=True, log_path=str(tmp_path / "m.pktlog"),
-                 plan_process=False)
+    srv = Served(delta_without_passive_limits(tmp_path), socket_path=str(tmp_path / "m.sock"), lockstep=True,
+                 log_path=str(tmp_path / "m.pktlog"), plan_process=False)
     srv.start()
     try:
         with MachineClient(srv.socket_path, timeout=TIMEOUT) as c:

@@ -48,6 +48,7 @@ from .regressor import ACTUATOR_PARAMS, body_from_parameters
 
 PRIOR_RSD = 1.0  # prior standard deviation of a standard parameter, relative to its scale
 INERTIA_MARGIN = 1000 * INERTIA_RTOL  # written inertias this far inside the physical set (``inside``)
+INSIDE = 10 * INERTIA_MARGIN  # the consistent parameters' second moments, relative to the body's m L^2
 
 
 class NotExcited(UserError):
@@ -211,7 +212,10 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
             k = cp.Variable(nonneg=True)
             cons.append(q == k * pi0[10 * b:10 * b + 10])
         else:
-            cons += [q[0] >= 1e-6 * scale[10 * b], _pseudo_inertia(q) >> 0]
+            # strictly inside the physical set (principal second moments >= INSIDE of the body's
+            # m L^2), so that ``inside`` leaves the result as it is and the kept values stay exact
+            inner = np.diag([INSIDE * scale[10 * b + 4]] * 3 + [0.0])
+            cons += [q[0] >= 1e-6 * scale[10 * b], _pseudo_inertia(q) >> inner]
             own = kept.get(name, [])
             if own:  # no effect on the forces: the original values, not wherever the solver leaves them
                 cons.append(x[own] == pi0[own])

@@ -13,7 +13,8 @@ singularities (the singularity measure above ``singular_margin`` times the model
 Limits enter the optimisation as penalties on a coarse grid; the result is then checked on a
 dense resample (``check_rate`` Hz over one period: positions, velocities and accelerations in
 closed form, forces from the machine's tree, the singularity measure from the exact model at
-200 Hz) and shrunk in amplitude until every limit holds there.
+200 Hz, the passive joints' limits and the bodies' clearances where the description has them,
+as ``pkrt run`` checks a trajectory) and shrunk in amplitude until every limit holds there.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pkrt.rt.core.errors import UserError
 
 from .baseparams import BaseParameters
 from ..kinematics.mechanism import AssemblyError, Mechanism
+from ..kinematics.passive import PathCheck, compile_passive
 from ..reduction.exact import ExactModel
 from .regressor import Regressor
 
@@ -129,6 +131,8 @@ def _plan(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, 
     t_opt = np.arange(samples) * T / samples
     reg = Regressor(mech)
     exact = ExactModel(mech)
+    protection = compile_passive(mech)  # passive joints' limits and capsules, where the model has them
+    passive = PathCheck(mech, protection) if protection is not None else None
     thresh = singular_margin * mech.description.singular_threshold
     # the amplitude scale of the free coefficients: positions reach about half the range
     x_scale = half.repeat(2 * (K - 1)) * 2 * math.pi * f0
@@ -177,7 +181,7 @@ def _plan(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, 
     shrink = 1.0
     for _ in range(30):
         th, td, tdd = fo.sample(t_chk)
-        report = _check(mech, exact, fo, th, td, tdd, limits, plo, phi, pi0, thresh, check_rate, tree)
+        report = _check(mech, exact, fo, th, td, tdd, limits, plo, phi, pi0, thresh, check_rate, tree, passive)
         if report["ok"]:
             break
         fo = Fourier(f0, fo.a * 0.9, fo.b * 0.9, fo.c)
@@ -197,11 +201,13 @@ def _plan(mech: Mechanism, bp: BaseParameters, limits: Limits, pi0: np.ndarray, 
     return fo, report
 
 
-def _check(mech, exact, fo, th, td, tdd, limits, plo, phi, pi0, thresh, rate, tree, sing_rate=200.0) -> dict:
+def _check(mech, exact, fo, th, td, tdd, limits, plo, phi, pi0, thresh, rate, tree, passive=None,
+           sing_rate=200.0) -> dict:
     """Every limit at every dense sample: positions, velocities, accelerations in closed form;
     forces (H thetadd + D [td td] - p_ext from the machine's tree, which also marks where it is
     out of its domain, plus the friction of pi0); the singularity measure from the exact model
-    at ``sing_rate`` Hz."""
+    at ``sing_rate`` Hz; the passive joints' limits and the capsules' clearances (``passive``, a
+    ``PathCheck``) as ``pkrt run`` checks a trajectory."""
     from pkrt.rt.core.tree import OUT_OF_DOMAIN, eval_tau
 
     s = mech.n_act
@@ -222,6 +228,10 @@ def _check(mech, exact, fo, th, td, tdd, limits, plo, phi, pi0, thresh, rate, tr
     except (AssemblyError, UserError) as e:
         return {"ok": False, "why": str(e)}
     sing = np.array(sing)
+    if passive is not None and (v := passive.first_violation(th)) is not None:
+        k, item, margin = v
+        return {"ok": False, "why": f"at t = {k / rate:.4f} s " + (passive.passive.value(item, margin) if item >= 0
+                                                                  else "outside the workspace")}
     peaks = {"position_min": th.min(axis=0).tolist(), "position_max": th.max(axis=0).tolist(),
              "velocity": np.abs(td).max(axis=0).tolist(), "acceleration": np.abs(tdd).max(axis=0).tolist(),
              "force": np.abs(tau).max(axis=0).tolist(), "singularity_measure_min": float(sing.min())}

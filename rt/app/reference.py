@@ -181,7 +181,7 @@ def plan_gcode(planner, path: str, origin=None, setup=None):
     """A G-code program (``setup``: its tool table and work offsets, ``gcode_setup``),
     interpreted and checked whole, timed: (Planned, report)."""
     from pkrt.models.planning.gcode import read_program
-    from pkrt.models.planning.topp import plan_items
+    from pkrt.models.planning.items import plan_items
 
     home = home_tool(planner)
     if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
@@ -199,7 +199,7 @@ def plan_path_csv(planner, path: str):
     """A CSV path (no time column): the tool's task coordinates or the actuators' values, one
     point a row, joined by a C2 spline and timed from rest to rest: (Planned, report)."""
     from pkrt.models.planning.geompath import Motion, PointSpline
-    from pkrt.models.planning.topp import plan_items
+    from pkrt.models.planning.items import plan_items
 
     from pkrt.rt.core.filekind import CSV, expect
 
@@ -229,7 +229,7 @@ def plan_adept(planner, demo, tolerance: float = 0.01, cycles: int = 1):
     """The [demo] table's Adept cycle (start, height, width, direction), corners blended within
     ``tolerance`` (m), each half from rest to rest, timed: (Planned, report)."""
     from pkrt.models.planning.geompath import polyline_motions
-    from pkrt.models.planning.topp import plan_items
+    from pkrt.models.planning.items import plan_items
 
     p0 = home_tool(planner)[:3] if demo.start is None else np.asarray(demo.start, float)
     d = np.asarray(demo.direction, float)

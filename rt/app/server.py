@@ -80,15 +80,8 @@ class Translator:
             raise UserError(why)
         if cmd == "override":
             return {"cmd": cmd, "value": _number(req, "value", lo=0.0, hi=1.2)}
-        if cmd == "home":  # method, offset (actuator units; Dynamixel: offset only), speeds (units/s), timeout (s)
-            out = {"cmd": "home", "method": int(_number(req, "method", 35, lo=-128, hi=127)),
-                   "timeout": _number(req, "timeout", 30.0, lo=0.01, hi=3600.0)}
-            if "offset" in req:
-                out["offset"] = (_vector(req, "offset", m.s).tolist() if isinstance(req["offset"], list)
-                                 else _number(req, "offset", lo=-np.inf))
-            if "speeds" in req:
-                out["speeds"] = _vector(req, "speeds", 2).tolist()
-            return out
+        if cmd == "home":
+            return self._home(req)
         if cmd == "check":
             return {"cmd": "check", "reply": self._query(req, owner)}
         space = req.get("space", "joint")
@@ -124,6 +117,18 @@ class Translator:
             return {"cmd": "stream", "target": target.tolist(), "space": space, "owner": owner}
         raise UserError(f"unknown command '{cmd}' (status, enable, disable, home, jog, release, move, run, stream, "
                         f"hold, resume, override, stop, estop, reset, alive, info, events, ack, check)")
+
+    def _home(self, req: dict) -> dict:
+        """``home``: method, offset (actuator units; Dynamixel: offset only), speeds (units/s),
+        timeout (s)."""
+        out = {"cmd": "home", "method": int(_number(req, "method", 35, lo=-128, hi=127)),
+               "timeout": _number(req, "timeout", 30.0, lo=0.01, hi=3600.0)}
+        if "offset" in req:
+            out["offset"] = (_vector(req, "offset", self.m.s).tolist() if isinstance(req["offset"], list)
+                             else _number(req, "offset", lo=-np.inf))
+        if "speeds" in req:
+            out["speeds"] = _vector(req, "speeds", 2).tolist()
+        return out
 
     def _query(self, req: dict, owner: int) -> dict:
         """``check``, nothing moves: ``what`` "move" (the arguments of ``move``): whether the move
