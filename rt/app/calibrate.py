@@ -78,14 +78,13 @@ def _plan(config, n: int, candidates: int, dwell, margin, singular_margin, seed)
     problem = _problem(config, mech, orientation=mech.description.tool is not None and mech.description.tool.orientation)
     lo, hi = _limits(config, margin)
     theta, sing = candidate_poses(mech, max(candidates, n), lo, hi, seed=seed, singular_margin=singular_margin)
-    A = problem.scaled_jacobian(PoseModel(problem.params, theta))
     base = problem.base_set(PoseModel(problem.params, theta[:STRUCTURE_POSES]))
-    Ab = A[:, :, base.base]
     fit_n = n - int(held_out_mask(n, HELD_OUT).sum())
     if fit_n * problem.m <= base.n_base:
         least = next(k for k in range(n, 10 * n + 100) if (k - held_out_mask(k, HELD_OUT).sum()) * problem.m > base.n_base)
         raise UserError(f"--poses {n}: {fit_n} poses fitted (a fifth held out) of {problem.m} coordinates cannot "
                         f"determine {base.n_base} base parameters; ask for at least {least}")
+    Ab = problem.scaled_jacobian(PoseModel(problem.params, theta))[:, :, base.base]
     t_sel = time.perf_counter()
     chosen = select(Ab, n)
     t_sel = time.perf_counter() - t_sel
@@ -291,6 +290,7 @@ def _report(config, mech, problem, fit, readings, test, res_test, res_test_cad, 
         "not_identifiable": [{"name": names[j], "why": why} for j, why in base.dependent],
         "tracker_pose": np.r_[fit.frame.t, matrix_rpy(fit.frame.R)].tolist(),
         "tracker_std": tracker_std,
+        "tracker_pose_description": np.r_[fit.frame_cad.t, matrix_rpy(fit.frame_cad.R)].tolist(),
         "rms": {"fit": {"cad": rms(fit.residual_cad), "calibrated": rms(fit.residual)},
                 "held_out": None if res_test is None else {"cad": rms(res_test_cad), "calibrated": rms(res_test)}},
         "chi2_per_dof": fit.chi2 / fit.dof, "evaluations": fit.evaluations, "axes": mech.actuator_names,
