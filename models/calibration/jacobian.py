@@ -93,6 +93,7 @@ class PoseModel:
         P, Rt = np.empty((self.n, 3)), np.empty((self.n, 3, 3))
         J = np.empty((self.n, 6, self.params.n))
         b = tool.body
+        fields = self.params.field_map(mech.prim_f, delta)[rows]
         for i in range(self.n):
             cfg = self._assemble(mech, i)
             th = self.theta[i]
@@ -104,7 +105,7 @@ class PoseModel:
             Jt[:3, 6 * b + 3:6 * b + 6] = -skew(r)  # v + w x r
             Jt[3:, 6 * b + 3:6 * b + 6] = np.eye(3)
             lam = np.linalg.solve(jac[rows].T, Jt.T)  # (n, 6)
-            G = self.params.constraint_gradient(mech.prim_f, cfg, th, delta)[rows]
+            G = self.params.constraint_gradient(self.params.row_gradients(mech.prim_f, cfg, th)[rows], fields)
             J[i] = -lam.T @ G + self.params.tool_gradient(cfg, tool, delta)
         return P, Rt, J
 

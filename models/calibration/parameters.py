@@ -19,9 +19,9 @@ Every parameter is a change from the description's value (SI units; the vector `
 A turn by the rotation vector psi of a frame is exp([psi]x) applied to every vector of the
 joint on that side (axis, reference, the directions derived from them); a point moves by its
 change. The constraint rows are linear in their vectors and points, so their derivatives with
-respect to every parameter are exact closed forms here (``constraint_gradient``); a turn's
-derivative carries the left Jacobian of SO(3) at the current turn, so it is exact away from
-the description too.
+respect to every parameter are exact closed forms here (``row_gradients`` per pose times
+``field_map`` per parameter change); a turn's derivative carries the left Jacobian of SO(3) at
+the current turn, so it is exact away from the description too.
 """
 
 from __future__ import annotations
@@ -125,6 +125,8 @@ class GeometricParameters:
             if a >= 0:
                 self.act_prim[a] = k
         self.row0 = np.concatenate([[0], np.cumsum([C.ROWS[t] for t in mech.prim_i[:, 0]])])
+        self.row_prim = np.repeat(np.arange(len(mech.prim_i)), [C.ROWS[t] for t in mech.prim_i[:, 0]])
+        self.by_type = {t: np.flatnonzero(mech.prim_i[:, 0] == t) for t in (C.POINT, C.PERP, C.DIST, C.ANGLE)}
 
     # -- the model at delta ----------------------------------------------------------------
     def apply(self, delta) -> tuple[Mechanism, Tool]:
@@ -156,31 +158,83 @@ class GeometricParameters:
         return dataclasses.replace(self.mech, prim_f=f), tool
 
     # -- derivatives -----------------------------------------------------------------------
-    def constraint_gradient(self, prim_f: np.ndarray, cfg: Config, theta, delta) -> np.ndarray:
-        """d phi / d delta (all constraint rows x n) at an assembled configuration of the model
-        at ``delta`` (whose primitives are ``prim_f``)."""
-        mech = self.mech
-        G = np.zeros((self.row0[-1], self.n))
-        # per primitive: the gradient of its rows with respect to its points (POINT: 3 x 3) and
-        # with respect to a turn of its body-1 and body-2 vectors (scalar rows: 3-vectors)
-        grads = [_primitive_gradient(mech.prim_i[k], prim_f[k], cfg, theta) for k in range(len(prim_f))]
+    # d phi / d delta = (d phi / d prim_f) (d prim_f / d delta): the first factor per pose
+    # (``row_gradients``), the second per delta (``field_map``), both exact.
+    def field_map(self, prim_f: np.ndarray, delta) -> np.ndarray:
+        """d prim_f / d delta at ``delta`` (whose primitives are ``prim_f``), gathered per
+        constraint row: (rows, NF, n). Points move with their coordinates; a turn's component i
+        turns every vector v of its side by (J_l(psi) basis e_i) x v; offsets and scales are
+        their primitive's c0 and sc."""
+        delta = np.asarray(delta, float)
+        M = np.zeros((len(prim_f), C.NF, self.n))
         for g in self.groups:
-            if g.kind in ("tool point", "tool turn"):
-                continue
-            if g.kind in ("offset", "scale"):
-                k = self.act_prim[g.actuator]
-                gc0, gsc = grads[k]["c0"], grads[k]["sc"]
-                G[self.row0[k], g.cols[0]] = gc0 if g.kind == "offset" else gsc
-                continue
-            if g.kind == "turn":
+            if g.kind == "point":
+                c = C.P1 if g.side == 1 else C.P2
+                for k in self.joint_prims[g.joint]:
+                    M[k, c:c + 3, g.cols] = g.basis.T
+            elif g.kind == "turn":
                 Jb = left_jacobian(g.basis @ delta[g.cols]) @ g.basis
-            for k in self.joint_prims[g.joint]:
-                r = slice(self.row0[k], self.row0[k + 1])
-                key = f"{'p' if g.kind == 'point' else 'w'}{g.side}"
-                gk = grads[k].get(key)
-                if gk is not None:
-                    G[r, g.cols] = np.atleast_2d(gk) @ (g.basis if g.kind == "point" else Jb)
+                for k in self.joint_prims[g.joint]:
+                    for c in ((C.A1, C.U1, C.V1) if g.side == 1 else (C.B2,)):
+                        M[k, c:c + 3, g.cols] = (-skew(prim_f[k, c:c + 3]) @ Jb).T
+            elif g.kind in ("offset", "scale"):
+                M[self.act_prim[g.actuator], C.C0 if g.kind == "offset" else C.SC, g.cols[0]] = 1.0
+        return M[self.row_prim]
+
+    def row_gradients(self, prim_f: np.ndarray, cfg: Config, theta) -> np.ndarray:
+        """d phi / d prim_f of every constraint row at a configuration: (rows, NF), each row
+        with respect to its own primitive's floats (``constraints``: POINT, PERP, DIST, ANGLE)."""
+        pi = self.mech.prim_i
+        R = np.concatenate([cfg.R, np.eye(3)[None]])  # body -1 (ground): the last
+        X = np.concatenate([cfg.X, np.zeros((1, 3))])
+        G = np.zeros((self.row0[-1], C.NF))
+        th = np.asarray(theta, float)
+
+        def vec(k, c):
+            return prim_f[k, c:c + 3]
+
+        def mul(A, v):  # A v per row
+            return np.einsum("kij,kj->ki", A, v)
+
+        def tmul(A, v):  # A^T v per row
+            return np.einsum("kji,kj->ki", A, v)
+
+        for kind, k in self.by_type.items():
+            if not len(k):
+                continue
+            r, R1, R2 = self.row0[k], R[pi[k, 1]], R[pi[k, 2]]
+            if kind == C.POINT:
+                for i in range(3):
+                    G[r + i, C.P1:C.P1 + 3] = R1[:, i, :]
+                    G[r + i, C.P2:C.P2 + 3] = -R2[:, i, :]
+            elif kind == C.PERP:
+                G[r, C.A1:C.A1 + 3] = tmul(R1, mul(R2, vec(k, C.B2)))
+                G[r, C.B2:C.B2 + 3] = tmul(R2, mul(R1, vec(k, C.A1)))
+            elif kind == C.DIST:
+                a = mul(R1, vec(k, C.A1))
+                d = X[pi[k, 2]] + mul(R2, vec(k, C.P2)) - X[pi[k, 1]] - mul(R1, vec(k, C.P1))
+                G[r, C.P1:C.P1 + 3] = -vec(k, C.A1)
+                G[r, C.P2:C.P2 + 3] = tmul(R2, a)
+                G[r, C.A1:C.A1 + 3] = tmul(R1, d)
+                act = pi[k, 3] >= 0
+                G[r[act], C.C0] = -1.0
+                G[r[act], C.SC] = -th[pi[k[act], 3]]
+            else:  # ANGLE: (R2 b2) . R1 (-sin(ang) u1 + cos(ang) v1), ang = sc theta + c0
+                ang = prim_f[k, C.SC] * th[pi[k, 3]] + prim_f[k, C.C0]
+                sn, cs = np.sin(ang)[:, None], np.cos(ang)[:, None]
+                u1, v1 = vec(k, C.U1), vec(k, C.V1)
+                t = tmul(R1, mul(R2, vec(k, C.B2)))
+                G[r, C.B2:C.B2 + 3] = tmul(R2, mul(R1, -sn * u1 + cs * v1))
+                G[r, C.U1:C.U1 + 3] = -sn * t
+                G[r, C.V1:C.V1 + 3] = cs * t
+                gc0 = np.sum(t * (-cs * u1 - sn * v1), axis=1)
+                G[r, C.C0] = gc0
+                G[r, C.SC] = gc0 * th[pi[k, 3]]
         return G
+
+    def constraint_gradient(self, row_grad: np.ndarray, fields: np.ndarray) -> np.ndarray:
+        """d phi / d delta (rows, n) from ``row_gradients`` and ``field_map``."""
+        return np.einsum("rf,rfn->rn", row_grad, fields)
 
     def tool_gradient(self, cfg: Config, tool: Tool, delta) -> np.ndarray:
         """The direct effect of the tool's parameters on the tool (6 x n: world position rows,
@@ -201,46 +255,3 @@ class GeometricParameters:
 
     def by_kind(self, *kinds: str) -> np.ndarray:
         return np.array([i for i, k in enumerate(self.kinds) if k in kinds], dtype=int)
-
-
-def _cross(a, b) -> np.ndarray:
-    """a x b for 3-vectors (np.cross costs ten times more on them)."""
-    return np.array([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
-
-
-def _rot(cfg: Config, b: int) -> np.ndarray:
-    return np.eye(3) if b < 0 else cfg.R[b]
-
-
-def _pos(cfg: Config, b: int) -> np.ndarray:
-    return np.zeros(3) if b < 0 else cfg.X[b]
-
-
-def _primitive_gradient(pi: np.ndarray, f: np.ndarray, cfg: Config, theta) -> dict:
-    """The derivatives of one primitive's rows: ``p1``, ``p2`` with respect to its points (rows
-    x 3), ``w1``, ``w2`` with respect to a turn (body frame) of all its body-1 (a1, u1, v1) or
-    body-2 (b2) vectors, ``c0`` and ``sc`` (scalars); absent when the row does not depend on it."""
-    kind, b1, b2, act = (int(x) for x in pi)
-    R1, R2 = _rot(cfg, b1), _rot(cfg, b2)
-    p1, p2, a1, b2v = f[C.P1:C.P1 + 3], f[C.P2:C.P2 + 3], f[C.A1:C.A1 + 3], f[C.B2:C.B2 + 3]
-    if kind == C.POINT:
-        return {"p1": R1, "p2": -R2}
-    if kind == C.PERP:
-        ga, gb = R1.T @ (R2 @ b2v), R2.T @ (R1 @ a1)
-        return {"w1": _cross(a1, ga), "w2": _cross(b2v, gb)}
-    if kind == C.DIST:
-        a = R1 @ a1
-        d = (_pos(cfg, b2) + R2 @ p2) - (_pos(cfg, b1) + R1 @ p1)
-        out = {"p1": -a1, "p2": R2.T @ a, "w1": _cross(a1, R1.T @ d)}
-        if act >= 0:
-            out.update(c0=-1.0, sc=-float(theta[act]))
-        return out
-    # ANGLE: (R2 b2) . R1 (-sin(ang) u1 + cos(ang) v1), ang = sc theta + c0
-    u1, v1 = f[C.U1:C.U1 + 3], f[C.V1:C.V1 + 3]
-    ang = f[C.SC] * theta[act] + f[C.C0]
-    sn, cs = np.sin(ang), np.cos(ang)
-    wl = -sn * u1 + cs * v1
-    t = R1.T @ (R2 @ b2v)
-    gc0 = float(t @ (-cs * u1 - sn * v1))
-    return {"w1": _cross(u1, -sn * t) + _cross(v1, cs * t), "w2": _cross(b2v, R2.T @ (R1 @ wl)),
-            "c0": gc0, "sc": gc0 * float(theta[act])}
