@@ -70,8 +70,9 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         tz = time.perf_counter()
         Zb = reg.batch(*samples.ref)[:, :, bp.base][~test]
         t_reg += time.perf_counter() - tz
-    est = fit(Yb[~test], samples.tau[~test], use[~test], labels, Zb=Zb)
     pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
+    fixed = (bp.weak, bp.weak @ bp.project(pi0)) if bp.weak is not None and len(bp.weak) else None
+    est = fit(Yb[~test], samples.tau[~test], use[~test], labels, Zb=Zb, fixed=fixed)
     pi, sdp = consistent(mech, bp, est, pi0)
     # held-out residual, with the estimate and with the consistent parameters
     keep = use[test]
