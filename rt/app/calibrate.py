@@ -22,7 +22,9 @@ RANDOM_DRAWS = 20  # random pose sets the chosen one is compared with
 STRUCTURE_POSES = 120  # random poses over which the base set is found
 
 
-def _problem(config, mech, orientation: bool):
+def calibration_problem(config, mech, orientation: bool):
+    """The calibration of ``mech`` read by the configuration's ``[tracker]`` (its noise);
+    refused in one line for a machine without a tool, or orientation readings of a tool without."""
     from pkrt.models.calibration.problem import Problem
     from pkrt.models.kinematics.taskspace import tool_of
 
@@ -75,7 +77,8 @@ def _plan(config, n: int, candidates: int, dwell, margin, singular_margin, seed)
 
     t0 = time.perf_counter()
     mech = load_mechanism(config.model_path)
-    problem = _problem(config, mech, orientation=mech.description.tool is not None and mech.description.tool.orientation)
+    tool = mech.description.tool
+    problem = calibration_problem(config, mech, orientation=tool is not None and tool.orientation)
     lo, hi = _limits(config, margin)
     theta, sing = candidate_poses(mech, max(candidates, n), lo, hi, seed=seed, singular_margin=singular_margin)
     base = problem.base_set(PoseModel(problem.params, theta[:STRUCTURE_POSES]))
@@ -220,7 +223,7 @@ def _calibrate(config, log_path, measured, out, machine_out, held_out, bounds, p
     bounds = bounds or Bounds()
     mech = load_mechanism(config.model_path)
     meas = read_measurements(measured)
-    problem = _problem(config, mech, meas.rotation is not None)
+    problem = calibration_problem(config, mech, meas.rotation is not None)
     dwells, theta = log_dwells(log_path, mech)
     idx = match(dwells, meas, measured)
     readings = Readings(theta[idx], meas.position, meas.rotation)

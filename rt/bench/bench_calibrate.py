@@ -139,12 +139,12 @@ def run_machine(name: str, folder: Path, truths: int) -> dict:
     from pkrt.models.calibration.output import random_change
     from pkrt.models.calibration.poses import candidate_poses
     from pkrt.models.kinematics.mechanism import load_mechanism
-    from pkrt.rt.app.calibrate import _problem, structure
+    from pkrt.rt.app.calibrate import calibration_problem, structure
     from pkrt.rt.runtime.config import load_machine
 
     config = load_machine(name)
     mech = load_mechanism(config.model_path)
-    problem = _problem(config, mech, mech.description.tool.orientation)
+    problem = calibration_problem(config, mech, mech.description.tool.orientation)
     base = structure(problem, config)
     kinds: dict[str, int] = {}
     for _, why in base.dependent:
@@ -241,11 +241,11 @@ def demo(folder: Path) -> dict:
     """The Orthoglide's demo on two truths, with the description and calibrated."""
     from pkrt.models.calibration.output import random_change
     from pkrt.models.kinematics.mechanism import load_mechanism
-    from pkrt.rt.app.calibrate import _problem
+    from pkrt.rt.app.calibrate import calibration_problem
     from pkrt.rt.runtime.config import load_machine
 
     config = load_machine("orthoglide")
-    problem = _problem(config, load_mechanism(config.model_path), False)
+    problem = calibration_problem(config, load_mechanism(config.model_path), False)
     poses_csv = folder / "orthoglide-poses.csv"
     if not poses_csv.exists():
         cli_json(["calibrate", "plan", "orthoglide", "-o", str(poses_csv)])
