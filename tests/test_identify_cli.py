@@ -175,3 +175,40 @@ def test_written_inertias_pass_the_loader_with_margin(tmp_path, capsys):
         else:
             with pytest.raises(Exception, match="triangle"):
                 load_description(str(p))
+
+
+def test_identify_on_a_calibrated_description(tmp_path, ortho, capsys):
+    """Calibrate first, then identify: on an Orthoglide whose geometry is off everywhere (its
+    platform turns by a milliradian: near dependencies the description's geometry does not
+    have, kept at the model's values), the identified model explains held-out forces to the
+    noise and the written description keeps the calibration's geometry and provenance."""
+    import tomllib
+
+    from pkrt.models.calibration.output import random_change, write_description
+    from pkrt.models.calibration.parameters import GeometricParameters
+    from pkrt.models.identification.estimate import dump_toml
+    from pkrt.models.kinematics.description import MACHINES_DIR
+
+    g = GeometricParameters(ortho)
+    cal = tmp_path / "calibrated.toml"
+    write_description(g, random_change(g, np.random.default_rng(4)), str(cal), {"software": "pkrt calibrate"})
+    calibrated = load_mechanism(str(cal))
+    assert len(base_parameters(calibrated).weak) > 0
+    cfg = tomllib.loads((MACHINES_DIR / "orthoglide-sim.toml").read_text())
+    cfg["machine"]["model"] = str(cal)  # identify reads the tree's header only (the ranges)
+    cfg["machine"]["tree"] = str(MACHINES_DIR / cfg["machine"]["tree"])
+    cfg["drives"]["plant_tree"] = str(MACHINES_DIR / cfg["drives"]["plant_tree"])
+    machine = tmp_path / "calibrated-machine.toml"
+    machine.write_text(dump_toml(cfg))
+    log = tmp_path / "excite.pktlog"
+    write_log(log, calibrated, truth_mechanism(calibrated), duration=10.0, noise=1.0, quantum=1e-6)
+    out = tmp_path / "identified.toml"
+    code, text, err = _run([str(log), "--machine", str(machine), "-o", str(out), "--json"], capsys)
+    assert code == 0, err
+    r = json.loads(text)
+    for i in range(3):
+        assert r["held_out_rms"]["consistent"][i] < 1.2 * r["residual_sigma"][i]
+        assert r["held_out_rms"]["original_model"][i] > 3 * r["held_out_rms"]["consistent"][i]
+    doc = tomllib.loads(out.read_text())
+    assert "calibration" in doc and "identification" in doc and "point1" in doc["joints"][0]
+    assert load_mechanism(str(out)).n_act == 3

@@ -6,6 +6,14 @@ moments and inertia), others act only in fixed linear combinations. QR with colu
 the column-scaled stack picks r independent columns (the base columns, Y_1) and writes the
 others as Y_2 = Y_1 beta. Then Y pi = Y_1 pi_base with pi_base = pi_1 + beta pi_2: each base
 parameter is its standard parameter plus the listed multiples of the dependent ones.
+
+A geometry slightly off an ideal one (a calibrated description: its Orthoglide platform turns
+by a milliradian, a Delta's rods are not quite parallel) turns exact dependencies into near ones:
+the base set would grow by combinations that no motion of the machine can tell apart from the
+others. The rank tolerance (``RANK_RTOL``) leaves out columns nearly in the span of others; the
+base columns' directions still below ``WEAK_RTOL`` (singular values of the scaled columns relative
+to the largest: the shipped machines' smallest is 2e-4, a calibrated geometry's fall to 1e-5..1e-8)
+are ``weak``, kept at the model's values by the fit (``estimate.fit``'s ``fixed``).
 """
 
 from __future__ import annotations
@@ -18,9 +26,13 @@ import scipy.linalg
 from ..kinematics.mechanism import AssemblyError, Mechanism
 from .regressor import Regressor
 
-RANK_RTOL = 1e-8  # relative to the largest diagonal of R (scaled columns)
-COEF_ATOL = 1e-9
-GREEDY_TOL = 1e-6  # a unit column joins the base when this much of it is outside the span  # regrouping coefficients below this (relative) are printed as zero
+# relative to the largest diagonal of R (scaled columns): the shipped machines' are above 3e-3 or
+# below 1e-14; a calibrated geometry's near dependencies fall in between (1e-4 kept them out of a
+# hexapod's base set, whose regrouping coefficients were 2e5 with 1e-8)
+RANK_RTOL = 1e-4
+COEF_ATOL = 1e-9  # regrouping coefficients below this (relative) are printed as zero
+WEAK_RTOL = 5e-5  # a direction of the scaled base columns below this singular value (relative) is weak
+GREEDY_TOL = RANK_RTOL  # a unit column joins the base when this much of it is outside the span
 
 
 @dataclass(frozen=True)
@@ -29,7 +41,9 @@ class BaseParameters:
 
     ``base`` (r,): indices of the base columns in the standard order; ``beta`` (r, p): the
     map pi_base = beta pi (identity on the base columns); ``zero``: indices of columns with
-    no effect; ``rank`` the numerical rank of the scaled stack and ``diag`` its |R_ii|."""
+    no effect; ``rank`` the numerical rank of the scaled stack and ``diag`` its |R_ii|;
+    ``weak`` (k, r): rows c with c pi_base the weak combinations (unit vectors in the base
+    parameters scaled by their columns' norms), none for the shipped machines."""
     names: tuple[str, ...]
     base: np.ndarray
     beta: np.ndarray
@@ -37,6 +51,7 @@ class BaseParameters:
     rank: int
     diag: np.ndarray
     states: int
+    weak: np.ndarray | None = None
 
     @property
     def n_base(self) -> int:
@@ -160,7 +175,9 @@ def base_of_stack(Y: np.ndarray, names, states: int) -> BaseParameters:
     if len(b2):
         bs = np.linalg.lstsq(Ys[:, b1], Ys[:, b2], rcond=None)[0]  # scaled: Ys_2 = Ys_1 bs
         beta[:, b2] = bs * norms[b2][None, :] / norms[b1][:, None]  # unscaled: Y_2 = Y_1 beta_2
-    return BaseParameters(tuple(names), b1, beta, zero, rank, d, states)
+    _, sv, Vt = np.linalg.svd(Ys[:, b1], full_matrices=False)
+    weak = Vt[sv < WEAK_RTOL * sv[0]] * norms[b1][None, :]
+    return BaseParameters(tuple(names), b1, beta, zero, rank, d, states, weak)
 
 
 __all__ = ["BaseParameters", "base_of_stack", "base_parameters", "random_states"]

@@ -66,10 +66,24 @@ class Fit:
     cond: float  # condition number of the weighted, column-scaled data matrix
     correlation: float = 1.0  # variance factor for residuals correlated between samples
     estimator: str = "least squares"
+    metric: np.ndarray | None = None  # L with L L^T = cov^-1 on the fitted directions (``fixed``)
+    fixed: tuple | None = None  # (C, d): combinations held at C value = d (``fit``)
 
     @property
     def rsd(self) -> np.ndarray:
         return self.std / np.maximum(np.abs(self.value), 1e-300)
+
+    def mahalanobis_factor(self) -> np.ndarray:
+        """L with L L^T = cov^-1: the estimate's metric (``consistent``); by eigenvalues (the
+        smallest raised to 1e-14 of the largest) when the covariance is too ill-conditioned to
+        invert and factor."""
+        if self.metric is not None:
+            return self.metric
+        try:
+            return np.linalg.cholesky(np.linalg.inv(self.cov + 1e-12 * np.diag(np.diag(self.cov))))
+        except np.linalg.LinAlgError:
+            lam, V = np.linalg.eigh(self.cov)
+            return V / np.sqrt(np.maximum(lam, 1e-14 * lam.max()))
 
 
 def design_rows(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray):
@@ -82,10 +96,14 @@ def design_rows(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray):
 
 
 def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
-        excite_rtol: float = 1e-7, Zb: np.ndarray | None = None) -> Fit:
+        excite_rtol: float = 1e-7, Zb: np.ndarray | None = None, fixed=None) -> Fit:
     """WLS per axis on the rows where ``keep`` (n, s) holds (e.g. velocity steady in sign);
     NotExcited names the parameters the data do not determine. ``Zb`` (n, s, r): instruments,
-    the regressor of the run's reference (``instrumental``); None: least squares."""
+    the regressor of the run's reference (``instrumental``); None: least squares. ``fixed``
+    (C (k, r), d (k,)): combinations held at C x = d (``BaseParameters.weak`` at the model's
+    values); the others are fitted, and the fixed ones get a variance beyond the data's."""
+    if fixed is not None and len(fixed[0]):
+        return _fit_fixed(Yb, tau, keep, excite_rtol, Zb, np.asarray(fixed[0], float), np.asarray(fixed[1], float))
     s = tau.shape[1]
     A, b, axis = design_rows(Yb, tau, keep)
     Z = None if Zb is None else Zb[keep]
@@ -123,6 +141,25 @@ def fit(Yb: np.ndarray, tau: np.ndarray, keep: np.ndarray, labels: list[str],
                "least squares" if Z is None else "instrumental variables (the reference's regressor)")
 
 
+def _fit_fixed(Yb, tau, keep, excite_rtol, Zb, C, d) -> Fit:
+    """``fit`` with C x = d: x = x_d + N y (N the null space of C, x_d the least-norm solution),
+    y fitted; the fixed directions' variance 100 times the largest fitted one (reported: not
+    determined by the data); the metric on the fitted directions, the fixed ones a constraint
+    of the consistent parameters."""
+    x_d = np.linalg.lstsq(C, d, rcond=None)[0]
+    N = np.linalg.svd(C)[2][len(C):].T  # (r, r - k)
+    Q = np.linalg.qr(C.T)[0]  # (r, k): the fixed directions
+    off = np.einsum("nsr,r->ns", Yb, x_d)
+    yb = np.einsum("nsr,rq->nsq", Yb, N)
+    zb = None if Zb is None else np.einsum("nsr,rq->nsq", Zb, N)
+    names = [f"combination {i + 1} of the base parameters" for i in range(N.shape[1])]
+    f = fit(yb, tau - off, keep, names, excite_rtol, zb)
+    cov = N @ f.cov @ N.T
+    cov += 100.0 * max(float(np.diag(cov).max()), 1e-300) * (Q @ Q.T)
+    return Fit(x_d + N @ f.value, np.sqrt(np.diag(cov)), cov, f.sigma, f.rows, f.cond, f.correlation, f.estimator,
+               N @ f.mahalanobis_factor(), (C, d))
+
+
 def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool = True):
     """x minimising |b - A x| (Z None), or solving Z^T (b - A x) = 0 (instruments Z); and (with
     ``covariance``, else None) the covariance of x per unit residual variance, (A^T A)^-1 or
@@ -140,7 +177,8 @@ def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool 
     M = Zs.T @ As
     if not np.all(np.isfinite(M)) or np.linalg.cond(M) > 1e12:
         raise NotExcited("the reference in these logs does not follow the measured motion (its regressor and the "
-                         "measured one are not related); identify by least squares (--estimator ls)")
+                         "measured one are not related), or the instruments cannot tell some parameters apart (a "
+                         "calibrated Delta's); identify by least squares (--estimator ls)")
     Mi = np.linalg.inv(M)
     x = Mi @ (Zs.T @ b)
     return x / sc, (Mi @ (Zs.T @ Zs) @ Mi.T) / np.outer(sc, sc) if covariance else None, sc
@@ -222,6 +260,9 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
     for a in range(s):
         cons += [x[10 * nb + 3 * a] >= 0, x[10 * nb + 3 * a + 1] >= 0]  # viscous, Coulomb
     dev = cp.multiply(x - pi0, 1.0 / scale)
+    if est.fixed is not None:  # combinations no motion can determine: the model's
+        C, d = est.fixed
+        cons.append(C @ (bp.beta @ x) == d)
     exact = cp.Problem(cp.Minimize(cp.sum_squares(dev)), cons + [bp.beta @ x == est.value])
     info = {"solver": "CLARABEL",
             "kept_at_original": {b: [bp.names[j].split(".", 1)[1] for j in js] for b, js in kept.items()},
@@ -237,10 +278,13 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
         # the estimate's own metric (Mahalanobis) plus a weak prior at pi0 (relative standard
         # deviation PRIOR_RSD of each parameter's scale): the data decide the well determined
         # directions, the original values the others
-        L = np.linalg.cholesky(np.linalg.inv(est.cov + 1e-12 * np.diag(np.diag(est.cov))))
+        L = est.mahalanobis_factor()
         maha = cp.sum_squares(L.T @ (bp.beta @ x - est.value))
         prob = cp.Problem(cp.Minimize(maha + cp.sum_squares(dev) / PRIOR_RSD ** 2), cons)
-        prob.solve(solver=cp.CLARABEL)
+        try:
+            prob.solve(solver=cp.CLARABEL)
+        except cp.error.SolverError:
+            pass  # its status says so below
         if prob.status not in ("optimal", "optimal_inaccurate"):
             raise UserError(f"no physically consistent parameters found (solver status {prob.status})")
         info["reproduces_estimate"] = False

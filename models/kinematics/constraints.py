@@ -8,13 +8,14 @@ Column block of body b in a Jacobian: 6 b .. 6 b + 5 = (dx, dpsi). Body index -1
 Joints (see ``joints.py``) are stacks of four primitives. Each primitive row stores, in
 ``prim_i``: type, body 1, body 2, actuator index (-1 if none); and in ``prim_f``: p1 (point in
 body 1), p2 (point in body 2), a1 (vector in body 1), b2 (vector in body 2), u1, v1 (vectors in
-body 1, for ANGLE), c0 (offset), all in body frames centred on the centre of mass.
+body 1, for ANGLE), c0 (offset), sc (the actuator's scale: joint value per unit of theta, 1 unless
+calibrated), all in body frames centred on the centre of mass.
 
 - POINT (3 rows): x1 + R1 p1 - x2 - R2 p2 = 0
 - PERP  (1 row):  (R1 a1) . (R2 b2) - c0 = 0
-- DIST  (1 row):  ((x2 + R2 p2) - (x1 + R1 p1)) . (R1 a1) - c0 - theta_k = 0
-- ANGLE (1 row):  (R2 b2) . R1 (-sin(theta_k + c0) u1 + cos(theta_k + c0) v1) = 0,
-  i.e. sin(alpha - theta_k - c0) = 0 with alpha the angle of b2 from u1 about a1.
+- DIST  (1 row):  ((x2 + R2 p2) - (x1 + R1 p1)) . (R1 a1) - c0 - sc theta_k = 0
+- ANGLE (1 row):  (R2 b2) . R1 (-sin(sc theta_k + c0) u1 + cos(sc theta_k + c0) v1) = 0,
+  i.e. sin(alpha - sc theta_k - c0) = 0 with alpha the angle of b2 from u1 about a1.
 
 The drift gamma is the part of the second time derivative of the constraints that does not
 involve accelerations: Phi_q qdd + Phi_theta thetadd + gamma = 0. It is analytic (no finite
@@ -28,10 +29,10 @@ from numba import njit
 
 POINT, PERP, DIST, ANGLE = 0, 1, 2, 3
 ROWS = (3, 1, 1, 1)
-NF = 19  # floats per primitive
+NF = 20  # floats per primitive
 
 # prim_f column offsets
-P1, P2, A1, B2, U1, V1, C0 = 0, 3, 6, 9, 12, 15, 18
+P1, P2, A1, B2, U1, V1, C0, SC = 0, 3, 6, 9, 12, 15, 18, 19
 
 
 # 3-vectors are tuples inside the kernels: they live on the stack (no allocation per use).
@@ -148,8 +149,8 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
             d = _sub(_add(_row(X, b2), r2), _add(_row(X, b1), r1))
             phi[row] = _dot(d, a) - f[C0]
             if act >= 0:
-                phi[row] -= theta[act]
-                jac_theta[row, act] = -1.0
+                phi[row] -= f[SC] * theta[act]
+                jac_theta[row, act] = -f[SC]
             # phi_dot = (v2 + w2 x r2 - v1 - w1 x r1) . a + d . (w1 x a)
             if b2 >= 0:
                 ra = _cross(r2, a)
@@ -164,13 +165,13 @@ def evaluate(prim_i, prim_f, X, R, theta, phi, jac, jac_theta):
                     jac[row, c1 + 3 + i] = -ra[i] + ad[i]
             row += 1
         else:  # ANGLE
-            ang = theta[act] + f[C0]
+            ang = f[SC] * theta[act] + f[C0]
             sn, cs = np.sin(ang), np.cos(ang)
             u = _rot(R, b2, _vec(f, B2))
             w = _rot(R, b1, _lin(-sn, _vec(f, U1), cs, _vec(f, V1)))
             wd = _rot(R, b1, _lin(-cs, _vec(f, U1), -sn, _vec(f, V1)))
             phi[row] = _dot(u, w)
-            jac_theta[row, act] = _dot(u, wd)
+            jac_theta[row, act] = f[SC] * _dot(u, wd)
             uw = _cross(u, w)
             if b2 >= 0:
                 for i in range(3):
@@ -217,8 +218,8 @@ def drift(prim_i, prim_f, X, R, V, W, theta, theta_dot, gamma):
                           + _dot(d, _cross(w1, _cross(w1, a))))
             row += 1
         else:  # ANGLE
-            ang = theta[act] + f[C0]
-            td = theta_dot[act]
+            ang = f[SC] * theta[act] + f[C0]
+            td = f[SC] * theta_dot[act]
             sn, cs = np.sin(ang), np.cos(ang)
             u = _rot(R, b2, _vec(f, B2))
             w = _rot(R, b1, _lin(-sn, _vec(f, U1), cs, _vec(f, V1)))
@@ -552,9 +553,9 @@ def count_rows(prim_i: np.ndarray) -> int:
 
 
 def primitive(kind: int, b1: int, b2: int, act: int = -1, p1=(0, 0, 0), p2=(0, 0, 0),
-              a1=(0, 0, 0), b2v=(0, 0, 0), u1=(0, 0, 0), v1=(0, 0, 0), c0: float = 0.0):
+              a1=(0, 0, 0), b2v=(0, 0, 0), u1=(0, 0, 0), v1=(0, 0, 0), c0: float = 0.0, sc: float = 1.0):
     """One primitive as (int row, float row)."""
     fi = np.array([kind, b1, b2, act], dtype=np.int64)
-    ff = np.concatenate([p1, p2, a1, b2v, u1, v1, [c0]]).astype(np.float64)
+    ff = np.concatenate([p1, p2, a1, b2v, u1, v1, [c0, sc]]).astype(np.float64)
     assert ff.shape == (NF,)
     return fi, ff

@@ -44,14 +44,15 @@ GROUND = "ground"
 # inertias at least 1000 times this inside: ``models.identify.INERTIA_MARGIN``)
 INERTIA_RTOL = 1e-9
 # the fields of each table (a key not listed is refused: a typo in an optional field);
-# [identification] is provenance that `pkrt identify` writes (free-form, never read here)
+# [identification] and [calibration] are provenance that `pkrt identify` and `pkrt calibrate`
+# write (free-form, never read here)
 KEYS = {
-    "": ("model", "bodies", "joints", "actuators", "assembly", "tool", "identification"),
+    "": ("model", "bodies", "joints", "actuators", "assembly", "tool", "identification", "calibration"),
     "model": ("name", "gravity", "singular_threshold"),
     "bodies": ("name", "mass", "inertia", "com", "position", "rotation", *PROTECTION["bodies"]),
     "joints": ("name", "type", "body1", "body2", "point1", "point2", "axis1", "axis2", "ref1", "ref2",
                "at", "axis", "ref", *PROTECTION["joints"]),
-    "actuators": ("name", "joint", "range", "offset"),
+    "actuators": ("name", "joint", "range", "offset", "scale"),
     "assembly": ("theta",),
     "tool": ("body", "point", "rotation", "coordinates"),
 }
@@ -93,8 +94,9 @@ class ActuatorSpec:
     name: str
     joint: str
     range: tuple[float, float]
-    offset: float  # joint value = theta + offset
+    offset: float  # joint value = scale theta + offset (m or rad)
     unit: str
+    scale: float = 1.0  # joint value per unit of theta (a screw lead's or an encoder's error)
 
 
 TASK_AXES = ("x", "y", "z", "roll", "pitch", "yaw")
@@ -303,7 +305,8 @@ def load_description(name_or_path: str) -> Description:
             r.fail(where, "range", f"empty range [{rng[0]}, {rng[1]}] (need lower < upper)")
         unit = "rad" if jby[jn].type == "revolute" else "m"
         actuators.append(ActuatorSpec(aname, jn, (float(rng[0]), float(rng[1])),
-                                      r.number(a, where, "offset", default=0.0), unit))
+                                      r.number(a, where, "offset", default=0.0), unit,
+                                      r.number(a, where, "scale", default=1.0, positive=True)))
     if not actuators:
         r.fail("[[actuators]]", None, "no actuators")
 

@@ -42,6 +42,7 @@ class Joint:
     ref1: np.ndarray
     ref2: np.ndarray
     offset: float = 0.0
+    scale: float = 1.0  # actuated: joint value = scale theta + offset
 
     dof = 0
     type_name = "joint"
@@ -72,7 +73,7 @@ class Universal(Joint):
 
 class Revolute(Joint):
     """Point coincidence and axis2 parallel to axis1. Actuated: the angle from ref1 to ref2
-    about axis1 (rad) equals theta + offset."""
+    about axis1 (rad) equals scale theta + offset."""
     dof = 1
     type_name = "revolute"
 
@@ -84,13 +85,13 @@ class Revolute(Joint):
             r1 = self.ref1 - (self.ref1 @ self.axis1) * self.axis1
             r1 /= np.linalg.norm(r1)
             rows.append(primitive(ANGLE, self.body1, self.body2, act=actuator, b2v=self.ref2,
-                                  u1=r1, v1=np.cross(self.axis1, r1), c0=self.offset))
+                                  u1=r1, v1=np.cross(self.axis1, r1), c0=self.offset, sc=self.scale))
         return rows
 
 
 class Prismatic(Joint):
     """Body 2 slides along axis1 of body 1 without rotating; ref1/ref2 fix the relative
-    orientation. Actuated: (point2 - point1) . axis1 (m) equals theta + offset."""
+    orientation. Actuated: (point2 - point1) . axis1 (m) equals scale theta + offset."""
     dof = 1
     type_name = "prismatic"
 
@@ -102,7 +103,7 @@ class Prismatic(Joint):
             rows.append(primitive(DIST, self.body1, self.body2, p1=self.point1, p2=self.point2, a1=d))
         if actuator >= 0:
             rows.append(primitive(DIST, self.body1, self.body2, act=actuator, p1=self.point1,
-                                  p2=self.point2, a1=self.axis1, c0=self.offset))
+                                  p2=self.point2, a1=self.axis1, c0=self.offset, sc=self.scale))
         return rows
 
 

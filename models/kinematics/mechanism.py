@@ -224,7 +224,7 @@ def _body_index(desc: Description, name: str) -> int:
 
 
 def _check_actuated_angles(desc: Description, prim_i, prim_f, cfg: Config, theta) -> None:
-    """The ANGLE row sin(alpha - theta - c0) = 0 also holds at alpha = theta + c0 + pi: refuse
+    """The ANGLE row sin(alpha - sc theta - c0) = 0 also holds at alpha = sc theta + c0 + pi: refuse
     an assembly whose actuated angle is half a turn from the guess (cos(...) < 0)."""
     for k in range(len(prim_i)):
         if prim_i[k, 0] != C.ANGLE or prim_i[k, 3] < 0:
@@ -233,7 +233,7 @@ def _check_actuated_angles(desc: Description, prim_i, prim_f, cfg: Config, theta
         R1 = np.eye(3) if b1 < 0 else cfg.R[b1]
         R2 = np.eye(3) if b2 < 0 else cfg.R[b2]
         f = prim_f[k]
-        ang = theta[a] + f[C.C0]
+        ang = f[C.SC] * theta[a] + f[C.C0]
         c = (R2 @ f[C.B2:C.B2 + 3]) @ (R1 @ (np.cos(ang) * f[C.U1:C.U1 + 3] + np.sin(ang) * f[C.V1:C.V1 + 3]))
         if not c > 0:
             name = desc.actuators[a].name
@@ -243,25 +243,41 @@ def _check_actuated_angles(desc: Description, prim_i, prim_f, cfg: Config, theta
                 f"bodies near the guess")
 
 
-def _stack_primitives(desc: Description):
+def _stack_primitives(desc: Description, owners: list | None = None):
     """(passive, active) primitive lists of the joints, body frames centred on the centres of
-    mass."""
+    mass. ``owners``, if given, receives (passive owners, active owners): the index of the joint
+    each primitive comes from."""
     com = {b.name: b.com for b in desc.bodies}
     com[GROUND] = np.zeros(3)
     act_of = {a.joint: k for k, a in enumerate(desc.actuators)}
     passive, active = [], []
-    for j in desc.joints:
+    own_p, own_a = [], []
+    for ji, j in enumerate(desc.joints):
         cls = JOINT_TYPES[j.type]
         a = act_of.get(j.name, -1)
-        off = desc.actuators[a].offset if a >= 0 else 0.0
+        off, sc = (desc.actuators[a].offset, desc.actuators[a].scale) if a >= 0 else (0.0, 1.0)
         joint = cls(j.name, _body_index(desc, j.body1), _body_index(desc, j.body2),
                     j.point1 - com[j.body1], j.point2 - com[j.body2], j.axis1, j.axis2,
-                    j.ref1, j.ref2, off)
+                    j.ref1, j.ref2, off, sc)
         rows = joint.primitives()
         passive += rows
+        own_p += [ji] * len(rows)
         if a >= 0:
-            active += joint.primitives(a)[len(rows):]
+            extra = joint.primitives(a)[len(rows):]
+            active += extra
+            own_a += [ji] * len(extra)
+    if owners is not None:
+        owners += [own_p, own_a]
     return passive, active
+
+
+def primitive_joints(mech: "Mechanism") -> np.ndarray:
+    """The index (in the description's ``joints``) of the joint each of ``mech``'s primitives
+    comes from, in the order of ``prim_i``; -1 for the rows that lock idle freedoms."""
+    owners: list = []
+    _stack_primitives(mech.description, owners)
+    own_p, own_a = owners
+    return np.array(own_p + [-1] * len(mech.idle) + own_a, dtype=np.int64)
 
 
 def _independent_rows(Jp: np.ndarray) -> np.ndarray:

@@ -55,7 +55,7 @@ def rpy_rates(rpy, rpy_d, rpy_dd) -> tuple[np.ndarray, np.ndarray]:
     return E @ rpy_d, E @ rpy_dd + Ed @ rpy_d
 
 
-def _rotvec(A: np.ndarray) -> np.ndarray:
+def rotation_vector(A: np.ndarray) -> np.ndarray:
     """Rotation vector of a rotation matrix (angle below pi)."""
     v = 0.5 * np.array([A[2, 1] - A[1, 2], A[0, 2] - A[2, 0], A[1, 0] - A[0, 1]])
     s = np.linalg.norm(v)
@@ -297,7 +297,7 @@ class TaskKinematics:
         p = cfg.X[b] + cfg.R[b] @ tool.r_local
         e = [p[list(tool.position)] - target[:len(tool.position)]]
         if tool.orientation:
-            e.append(_rotvec(cfg.R[b] @ tool.R_local @ rpy_matrix(target[-3:]).T))
+            e.append(rotation_vector(cfg.R[b] @ tool.R_local @ rpy_matrix(target[-3:]).T))
         return phi, jac, jt, np.concatenate(e)
 
     def _system(self, jac, jt, J) -> np.ndarray:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -70,8 +69,9 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         tz = time.perf_counter()
         Zb = reg.batch(*samples.ref)[:, :, bp.base][~test]
         t_reg += time.perf_counter() - tz
-    est = fit(Yb[~test], samples.tau[~test], use[~test], labels, Zb=Zb)
     pi0 = model_parameters(mech.description, config.controller.viscous, config.controller.coulomb)
+    fixed = (bp.weak, bp.weak @ bp.project(pi0)) if bp.weak is not None and len(bp.weak) else None
+    est = fit(Yb[~test], samples.tau[~test], use[~test], labels, Zb=Zb, fixed=fixed)
     pi, sdp = consistent(mech, bp, est, pi0)
     # held-out residual, with the estimate and with the consistent parameters
     keep = use[test]
@@ -122,25 +122,10 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
 def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
     """A copy of the machine configuration on the identified model (its tree to be built with
     ``pkrt build``), friction feedforward from the identification, paths made absolute."""
-    import tomllib
+    from pkrt.rt.app.machinefile import write_machine_copy
 
-    from pkrt.models.identification.estimate import dump_toml
-
-    src = Path(config.path)
-    doc = tomllib.loads(src.read_text(encoding="utf-8"))
-    for table in doc.values():
-        if isinstance(table, dict):
-            for k, v in table.items():
-                if isinstance(v, str) and not Path(v).is_absolute() and (src.parent / v).is_file():
-                    table[k] = str((src.parent / v).resolve())
-    doc["machine"]["model"] = str(Path(model_out).resolve())
-    doc["machine"]["tree"] = str(Path(model_out).resolve().with_suffix(".pkt"))
-    doc["machine"]["name"] = f"{doc['machine'].get('name', 'machine')}-identified"
-    ctl = doc.setdefault("controller", {})
-    ctl["viscous"], ctl["coulomb"] = fr["viscous"], fr["coulomb"]
-    Path(path).write_text(dump_toml(doc, f"{src.name} on the identified model {Path(model_out).name} (pkrt identify).\n"
-                                         f"Build its tree first: pkrt build {model_out} -o {doc['machine']['tree']}"),
-                          encoding="utf-8")
+    write_machine_copy(config, model_out, path, "identified", "pkrt identify",
+                       {"viscous": fr["viscous"], "coulomb": fr["coulomb"]})
 
 
 def _plot(path, samples, test, meas, pred, pred0, est, labels, axes) -> None:

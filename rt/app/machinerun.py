@@ -43,6 +43,7 @@ class RunOptions:
     interface: str | None = None  # CAN
     channel: str | None = None  # CAN
     port: str | None = None  # serial
+    measure: str | None = None  # CSV: the simulated instrument's readings at the run's dwells (sim only)
 
 
 # rows of a log whose tool channels ``pkrt run`` computes after the run: 100 s at 1 kHz, 5-12 s
@@ -173,7 +174,15 @@ def run_outputs(config: MachineConfig, opts: RunOptions) -> tuple[str | None, st
     plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
     if opts.gcode and opts.traj:
         raise UserError("give --traj or --gcode, not both")
-    check_outputs({"--log": log, "--plot": plot}, run_inputs(config, opts.traj or opts.gcode))
+    if opts.measure is not None:
+        if config.backend != "sim":
+            raise UserError(f"--measure: the simulated instrument reads the simulated plant's tool ([drives] backend "
+                            f"= \"sim\"; this machine's is \"{config.backend}\"); on real drives, measure the tool "
+                            f"with your instrument at each dwell and give its file to pkrt calibrate")
+        if not log:
+            raise UserError("--measure: the readings are taken at the dwells of the run's log; drop --no-log")
+    check_outputs({"--log": log, "--plot": plot, "--measure": opts.measure},
+                  run_inputs(config, opts.traj or opts.gcode))
     return log, plot
 
 
@@ -192,10 +201,8 @@ def exact_model_for(config: MachineConfig, traj, axes: list[str], lockstep: bool
     """The reference as planned arrays, the exact model for the loop and its cost per call
     measured before the loop (``[controller] model = "exact"``)."""
     from pkrt.rt.app.reference import exact_model
-    from pkrt.rt.runtime.trajectory import load_trajectory_csv
 
-    if not isinstance(traj, Planned):
-        traj = load_trajectory_csv(traj, config.rate_hz, axes)
+    traj = planned_reference(config, traj, axes)
     model, figures = exact_model(config, traj, lockstep)
     return traj, model, figures
 
@@ -218,8 +225,9 @@ def run_machine(opts: RunOptions) -> dict:
     mech, plant_model = simulated_plant_model(config)
     drives = open_drives(config, overrides, plant_model=plant_model)
     views = None
+    plant_positions = None
     try:
-        hook = sim_fault(drives, opts.inject, config.rate_hz) if opts.inject is not None else None
+        slow = sim_fault(drives, opts.inject, config.rate_hz) if opts.inject is not None else None
         views = LiveViews(opts, axes, units)
         traj = run_reference(config, opts, axes, mech)
         if opts.gcode is None:  # a G-code program is checked as it is planned (with its lines)
@@ -229,10 +237,16 @@ def run_machine(opts: RunOptions) -> dict:
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop
             traj, model, exact_figures = exact_model_for(config, traj, axes, lockstep)
+        hook = slow
+        if opts.measure is not None:  # the plant's own positions where the reference rests
+            from pkrt.rt.app.measurements import PlantPositions
+
+            traj = planned_reference(config, traj, axes)
+            hook = plant_positions = PlantPositions(drives, traj, slow)
         summary = run_session(config, drives, trajectory=traj, duration=opts.duration, model=model,
                               lockstep=lockstep, log_path=log, controller=opts.controller,
                               telemetry=views.sink(), on_cycle=hook, tree=tree,
-                              pacing="skip" if hook is not None else None)  # --inject slow: the watchdog's test
+                              pacing="skip" if slow is not None else None)  # --inject slow: the watchdog's test
     finally:
         drives.close()
         if views is not None:
@@ -244,7 +258,23 @@ def run_machine(opts: RunOptions) -> dict:
     views.stats(summary)
     if log:
         after_run(summary, log, plot)
+    if plant_positions is not None:
+        from pkrt.rt.app.measurements import measure_run
+        from pkrt.rt.app.reference import machine_mechanism
+
+        try:
+            plant = plant_mechanism(config, mech or machine_mechanism(config))
+            summary["measure"] = measure_run(config, plant, log, plant_positions, opts.measure)
+        except (OSError, UserError) as e:
+            summary["measure_error"] = str(e)
     return summary
+
+
+def planned_reference(config: MachineConfig, traj, axes: list[str]) -> Planned:
+    """The reference as planned arrays (an actuator CSV loaded as the runtime would)."""
+    from pkrt.rt.runtime.trajectory import load_trajectory_csv
+
+    return traj if isinstance(traj, Planned) else load_trajectory_csv(traj, config.rate_hz, axes)
 
 
 def after_run(summary: dict, log: str, plot: str) -> None:

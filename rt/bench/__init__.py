@@ -23,7 +23,11 @@ hand-timed one, both in lockstep; planning cost of a 200-point path per machine;
 Orthoglide's G-code example end to end and two refused programs), ``identify``
 (identification against a truth plant: Y pi check, base count and rank, the exciting
 trajectory, a lockstep run, ``pkrt identify`` on its log, coverage of the intervals over noise
-seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``serve`` (a served machine: command round trip over its
+seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``calibrate`` (geometric calibration: the base set,
+``pkrt calibrate plan``'s observability against random poses, random truths fitted from simulated
+readings with the true tool's error at held-out poses before and after, an end-to-end run with
+``--measure`` and ``pkrt calibrate``, the Orthoglide's demo traced by the true tool; machines from
+``PKRT_BENCH_CALIBRATE``), ``serve`` (a served machine: command round trip over its
 socket, the live-target generator's cost per cycle, a real-time stream of targets), ``memory``
 (``pkrt run`` as a child process, this code beside the code before the memory change: VmLck
 and VmRSS at the loop's middle and the loop's page faults in real time; resident memory in
@@ -50,6 +54,7 @@ SECTIONS = {
     "hexapod": ("pkrt.rt.bench.bench_hexapod", "run_hexapod_bench"),
     "plan": ("pkrt.rt.bench.bench_plan", "run_plan_bench"),
     "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
+    "calibrate": ("pkrt.rt.bench.bench_calibrate", "run_calibrate_bench"),
     "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
     "memory": ("pkrt.rt.bench.bench_memory", "run_memory_bench"),
     "panel": ("pkrt.rt.bench.bench_panel", "run_panel_bench"),

@@ -35,7 +35,7 @@ import numpy as np
 MACHINE_CONFIG = {"orthoglide": "orthoglide-sim.toml", "delta": "delta-sim.toml", "hexapod": "hexapod-sim.toml"}
 
 
-def _cli(argv: list[str]) -> tuple[int, dict]:
+def cli_json(argv: list[str]) -> tuple[int, dict]:
     """``pkrt ARGV --json`` as a user runs it (a process of its own: the benchmarks never import
     the CLI): (exit code, its JSON object or {})."""
     import json
@@ -171,13 +171,13 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)
     csv = folder / "excite.csv"
     t0 = time.perf_counter()
-    code, plan = _cli(["identify", "plan", str(cfg_path), "-o", str(csv)])
+    code, plan = cli_json(["identify", "plan", str(cfg_path), "-o", str(csv)])
     out["excitation"] = {k: plan.get(k) for k in ("condition_number", "condition_scaling", "ok", "checked_at_hz",
                                                   "peaks", "limits", "duration_s")}
     out["excitation"]["seconds"] = time.perf_counter() - t0
     log = folder / "excite.pktlog"
     t0 = time.perf_counter()
-    code, run = _cli(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt"])
+    code, run = cli_json(["run", "--machine", str(cfg_path), "--traj", str(csv), "--log", str(log), "--no-rt"])
     out["run"] = {"cycles": run["cycles"], "rms_error_m": run["rms_error"], "fault": run["fault"],
                   "seconds": time.perf_counter() - t0}
     config = load_machine(str(cfg_path))
@@ -253,12 +253,12 @@ def _tracking(cfg_path: Path, folder: Path, identified: dict[str, dict], boxes: 
         if model is not None:
             tree = folder / f"{name}.pkt"
             t0 = time.perf_counter()
-            code, _ = _cli(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
+            code, _ = cli_json(["build", str(model), "-o", str(tree), "--boxes", str(boxes), "--verify-samples", "50"])
             out[f"{name}_build_s"] = time.perf_counter() - t0
             on_model(doc, model, tree, visc, coul, exact_ctl)
         path = folder / f"track-{name}.toml"
         path.write_text(dump_toml(doc))
-        code, r = _cli(["run", "--machine", str(path), "--no-log", "--no-rt"])
+        code, r = cli_json(["run", "--machine", str(path), "--no-log", "--no-rt"])
         out[name] = {"rms_error_m": r.get("rms_error"), "max_error_m": r.get("max_error"), "fault": r.get("fault"),
                      "exit": code}
     t = out["truth"]["rms_error_m"]

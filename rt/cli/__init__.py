@@ -1,7 +1,7 @@
 """The ``pkrt`` command line.
 
 The CLI layer: one module per verb group in this package (``model``, ``tree``, ``run``, ``plan``,
-``hil``, ``log``, ``replay``, ``serve``, ``panel``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
+``hil``, ``log``, ``replay``, ``identify``, ``calibrate``, ``serve``, ``panel``, ``bench``); each lists its verbs in ``VERBS`` (verb ->
 (add_arguments(parser), run(args) -> int)). The command line is an argparse tree: a subparser
 per verb, and per group of two-word verbs (``pkrt tree --help`` lists the group's verbs); only
 the module of the verb being run is imported and fills its subparser. Verb modules parse, call
@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
     "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
+    "calibrate plan": ("pkrt.rt.cli.calibrate", "plan measurement poses for geometric calibration (CSV for pkrt run --traj)"),
+    "calibrate": ("pkrt.rt.cli.calibrate", "calibrate the geometry from an instrument's readings of the tool (a calibrated model file)"),
     "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
     "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..., "
                                   "check move/travel"),
@@ -57,6 +59,8 @@ GROUPS: dict[str, str] = {
     "tree": "reduced-dynamics trees: header, verification, plots",
     "log": "run logs: summary, export, plot",
     "identify": "identification: 'pkrt identify LOG...' from run logs, 'pkrt identify plan' an exciting trajectory",
+    "calibrate": "geometric calibration: 'pkrt calibrate LOG MEASURED.csv' from an instrument's readings, "
+                 "'pkrt calibrate plan' measurement poses",
 }
 
 # The one place errors become exit codes: the first class an error is an instance of decides.

@@ -99,10 +99,15 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--periods", type=whole_number(1), help="periods in the CSV (instead of --duration)")
     p.add_argument("--iterations", type=whole_number(1), default=100,
                    help="cost evaluations of the optimiser (default %(default)s)")
+    add_plan_margins(p, "random start")
+
+
+def add_plan_margins(p: argparse.ArgumentParser, seed_help: str) -> None:
+    """--margin, --singular-margin, --seed and --json of a plan verb (identify plan, calibrate plan)."""
     p.add_argument("--margin", type=float, default=0.05, help="position margin, fraction of each range (default %(default)s)")
     p.add_argument("--singular-margin", type=positive_number, default=3.0,
                    help="singularity measure at least this times the model's threshold (default %(default)s)")
-    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, help="random start (default %(default)s)")
+    p.add_argument("--seed", type=whole_number(0, 2 ** 32 - 1), default=0, help=seed_help + " (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

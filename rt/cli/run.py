@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interface", help="CAN: python-can interface (socketcan, virtual, pcan, ...)")
     p.add_argument("--channel", help="CAN: channel (can0, ...)")
     p.add_argument("--port", help="serial: port or pyserial URL")
+    p.add_argument("--measure", metavar="MEASURED.csv",
+                   help="simulated plant only: the simulated instrument ([tracker]) reads the plant's own tool at "
+                        "each dwell of the run (pkrt calibrate's measurement file)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -52,13 +55,15 @@ def run(args) -> int:
                       model=args.model, mass_scale=args.mass_scale, log=None if args.no_log else args.log,
                       plot=args.plot, realtime=not args.no_rt, inject=args.inject, telemetry=args.telemetry,
                       telemetry_rate=args.telemetry_rate, foxglove=args.foxglove, interface=args.interface,
-                      channel=args.channel, port=args.port)
+                      channel=args.channel, port=args.port, measure=args.measure)
     summary = run_machine(opts)
     emit(summary, args.json, _text(summary))
     check_run(summary)  # a fault first (exit 1), then an output not written (exit 2)
-    if summary.get("log_error") or summary.get("plot_error"):
+    if summary.get("log_error") or summary.get("plot_error") or summary.get("measure_error"):
         raise OutputError("; ".join(x for x in (summary.get("log_error"), summary.get("plot_error") and
-                                              f"plot not written: {summary['plot_error']}") if x))
+                                              f"plot not written: {summary['plot_error']}",
+                                              summary.get("measure_error") and
+                                              f"measurements not written: {summary['measure_error']}") if x))
     return 0
 
 
@@ -142,6 +147,10 @@ def _output_lines(r: dict) -> list[str]:
     lines = [f"  {k}: {v}" for k, v in r.get("realtime", {}).items() if k != "mode"]
     if (r.get("drives") or {}).get("drive_watchdog"):  # the drives' own stop if pkrt dies
         lines.append(f"  drive watchdog: {r['drives']['drive_watchdog']}")
+    if r.get("measure"):
+        m = r["measure"]
+        lines.append(f"  simulated instrument: {m['readings']} readings ({'position and orientation' if m['orientation'] else 'position'}"
+                     f") of the tool of {m['plant_model']} -> {m['path']}")
     if r.get("log"):
         lines.append(f"  log {r['log']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
         if r.get("log_error"):

@@ -415,6 +415,26 @@ class DemoTable:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrackerTable:
+    """``[tracker]``: the instrument that measures the tool for geometric calibration (a laser
+    tracker: the tool's position, and its orientation on a machine whose tool has one). Its
+    noise weighs the measurements in ``pkrt calibrate``; on the simulated plant
+    (``pkrt run --measure``) it is the simulated instrument, at ``pose`` with this noise."""
+
+    noise_position: float = spec(NUMBER, "standard deviation of each position coordinate", 10e-6, unit="m",
+                                 lo=0.0, lo_open=True)
+    noise_orientation: float = spec(NUMBER, "standard deviation of each orientation component (rotation vector)",
+                                    20e-6, unit="rad", lo=0.0, lo_open=True)
+    pose: np.ndarray = spec(NUMBERS, "simulated instrument: its frame in the machine's base frame, x, y, z (m) and "
+                            "roll, pitch, yaw (rad, R = Rz(yaw) Ry(pitch) Rx(roll))", (0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    seed: int = spec(INTEGER, "simulated instrument: noise generator seed", 0, lo=0)
+
+    def check(self, ctx: Context) -> None:
+        if len(self.pose) != 6:
+            raise ctx.error("pose", f"expected 6 numbers (x, y, z, roll, pitch, yaw), got {self.pose.tolist()}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlantTable:
     """The simulated plant's fields (``[drives]`` of ``sim``, ``[emulator]`` of the HIL buses)."""
 
@@ -487,4 +507,4 @@ class GcodeTable:
 # the tables every machine file has, in file order (name, class); [drives] and [emulator] are
 # the drive family's (``pkrt.drivers.drive_tables``)
 COMMON_TABLES = (("machine", MachineTable), ("controller", ControllerConfig), ("limits", Limits),
-                 ("realtime", RealtimeConfig), ("demo", DemoTable), ("gcode", GcodeTable))
+                 ("realtime", RealtimeConfig), ("demo", DemoTable), ("gcode", GcodeTable), ("tracker", TrackerTable))

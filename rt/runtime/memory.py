@@ -84,6 +84,23 @@ def reserve_heap(nbytes: int = HEAP_RESERVE) -> None:
             libc.free(p)
 
 
+OBJECT_RESERVE = 16 << 20  # bytes of small Python objects made and freed before the loop
+POOL = 16 << 10  # the small-object allocator's pool (CPython 3.11: 16 KiB, blocks of up to 512 B)
+
+
+def reserve_objects(nbytes: int = OBJECT_RESERVE) -> None:
+    """Python's small-object allocator takes 1 MiB arenas from mmap (not from the malloc heap),
+    carves 16 KiB pools from them and fills a pool's blocks in order: a loop whose Python part
+    (a lockstep run's reference fills) reaches a page of a pool never touched takes a page
+    fault (1-2 in a 60 s run, depending on what was allocated before it). Blocks of every size
+    fill each size's current pool and the next; ``nbytes`` of small objects carve every pool the
+    arenas have left (new arenas are freed again with their objects). Freed, the pools stay
+    touched and serve the loop."""
+    sizes = [bytes(n) for n in range(0, 480, 8) for _ in range(2 * POOL // (33 + n) + 1)]
+    objs = [float(i) for i in range(nbytes // 32)]
+    del sizes, objs
+
+
 def trim_heap() -> None:
     """Give the heap's free pages back to the system (planning's temporaries) before locking."""
     try:

@@ -23,7 +23,7 @@ from pkrt.rt.runtime.errorstats import ErrorStats
 from pkrt.rt.runtime.lockstep import LockstepBlock
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
-                                     status, thread_faults)
+                                     reserve_objects, status, thread_faults)
 from pkrt.rt.runtime.programevents import Outputs, due
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
@@ -537,6 +537,7 @@ class Session:
         stop = self.stop_signals
         if self.memory["heap"].startswith("applied"):
             reserve_heap()  # the loop's temporaries find resident heap (keep_freed_heap)
+        reserve_objects()  # and its Python objects touched pools
         self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
         k, wall0 = 0, time.perf_counter()
         try:
