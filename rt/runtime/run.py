@@ -419,6 +419,9 @@ class Session:
             self.sup.stale = 0
             if self.rt_report.get("mlockall", "").startswith("applied"):  # warmed up: unlock what the loop does
                 self.rt_report["unlocked"] = release_unused()  # not use (tens of ms: before the drives' watchdogs run)
+            if self.memory["heap"].startswith("applied"):
+                reserve_heap()  # the loop's temporaries find resident heap (keep_freed_heap)
+            reserve_objects()  # and its Python objects touched pools (30-45 ms: before the drives' watchdogs run)
             drives.prepare(p0)
             drives.configure()
             drives.enable()
@@ -535,9 +538,6 @@ class Session:
         """start, cycles until the end of the reference or a fault, stop, summary."""
         self.start()
         stop = self.stop_signals
-        if self.memory["heap"].startswith("applied"):
-            reserve_heap()  # the loop's temporaries find resident heap (keep_freed_heap)
-        reserve_objects()  # and its Python objects touched pools
         self.memory["at_start"] = status()  # before the loop's time starts (reading /proc takes ms)
         k, wall0 = 0, time.perf_counter()
         try:
