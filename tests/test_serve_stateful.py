@@ -100,8 +100,11 @@ FIGURES = {"examples": 0, "steps": 0, "commands": Counter(), "states": Counter()
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     d = tmp_path_factory.mktemp("stateful")
-    srv = Served("delta", socket_path=str(d / "m.sock"), lockstep=True, log_path=str(d / "m.pktlog"),
-                 settings=ServeSettings(deadman_s=2.0))
+    # random targets over the actuator ranges: on the shipped Delta a third are beyond its rods'
+    # ball-joint cones and refused, which leaves the states behind a move (holding, stopping)
+    # seldom visited; the passive limits have tests of their own (test_passive*.py)
+    srv = Served(delta_without_passive_limits(d), socket_path=str(d / "m.sock"), lockstep=True,
+                 log_path=str(d / "m.pktlog"), settings=ServeSettings(deadman_s=2.0))
     srv.start()
     csv = d / "prog.csv"
     csv.write_text("t,theta1,theta2,theta3\n0,0.1,0.1,0.1\n0.4,0.2,0.05,0.1\n0.8,0.1,0.1,0.1\n")
@@ -336,7 +339,10 @@ def test_served_machine_follows_the_plcopen_model(served):
           f"{sum(FIGURES['commands'].values())} requests, {FIGURES['refused']} refused; states seen "
           f"{dict(FIGURES['states'])}; transitions by itself {dict(FIGURES['transitions'])}; "
           f"log {log.n_cycles} cycles, states logged {FIGURES.get('logged_states')}")
-    assert set(FIGURES["states"]) >= {"disabled", "standstill", "moving", "holding", "stopping", "error_stop"}
+    # every state was visited (the log's state channel: a stop in lockstep ramps down in a few
+    # cycles, often between two statuses), and the client saw all but the short-lived one
+    states = {"disabled", "standstill", "moving", "holding", "stopping", "error_stop"}
+    assert set(FIGURES["logged_states"]) >= states and set(FIGURES["states"]) >= states - {"stopping"}
 
 
 def check_log(log, srv, sent: list) -> None:
@@ -353,8 +359,12 @@ def check_log(log, srv, sent: list) -> None:
         if off[a]:  # a stretch without torque: the machine does not move
             assert np.abs(pos[a:b] - pos[a]).max() == 0.0, (a, b)
     lo, hi = soft_limits(srv.config, srv.settings)
-    on = ~off
-    assert np.all(ref[on] >= lo - 1e-12) and np.all(ref[on] <= hi + 1e-12)  # no limit crossed
+    for a, b in zip(np.r_[0, runs], np.r_[runs, len(off)]):
+        if not off[a]:  # with torque: the reference keeps inside the soft limits, widened to where the
+            # machine stood when enabled (it may stand beyond them by its tracking error: it comes back,
+            # never goes further; test_motion_from_beyond_the_soft_limits_comes_back_without_a_fault)
+            lo_a, hi_a = np.minimum(lo, ref[a]), np.maximum(hi, ref[a])
+            assert np.all(ref[a:b] >= lo_a - 1e-12) and np.all(ref[a:b] <= hi_a + 1e-12), (a, b)  # no limit crossed
     lim = srv.config.limits.position
     assert np.all(log.get("pos") >= lim[:, 0]) and np.all(log.get("pos") <= lim[:, 1])
     faults = [e for e in log.events if e["kind"] == "fault"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import itertools
 import json
+import math
 import os
 import socket
 import stat
@@ -55,6 +56,19 @@ def _number(req: dict, key: str, default=None, lo: float = 0.0, hi: float = np.i
     return float(v)
 
 
+def request_id(req) -> str | int | float | None:
+    """A request's ``id`` when it is one to echo (a string of at most 200 characters or a
+    finite number, as JSON-RPC allows), else None."""
+    rid = req.get("id") if isinstance(req, dict) else None
+    if isinstance(rid, str) and len(rid) <= 200:
+        return rid
+    if isinstance(rid, bool):
+        return None
+    if (isinstance(rid, int) and abs(rid) < 2 ** 53) or (isinstance(rid, float) and math.isfinite(rid)):
+        return rid
+    return None
+
+
 class Translator:
     """Turns a client's request into the loop's command: validates arguments, plans moves,
     jogs and programs (``Planner``) from the machine's current reference."""
@@ -71,6 +85,8 @@ class Translator:
         cmd = req.get("cmd")
         if not isinstance(cmd, str):
             raise UserError("a request needs \"cmd\" (a string)")
+        if "id" in req and request_id(req) is None:
+            raise UserError("'id' must be a string of at most 200 characters or a number (it is echoed in the reply)")
         if cmd in SIMPLE:
             return {"cmd": cmd, "owner": owner}
         if cmd in ("events", "ack"):  # the journal after / up to event number seq
@@ -363,7 +379,7 @@ class Server:
 
     def handle(self, req, owner: int) -> dict:
         """One request to one reply (never raises for what a client can send)."""
-        rid = req.get("id") if isinstance(req, dict) else None
+        rid = request_id(req)
         try:
             cmd = self.tr.command(req, owner)
         except UserError as e:
