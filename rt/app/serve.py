@@ -78,7 +78,7 @@ class Served:
         try:
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
-                                   pacing="delay" if hil is not None else None)
+                                   pacing="delay" if hil is not None else None, tool_force=_tool_force(config))
             self.planner = Planner(config, self.settings)
             self.worker = PlanWorker(config, self.settings) if plan_process else None
             self.socket_path = socket_path or default_socket()
@@ -137,3 +137,14 @@ class Served:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _tool_force(config):
+    """With ``[protect]`` enabled, the tool force behind a contact's residual (its event), from
+    the machine's model (``pkrt.rt.app.contact``)."""
+    if not config.protect.enabled:
+        return None
+    from pkrt.rt.app.contact import tool_force_of
+    from pkrt.rt.app.reference import machine_mechanism
+
+    return tool_force_of(machine_mechanism(config))

@@ -266,7 +266,7 @@ def _status_text(st: dict) -> str:
              f" cycle {st['cycle']}, overruns {st['overruns']}",
              f"  position [{pos}] ({', '.join(st['units'])})", f"  motion: {st['motion']}"]
     if st.get("fault"):
-        lines.append(f"  fault: {st['fault']}")
+        lines.append(f"  fault: {st['fault']}" + (" (holding, torque on, until reset)" if st.get("holding") else ""))
     return "\n".join(lines)
 
 

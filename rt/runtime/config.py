@@ -39,6 +39,7 @@ class MachineConfig:
     raw: dict = field(repr=False, default_factory=dict)  # the file as read: for the log header only
     emulator: Any = None  # the [emulator] table of a HIL bus (its driver's EMULATOR_TABLE), else None
     demo: schema.DemoTable = field(default_factory=schema.DemoTable)
+    protect: schema.ProtectTable = field(default_factory=schema.ProtectTable)
 
     @property
     def backend(self) -> str:
@@ -156,12 +157,12 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     s = n_axes
     rate = m.rate_hz
     got = {"machine": m}
-    for name in ("controller", "limits", "realtime", "demo", "drives", "emulator"):
+    for name in ("controller", "limits", "realtime", "demo", "protect", "drives", "emulator"):
         if name in tables:
             got[name] = schema.validate(tables[name], doc.get(name), ctx(name, rate_hz=rate, ranges=ranges,
                                                                          tables=dict(got)))
     return MachineConfig(str(path), m.name, model, str(path.parent / m.tree), rate, got["controller"], got["limits"],
-                         got["drives"], got["realtime"], doc, got.get("emulator"), got["demo"])
+                         got["drives"], got["realtime"], doc, got.get("emulator"), got["demo"], got["protect"])
 
 
 def tables_of(backend: str) -> list[tuple[str, type]]:

@@ -28,6 +28,8 @@ from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source
+from pkrt.rt.runtime.pending import Pending
+from pkrt.rt.runtime.protect import MachineProtection
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.core.tree import Tree
@@ -61,25 +63,6 @@ def soft_limits(config: MachineConfig, settings: ServeSettings) -> tuple[np.ndar
     return lo + m, hi - m
 
 
-class Pending:
-    """A submitted command waiting for the loop's reply."""
-
-    def __init__(self, cmd: dict):
-        self.cmd = cmd
-        self.reply: dict | None = None
-        self.t_submit = time.perf_counter()
-        self._done = threading.Event()
-
-    def set(self, reply: dict) -> None:
-        self.reply = reply
-        self._done.set()
-
-    def wait(self, timeout: float) -> dict:
-        if not self._done.wait(timeout):
-            return {"ok": False, "error": f"no reply from the machine's loop within {timeout:g} s"}
-        return self.reply
-
-
 class Machine:
     """The long-running loop. ``start`` is where a simulated plant starts (real drives stay
     where they are). Drives with absolute encoders (simulated plant, Dynamixel) are homed by
@@ -88,7 +71,8 @@ class Machine:
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
-                 realtime: bool = False, controller: str | None = None, pacing: str | None = None):
+                 realtime: bool = False, controller: str | None = None, pacing: str | None = None,
+                 tool_force=None):
         self.config, self.drives, self.tree = config, drives, tree
         self.pacing = pacing or default_pacing(drives)
         if self.pacing not in PACINGS:
@@ -100,6 +84,8 @@ class Machine:
         c = config.controller
         self.ctrl = Controller(tree, controller or c.kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
         self.sup = Supervisor(config.limits, self.axes, self.units)
+        self.protect = MachineProtection.of(self, config, tool_force)  # [protect]: contacts (rt/runtime/protect.py)
+        self.holding = False  # in error stop after a contact's reflex: holding, torque on, until reset
         lim = config.limits
         self.lo, self.hi = soft_limits(config, self.settings)
         self.vmax, self.amax = lim.velocity * np.ones(s), lim.acceleration * np.ones(s)
@@ -140,7 +126,7 @@ class Machine:
         self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
         self.comp_cpu = np.zeros(1 << 16)  # ... in the loop thread's CPU time (s), a ring
         self.writer = None
-        channels = channel_list(s, self.units[0]) + [("state", 1, "code")]
+        channels = channel_list(s, self.units[0], self.protect.channels if self.protect else ()) + [("state", 1, "code")]
         if log_path:
             from pkrt.rt.runtime.logfile import LogWriter
 
@@ -163,6 +149,8 @@ class Machine:
         self.ctrl.update(self.start_pos, z, self.start_pos, z, z)
         still = np.array([self.start_pos, self.start_pos])  # and the program player's first call
         Program(Planned(config.rate_hz, still, 0 * still, 0 * still, {}), self.vmax, self.amax).step(self.period)
+        if self.protect is not None:
+            self.protect.warm_up(self.views)
 
     # -- commands (any thread) --------------------------------------------------------------------
     def submit(self, cmd: dict) -> Pending:
@@ -186,9 +174,13 @@ class Machine:
             self.event("state", f"{self.state.value} -> {new.value}: {why}")
             self.state = new
 
-    def fault(self, reason: str, *, estop: bool = False) -> None:
-        """Torque off at once, error stop with the reason."""
-        if estop:
+    def fault(self, reason: str, *, estop: bool = False, hold: bool = False) -> None:
+        """Torque off at once, error stop with the reason (``hold``: after a contact's reflex, the
+        torque stays on, the machine holding where it is until reset)."""
+        self.holding = hold
+        if hold:
+            pass
+        elif estop:
             self.drives.disable()
         else:
             self.drives.fault(reason)
@@ -208,7 +200,8 @@ class Machine:
                 "long_cycles_cpu": self.long_cycles_cpu, "pacing": "lockstep" if self.lockstep else self.pacing,
                 "lockstep": self.lockstep,
                 "torque_on": bool(self.drives.torque_on), "home_result": self.home_result,
-                "planning": self.planning, "plan_result": self.plan_result}
+                "planning": self.planning, "plan_result": self.plan_result, "holding": self.holding,
+                "contact": self.protect.event if self.protect else None}
 
     # -- command handling (loop thread) -----------------------------------------------------------
     def _execute(self, p: Pending) -> None:
@@ -282,7 +275,7 @@ class Machine:
         return {"ok": True}
 
     def _reset(self, cmd: dict) -> dict:
-        self.fault_reason = None
+        self.fault_reason, self.holding = None, False
         self.drives.disable()
         self.set_state(State.DISABLED, "reset")
         return {"ok": True}
@@ -523,14 +516,19 @@ class Machine:
         src = self.source
         if self.state is State.HOMING:
             self._home_cycle()
-        if self.state in ENABLED and self.state is not State.HOMING:
+        if (self.state in ENABLED or self.holding) and self.state is not State.HOMING:
             src = self.source
             src.step(period)
+            pr, hold = self.protect, False
+            if pr is not None:
+                pr.k = k
             reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
-                                                self._stamps)
+                                                self._stamps, k, pr and pr.hook)
+            if reason is None and pr is not None:
+                reason, hold = pr.cycle_end(k)  # the residual staged; a contact's reaction at its end
             if reason is not None:
-                self.fault(reason)
-            else:
+                self.fault(reason, hold=hold)
+            elif not (pr and pr.reacting):
                 self._after_step(src)
             self.pos_now[:] = self.drives.feedback.position
         self.ref_now[:] = self.source.pos

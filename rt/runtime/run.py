@@ -24,6 +24,7 @@ from pkrt.rt.runtime.lockstep import LockstepBlock
 from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
                                      status, thread_faults)
+from pkrt.rt.runtime.protect import RunProtection
 from pkrt.rt.runtime.refstream import RefStream
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
@@ -130,10 +131,11 @@ CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), (
 assert tuple(c[0] for c in CHANNELS) == ROW_ORDER  # the staging kernel's layout
 
 
-def channel_list(s: int, unit: str) -> list[tuple[str, int, str]]:
+def channel_list(s: int, unit: str, extra=()) -> list[tuple[str, int, str]]:
+    """The run log's channels (``CHANNELS``), then ``extra`` ones (``pkrt.rt.runtime.protect.channels``)."""
     force = "N" if unit == "m" else "N m"
     names = {"pos": unit, "vel": f"{unit}/s", "acc": f"{unit}/s^2", "force": force}
-    return [(n, w or s, names.get(u, u)) for n, w, u in CHANNELS]
+    return [(n, w or s, names.get(u, u)) for n, w, u in [*CHANNELS, *extra]]
 
 
 def _file_hash(path: str) -> str | None:
@@ -150,18 +152,20 @@ def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
 
 
 def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
-                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None
-                 ) -> tuple[str | None, int, float, float, float]:
+                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None, k: int = 0,
+                 on_contact=None) -> tuple[str | None, int, float, float, float]:
     """One read -> safety -> controller -> write at loop time t (s) towards the reference
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
     read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
     a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``).
-    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none."""
+    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
+    ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
     if ts is None:
         ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
     ts[:] = 0
     ts[0] = time.perf_counter_ns()
-    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False, k=k,
+                                  on_contact=on_contact)
     record_fill(ts)
     return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9
 
@@ -235,7 +239,8 @@ def default_pacing(drives: Drives) -> str:
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None, pacing: str | None = None, old_cycle: bool = False, compiled: bool = True) -> dict:
+                model=None, pacing: str | None = None, old_cycle: bool = False, compiled: bool = True,
+                tool_force=None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -265,6 +270,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     ``compiled`` (lockstep only): the plain cycles of a lockstep run on the simulated plant run
     in one compiled loop (``pkrt.rt.runtime.lockstep``), with the results of the Python cycle;
     False: every cycle through ``Session.cycle`` (tests and benchmarks compare the two).
+
+    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.protect``); a contact
+    ends the run by its reaction. ``tool_force(theta, tau) -> dict``: its estimate at the tool
+    (built from the model outside the runtime).
     """
     if pacing is None:
         pacing = default_pacing(drives)
@@ -274,7 +283,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
                           tree=tree, realtime=realtime, model=model, pacing=pacing, old_cycle=old_cycle,
-                          compiled=compiled)
+                          compiled=compiled, tool_force=tool_force)
         return session.run()
 
 
@@ -289,7 +298,7 @@ class Session:
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
                  tree: Tree | None, realtime: bool, model=None, pacing: str = "skip", old_cycle: bool = False,
-                 compiled: bool = True):
+                 compiled: bool = True, tool_force=None):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
@@ -309,6 +318,8 @@ class Session:
         self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
+        self.protect = RunProtection.of(self, config, self.ctrl, drives, axes, units, tool_force)
+        extra = self.protect.channels if self.protect else []
         # preallocated per-cycle records: a ring of the last WINDOW cycles (memory independent of
         # the run's duration), written once here so that the loop takes no page fault on them
         N = self.window = min(ref.n, WINDOW)
@@ -343,16 +354,16 @@ class Session:
                                                      "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
                       "trajectory": ref.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
-            self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
+            self.writer = LogWriter(log_path, header, channel_list(s, units[0], extra))
             self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
         elif telemetry is not None:  # no log: the same staging row, for telemetry only
             sl, n = {}, 0
-            for name, width, _ in channel_list(s, units[0]):
+            for name, width, _ in channel_list(s, units[0], extra):
                 sl[name], n = slice(n, n + width), n + width
             self.row, self.slices = np.zeros(n), sl
             self.views = {name: self.row[x] for name, x in sl.items()}
         else:  # neither: the staging kernel still records the error
-            self.row = np.zeros(4 + 7 * s)
+            self.row = np.zeros(4 + 7 * s + sum(w for _, w, _ in extra))
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
@@ -441,16 +452,25 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        i = ref.slot(k)
-        if i < 0:  # the reference's producer fell behind: never wait for it in the loop
-            self.fault(k, ref.behind_reason(k))
-            return None
-        ref_pos, ref_vel, ref_acc = ref.pos[i], ref.vel[i], ref.acc[i]
+        pr = self.protect
+        if pr is not None and pr.reacting:  # a contact's reaction gives the reference
+            src = pr.step()
+            ref_pos, ref_vel, ref_acc = src.pos, src.vel, src.acc
+        else:
+            i = ref.slot(k)
+            if i < 0:  # the reference's producer fell behind: never wait for it in the loop
+                self.fault(k, ref.behind_reason(k))
+                return None
+            ref_pos, ref_vel, ref_acc = ref.pos[i], ref.vel[i], ref.acc[i]
         j = k % self.window
         err = self.err[j]
+        if pr is not None:
+            pr.k, pr.refs = k, (ref_pos, ref_vel, ref_acc)
         reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
-                                           not self.old_cycle, self.row, err)
+                                           not self.old_cycle, self.row, err, k, pr and pr.hook)
         fb = self.fb = drives.feedback
+        if reason is None and pr is not None:
+            reason = pr.cycle_end(self, k)  # the truth channels; a reaction's end
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
@@ -491,7 +511,7 @@ class Session:
                 self.telemetry.maybe_send(k, t, self.row, self.slices)
         self.errs.add(err)  # tracking error over the whole run
         ts[7] = clock()
-        if reason is None and wd is None and nxt < ref.n and not self.old_cycle:
+        if reason is None and wd is None and (nxt < ref.n or (pr and pr.reacting)) and not self.old_cycle:
             drives.advance(nxt * period)
             ts[8] = clock()
         self.parts.commit()
@@ -538,7 +558,7 @@ class Session:
             self.cpu0 = time.thread_time()
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            while k is not None and k < self.ref.n:
+            while k is not None and (k < self.ref.n or (self.protect and self.protect.reacting)):
                 if self.block is not None:  # what it can, then the cycle it leaves (if any) in Python
                     k = self.block.run(k)
                     if k >= self.ref.n:
@@ -605,6 +625,7 @@ class Session:
             "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
             "log": self.log_path,
             "drives": self.drives.describe(), "memory": self.memory,
+            "protect": self.protect.summary() if self.protect else {"enabled": False},
         }
         if self.writer:
             counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
