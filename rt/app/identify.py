@@ -112,6 +112,13 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
         "seconds": {"regressor": t_reg, "total": time.perf_counter() - t0, "cpu": time.process_time() - c0},
     }
+    from pkrt.models.kinematics.mechanism import load_mechanism as _load
+    from pkrt.rt.app.residualfloor import noise_floor
+
+    tr = time.perf_counter()
+    report["residual_floor"] = noise_floor(_load(out), logs, fr["viscous"], fr["coulomb"], config.protect.gain)
+    report["seconds"].update(residual_floor=time.perf_counter() - tr, total=time.perf_counter() - t0,
+                             cpu=time.process_time() - c0)
     if plot:
         _plot(plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
         report["plot"] = plot
@@ -127,12 +134,7 @@ def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
     from pkrt.models.identification.estimate import dump_toml
 
     src = Path(config.path)
-    doc = tomllib.loads(src.read_text(encoding="utf-8"))
-    for table in doc.values():
-        if isinstance(table, dict):
-            for k, v in table.items():
-                if isinstance(v, str) and not Path(v).is_absolute() and (src.parent / v).is_file():
-                    table[k] = str((src.parent / v).resolve())
+    doc = absolute_paths(tomllib.loads(src.read_text(encoding="utf-8")), src.parent)
     doc["machine"]["model"] = str(Path(model_out).resolve())
     doc["machine"]["tree"] = str(Path(model_out).resolve().with_suffix(".pkt"))
     doc["machine"]["name"] = f"{doc['machine'].get('name', 'machine')}-identified"
@@ -141,6 +143,17 @@ def _write_machine(config, model_out: str, path: str, fr: dict) -> None:
     Path(path).write_text(dump_toml(doc, f"{src.name} on the identified model {Path(model_out).name} (pkrt identify).\n"
                                          f"Build its tree first: pkrt build {model_out} -o {doc['machine']['tree']}"),
                           encoding="utf-8")
+
+
+def absolute_paths(doc: dict, folder: Path) -> dict:
+    """A machine configuration's document with its relative file paths (those naming a file in
+    ``folder``, the configuration's) made absolute, for a copy written elsewhere; in place."""
+    for table in doc.values():
+        if isinstance(table, dict):
+            for k, v in table.items():
+                if isinstance(v, str) and not Path(v).is_absolute() and (folder / v).is_file():
+                    table[k] = str((folder / v).resolve())
+    return doc
 
 
 def _plot(path, samples, test, meas, pred, pred0, est, labels, axes) -> None:

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "log plot": ("pkrt.rt.cli.log", "plot a run log to PNG"),
     "identify plan": ("pkrt.rt.cli.identify", "plan an exciting trajectory for identification (CSV for pkrt run --traj)"),
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
+    "protect tune": ("pkrt.rt.cli.protect", "contact detection's thresholds from logs of normal runs"),
     "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
     "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..."),
     "bench": ("pkrt.rt.cli.bench", "benchmarks: exact reduction, tree evaluation, loop timing, drivers"),
@@ -53,6 +54,7 @@ GROUPS: dict[str, str] = {
     "tree": "reduced-dynamics trees: header, verification, plots",
     "log": "run logs: summary, export, plot",
     "identify": "identification: 'pkrt identify LOG...' from run logs, 'pkrt identify plan' an exciting trajectory",
+    "protect": "contact detection: 'pkrt protect tune LOG...' thresholds from logs of normal runs",
 }
 
 # The one place errors become exit codes: the first class an error is an instance of decides.

@@ -43,6 +43,8 @@ import math
 import numpy as np
 from numba import njit
 
+from pkrt.rt.core.tree import quad_velocities
+
 # the header of the state array
 ENABLED, GAIN, PERIOD, DECAY, NHEAD = 0, 1, 2, 3, 4  # 1.0 / 0.0; K_O (1/s); dt (s); exp(-K_O dt)
 VISCOUS, COULOMB, VEPS = 4, 5, 6  # rows of the controller's gains (controller.make_gains)
@@ -133,6 +135,20 @@ def observe_staged(obs, k, theta_dot, H, D, p, w, gains, tau, row, col):
     return axis
 
 
+@njit(cache=True)
+def replay(obs, cycles, theta_dot, H, D, p, gains, tau, out):
+    """The observer over logged cycles (offline: ``pkrt identify``'s noise floor): row k has the
+    loop cycle ``cycles[k]`` (a gap restarts the observer), theta_dot (n, s), the model H (n, s, s),
+    D (n, s, m), p (n, s) there and the command tau (n, s); residuals into ``out`` (n, s)."""
+    n, s = theta_dot.shape
+    w = np.empty(D.shape[2])
+    for k in range(n):
+        quad_velocities(theta_dot[k], w)
+        observe(obs, cycles[k], theta_dot[k], H[k], D[k], p[k], w, gains, tau[k])
+        for i in range(s):
+            out[k, i] = obs[NHEAD + s + i]
+
+
 def residual(obs: np.ndarray, s: int) -> np.ndarray:
     """The last residual (a view: N or N m per actuator)."""
     return obs[NHEAD + s:NHEAD + 2 * s]
@@ -170,5 +186,5 @@ def restart(obs: np.ndarray, s: int) -> None:
     residual(obs, s)[:] = 0.0
 
 
-__all__ = ["observer_state", "observe", "observe_staged", "residual", "thresholds", "restart", "layout",
+__all__ = ["observer_state", "observe", "observe_staged", "replay", "residual", "thresholds", "restart", "layout",
            "onset_cycles"]
