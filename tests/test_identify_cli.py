@@ -123,7 +123,7 @@ def test_faulted_run(tmp_path, ortho, capsys):
 
 def test_a_parameter_not_excited(tmp_path, ortho, capsys, monkeypatch):
     """Axis 3 standing still: its viscous friction (and what only it shows) is not excited."""
-    import tests.identify_data as data
+    import pkrt.rt.bench.identifylog as data  # write_log calls its module's fourier_motion
 
     real = data.fourier_motion
 

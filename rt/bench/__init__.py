@@ -27,7 +27,10 @@ seeds; machines from ``PKRT_BENCH_IDENTIFY``), ``serve`` (a served machine: comm
 socket, the live-target generator's cost per cycle, a real-time stream of targets), ``memory``
 (``pkrt run`` as a child process, this code beside the code before the memory change: VmLck
 and VmRSS at the loop's middle and the loop's page faults in real time; resident memory in
-lockstep along a 60 s and a 600 s actuator CSV).
+lockstep along a 60 s and a 600 s actuator CSV), ``protect`` (contact detection: contacts and clamps
+at random times of each machine's motions, with the CAD and the identified model; false alarms over
+minutes of normal motion; the observer's cost per cycle and the loop's compute p99 with and
+without it; machines from ``PKRT_BENCH_PROTECT``, minutes from ``PKRT_BENCH_PROTECT_MINUTES``).
 """
 
 from __future__ import annotations
@@ -50,4 +53,5 @@ SECTIONS = {
     "identify": ("pkrt.rt.bench.bench_identify", "run_identify_bench"),
     "serve": ("pkrt.rt.bench.bench_serve", "run_serve_bench"),
     "memory": ("pkrt.rt.bench.bench_memory", "run_memory_bench"),
+    "protect": ("pkrt.rt.bench.bench_protect", "run_protect_bench"),
 }

@@ -159,21 +159,28 @@ def thresholds(obs: np.ndarray, s: int) -> np.ndarray:
     return obs[NHEAD:NHEAD + s]
 
 
+def step_force(obs: np.ndarray, s: int, k: int) -> np.ndarray:
+    """The external force per actuator, if it is a step, from cycle k's and k - 1's residuals:
+    after j periods of a step F the residual is F (1 - a^j), so F = r_{k-1} + (r_k - r_{k-1}) / (1 - a)
+    (the residual itself when the slot before is not cycle k - 1's)."""
+    lay = layout(s)
+    q = 1 + s * s + 3 * s  # r in a slot
+    cur, prev = lay["slot0"] + (k % 2) * lay["slot"], lay["slot0"] + ((k + 1) % 2) * lay["slot"]
+    rk = obs[cur + q:cur + q + s].copy()
+    if obs[prev] != k - 1 or not 0.0 < obs[DECAY] < 1.0:
+        return rk
+    rp = obs[prev + q:prev + q + s]
+    return rp + (rk - rp) / (1.0 - obs[DECAY])
+
+
 def onset_cycles(obs: np.ndarray, s: int, k: int, axis: int) -> float:
     """Cycles from the onset of the force that cycle k's residual on ``axis`` sees, if it is a
-    step: after j periods of a step F the residual is F (1 - a^j), so the last two residuals give
-    F = r_{k-1} + (r_k - r_{k-1}) / (1 - a) and j = ln(1 - r_k / F) / ln(a) (at least 1)."""
-    lay = layout(s)
-    q = 1 + s * s + 3 * s + axis  # r in a slot
-    cur, prev = lay["slot0"] + (k % 2) * lay["slot"], lay["slot0"] + ((k + 1) % 2) * lay["slot"]
+    step (``step_force``): j = ln(1 - r_k / F) / ln(a), at least 1."""
     a = obs[DECAY]
-    rk = obs[cur + q]
-    rp = obs[prev + q] if obs[prev] == k - 1 else 0.0
-    if not 0.0 < a < 1.0:
-        return 1.0
-    f = rp + (rk - rp) / (1.0 - a)
+    f = step_force(obs, s, k)[axis]
+    rk = obs[NHEAD + s + axis]
     x = rk / f if f != 0.0 else 1.0
-    if not 0.0 < x < 1.0:
+    if not (0.0 < a < 1.0 and 0.0 < x < 1.0):
         return 1.0
     return max(1.0, math.log(1.0 - x) / math.log(a))
 
@@ -187,4 +194,4 @@ def restart(obs: np.ndarray, s: int) -> None:
 
 
 __all__ = ["observer_state", "observe", "observe_staged", "replay", "residual", "thresholds", "restart", "layout",
-           "onset_cycles"]
+           "onset_cycles", "step_force"]

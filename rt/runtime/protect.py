@@ -4,10 +4,11 @@ of a contact and the reaction to it (the observer itself: ``pkrt.rt.runtime.obse
 A contact is a residual beyond its actuator's threshold (in the fused kernel, every cycle). Its
 event (``event``): detection cycle and time, the onset estimated from the residual's last two
 values (``observer.onset_cycles``: a force step's first-order response), the actuators over their
-thresholds, the residual, the position, the reaction, and the estimated force at the tool when a
-``tool_force(theta, tau) -> dict`` is given (the tool Jacobian's least-squares J^T w = r, built
-from the model outside the runtime, ``pkrt.models.kinematics.tooljacobian``; evaluated once, at
-the event). The reactions:
+thresholds, the residual, the force if it is a step (``observer.step_force``: the residual is still
+rising at the detection), the position, the reaction, and both forces at the tool when a
+``tool_force(theta, tau) -> dict`` is given (the tool Jacobian's least-squares J^T w = tau, built
+from the model outside the runtime, ``pkrt.models.kinematics.tooljacobian``; evaluated at the
+event only). The reactions:
 
 - ``torque-off`` (stop category 0): the cycle of the detection writes no command; torque off.
 - ``stop`` (category 1): the reference stops on its path (``motion.Program.stop``, its rate ramped
@@ -33,7 +34,7 @@ import numpy as np
 from pkrt.rt.core.plan import Planned, hermite_at
 from pkrt.rt.core.schema import ProtectTable
 from pkrt.rt.runtime.motion import Program, Source
-from pkrt.rt.runtime.observer import onset_cycles, residual, thresholds
+from pkrt.rt.runtime.observer import onset_cycles, residual, step_force, thresholds
 
 REACTION_TEXT = {"stop": "stop (category 1)", "reflex": "reflex", "torque-off": "torque off (category 0)"}
 
@@ -78,11 +79,14 @@ class Protection:
               "axes": [self.axes[i] for i in range(s) if abs(r[i]) > th[i]], "axis": self.axes[axis],
               "residual": r.tolist(), "thresholds": th.tolist(), "force_unit": "N" if u == "m" else "N m",
               "position": fb.position.tolist(), "velocity": fb.velocity.tolist(), "reaction": self.table.reaction}
+        step = step_force(ctrl.obs, s, k)
+        ev["step_force"] = step.tolist()  # the force if it is a step (the residual is still rising)
         if self.tool_force is not None:
-            try:
-                ev["tool_force"] = self.tool_force(fb.position.copy(), r)
-            except Exception as e:  # noqa: BLE001 - the model cannot say: the event stands without it
-                ev["tool_force"] = {"error": f"{type(e).__name__}: {e}"}
+            for key, tau in (("tool_force", r), ("tool_force_step", step)):
+                try:
+                    ev[key] = self.tool_force(fb.position.copy(), tau)
+                except Exception as e:  # noqa: BLE001 - the model cannot say: the event stands without it
+                    ev[key] = {"error": f"{type(e).__name__}: {e}"}
         self.peak[:] = np.abs(r)
         self.events.append(ev)
         self.event = ev
@@ -94,9 +98,9 @@ class Protection:
         i = self.axes.index(ev["axis"])
         text = (f"contact detected on {', '.join(ev['axes'])} at {ev['time_s']:.3f} s (residual "
                 f"{ev['residual'][i]:.4g} {ev['force_unit']} on {ev['axis']}, threshold {ev['thresholds'][i]:.4g}")
-        tf = ev.get("tool_force") or {}
+        tf = ev.get("tool_force_step") or {}
         if "norm" in tf:
-            text += f"; about {tf['norm']:.3g} N at the tool"
+            text += f"; a step of about {tf['norm']:.3g} N at the tool"
         text += f"): {REACTION_TEXT[ev['reaction']]}"
         done = ev.get("reaction_done")
         if done:

@@ -1,0 +1,199 @@
+"""Benchmark ``protect``: contact detection (``pkrt bench --only protect``; machines from
+``PKRT_BENCH_PROTECT``, default all three; minutes of normal motion per machine and case from
+``PKRT_BENCH_PROTECT_MINUTES``, default 10).
+
+Per machine (``protectcases``: the Orthoglide's demo and G-code program, the Delta's demo of
+three Adept cycles and the G-code program, the hexapod's demo):
+
+1. The identified case: the identified model exact in the loop on a truth plant of other masses
+   and friction with force noise; thresholds from ``pkrt protect tune`` (0.01 false alarms per
+   hour) on 2 minutes of its normal motion, then ``minutes`` of other normal motion (other noise
+   seeds): false alarms, and contacts at random times on it.
+2. The CAD case (the model on a plant of the same model) with the same thresholds: contacts of
+   ``FORCE_N`` at the tool in random directions at random times of each motion (a force step
+   held 0.5 s, reaction ``stop``): detection delay from the true onset, the onset estimate's
+   error, the stop's time, the true force at detection and its peak; clamps (a wall of ``CLAMP``
+   N/m at the tool's position at a random time): the true force at detection against twice
+   ``FORCE_N``; then ``minutes`` of normal motion: false alarms.
+3. The observer's cost per cycle (the kernel in a compiled loop over a run's states, and the fused
+   call's law part with and without it) and the loop's compute p99 in real time with and without
+   it (the Orthoglide demo, 10 s each, alternated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pkrt.rt.bench.protectcases import (CLAMP, FORCE_N, MOTIONS, cad_case, contact_figures, identified_case, motion,
+                                        normal_runs, random_direction, trial_times)
+
+TRIALS = 8  # random contacts per motion and kind
+TUNE_S = 120.0  # normal motion the thresholds are tuned on
+
+
+def _stats(xs: list) -> dict:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"n": 0}
+    a = np.asarray(xs, float)
+    return {"n": len(a), "median": float(np.median(a)), "max": float(a.max()), "min": float(a.min())}
+
+
+def _ms(figures: list[dict], key: str) -> list:
+    """``key`` (s) of each trial in ms (None where it has none)."""
+    return [None if x.get(key) is None else x[key] * 1e3 for x in figures]
+
+
+def contacts(case, rng, trials: int = TRIALS) -> dict:
+    """Force steps and clamps at random times of each motion of ``case``."""
+    out = {}
+    f = FORCE_N[case.name]
+    for m in MOTIONS[case.name]:
+        plan = motion(case.config, m)
+        steps = [contact_figures(case.run(plan, seed=j, contact=case.contact("force", t, f * random_direction(rng),
+                                                                               duration=0.5)))
+                 for j, t in enumerate(trial_times(plan, trials, rng))]
+        clamps = [contact_figures(case.run(plan, seed=j, contact=case.contact("wall", t, stiffness=CLAMP[case.name])))
+                  for j, t in enumerate(trial_times(plan, trials, rng))]
+        out[m] = {
+            "force_n": f, "steps": len(steps), "detected": sum(x["detected"] for x in steps),
+            "within_10ms": sum(x["detected"] and x["delay_s"] <= 0.010 + 1e-9 for x in steps),
+            "delay_ms": _stats(_ms(steps, "delay_s")), "onset_error_ms": _stats(_ms(steps, "onset_error_s")),
+            "stop_ms": _stats(_ms(steps, "stop_s")),
+            "peak_force_n": _stats([x.get("peak_force_n") for x in steps]),
+            "estimated_tool_force_at_detection_n": _stats([x.get("estimated_tool_force_n") for x in steps]),
+            "clamp_stiffness_n_per_m": CLAMP[case.name], "clamps": len(clamps),
+            "clamps_detected": sum(x["detected"] for x in clamps),
+            "clamp_force_at_detection_n": _stats([x.get("force_at_detection_n") for x in clamps]),
+            "clamps_below_2x": sum(x["detected"] and x["force_at_detection_n"] < 2 * f for x in clamps),
+            "clamp_stop_ms": _stats(_ms(clamps, "stop_s")),
+        }
+    return out
+
+
+def machine(name: str, minutes: float, folder: Path) -> dict:
+    from pkrt.rt.app.protecttune import tune
+
+    rng = np.random.default_rng(36)
+    out: dict = {}
+    t0 = time.perf_counter()
+    ident = identified_case(name, folder)  # thresholds: none yet (observes)
+    tuning = normal_runs(ident, TUNE_S, seed0=1000, logs=folder)
+    tuned = tune(tuning["logs"], 0.01)
+    th = np.array(tuned["thresholds"])
+    out["thresholds"] = {"values": th.tolist(), "unit": tuned["unit"], "tuned_on_s": tuned["normal_s"],
+                         "residual_max_seen": tuned["max_seen"], "residual_rms": tuned["rms"],
+                         "detectable_in_10ms": tuned["detectable_in_10ms"]}
+    ident.config = dataclasses.replace(ident.config, protect=dataclasses.replace(ident.config.protect, thresholds=th))
+    t1 = time.perf_counter()
+    fa = normal_runs(ident, minutes * 60.0, seed0=0)
+    out["identified"] = {"false_alarms": fa["false_alarms"], "normal_s": fa["seconds"], "runs": fa["runs"],
+                         "alarms": fa["alarms"], "wall_s": time.perf_counter() - t1,
+                         "false_alarms_per_hour": fa["false_alarms"] / fa["seconds"] * 3600.0,
+                         "contacts": contacts(ident, rng, trials=max(2, TRIALS // 4))}
+    cad = cad_case(name, thresholds=th)
+    out["cad"] = {"contacts": contacts(cad, rng)}
+    t1 = time.perf_counter()
+    fa = normal_runs(cad, minutes * 60.0, seed0=0)
+    out["cad"].update(false_alarms=fa["false_alarms"], normal_s=fa["seconds"], runs=fa["runs"], alarms=fa["alarms"],
+                      wall_s=time.perf_counter() - t1, false_alarms_per_hour=fa["false_alarms"] / fa["seconds"] * 3600.0)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def observer_cost(repeats: int = 30) -> dict:
+    """ns per call of the observer's kernel in a compiled loop over a lockstep run's logged states
+    (best of ``repeats``), for 3 and 6 actuators; the loop beside it without the call."""
+    from numba import njit
+
+    from pkrt.rt.runtime.controller import make_gains
+    from pkrt.rt.runtime.observer import observe, observer_state
+
+    @njit(cache=True)
+    def loop(obs, td, H, D, p, w, gains, tau, on):
+        acc = 0
+        for k in range(td.shape[0]):
+            if on:
+                acc += observe(obs, k, td[k], H, D, p, w, gains, tau)
+            else:
+                acc += int(td[k, 0] > 0.0)
+        return acc
+
+    out = {}
+    rng = np.random.default_rng(0)
+    for s in (3, 6):
+        m = s * (s + 1) // 2
+        n = 20000
+        td = rng.normal(size=(n, s))
+        H = np.eye(s) + 0.1 * np.ones((s, s))
+        D, p, w, tau = rng.normal(size=(s, m)), rng.normal(size=s), rng.normal(size=m), rng.normal(size=s)
+        gains = make_gains(s, 1.0, 1.0, 1.0, 1.0, 20.0, 5.0)
+        obs = observer_state(s, 250.0, 1e-3, 10.0, enabled=True)
+        best = {}
+        for on in (True, False):
+            loop(obs, td[:10], H, D, p, w, gains, tau, on)
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter_ns()
+                loop(obs, td, H, D, p, w, gains, tau, on)
+                ts.append(time.perf_counter_ns() - t0)
+            best[on] = min(ts) / n
+        out[f"s{s}"] = {"ns_per_cycle": best[True] - best[False], "loop_ns_with": best[True],
+                        "loop_ns_without": best[False]}
+    return out
+
+
+def loop_with_and_without(duration: float = 10.0, pairs: int = 2) -> dict:
+    """The Orthoglide demo held to ``duration`` s in real time with a log, with ``[protect]`` on
+    (the residual logged, nothing detected) and off, alternated: compute p50 / p99 (the seven
+    parts) and the law part (the observer's time is in it); the lockstep run's real-time factor
+    by CPU time, compiled, each way."""
+    from pkrt.drivers import open_drives
+    from pkrt.rt.app.reference import plan_reference
+    from pkrt.rt.bench.protectcases import protected
+    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.run import load_controller_tree, run_session
+
+    base = load_machine("orthoglide")
+    configs = {"without": base, "with": protected(base, np.full(3, 1e6))}
+    tree = load_controller_tree(base)
+    demo = plan_reference(base)
+    rows: dict = {k: [] for k in configs}
+    lock: dict = {k: [] for k in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(pairs):
+            for k, c in configs.items():
+                r = run_session(c, open_drives(c), trajectory=demo, duration=duration, tree=tree,
+                                log_path=str(Path(tmp) / f"rt-{k}-{i}.pktlog"))
+                p = r["cycle_parts"]["p50_p99_max_us"]
+                rows[k].append({"compute_p50_p99_us": p["compute"][:2], "law_p50_p99_us": p["law"][:2],
+                                "overruns": r["overruns"], "fault": r["fault"],
+                                "host_delays": r["host_delays"]["count"]})
+                r = run_session(c, open_drives(c), trajectory=demo, lockstep=True, tree=tree,
+                                log_path=str(Path(tmp) / f"lock-{k}-{i}.pktlog"))
+                lock[k].append(r["realtime_factor_cpu"])
+    return {"realtime": rows, "lockstep_realtime_factor_cpu": {k: float(np.median(v)) for k, v in lock.items()},
+            "compute_p99_us_median": {k: float(np.median([x["compute_p50_p99_us"][1] for x in v]))
+                                      for k, v in rows.items()},
+            "realtime_settings": "the configuration's (SCHED_FIFO 80, CPU 1, mlockall) where allowed"}
+
+
+def run_protect_bench() -> dict:
+    names = [x for x in os.environ.get("PKRT_BENCH_PROTECT", ",".join(FORCE_N)).split(",") if x]
+    minutes = float(os.environ.get("PKRT_BENCH_PROTECT_MINUTES", "10"))
+    out: dict = {"load_average": os.getloadavg(), "minutes": minutes, "observer_cost": observer_cost(),
+                 "loop": loop_with_and_without()}
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix="pkrt-bench-protect-") as tmp:
+            try:
+                out[name] = machine(name, minutes, Path(tmp))
+            except Exception as e:  # a figure that cannot be taken is reported, not hidden
+                out[name] = {"error": f"{type(e).__name__}: {e}"}
+    out["load_average_end"] = os.getloadavg()
+    return out
