@@ -56,11 +56,18 @@ def contacts(case, rng, trials: int = TRIALS) -> dict:
     f = FORCE_N[case.name]
     for m in MOTIONS[case.name]:
         plan = motion(case.config, m)
-        steps = [contact_figures(case.run(plan, seed=j, contact=case.contact("force", t, f * random_direction(rng),
-                                                                               duration=0.5)))
-                 for j, t in enumerate(trial_times(plan, trials, rng))]
-        clamps = [contact_figures(case.run(plan, seed=j, contact=case.contact("wall", t, stiffness=CLAMP[case.name])))
-                  for j, t in enumerate(trial_times(plan, trials, rng))]
+        steps, clamps = [], []
+        for j, t in enumerate(trial_times(plan, trials, rng)):
+            d = f * random_direction(rng)
+            steps.append({"t": t, "force": d.tolist(),
+                          **contact_figures(case.run(plan, seed=j, contact=case.contact("force", t, d, duration=0.5)))})
+        for j, t in enumerate(trial_times(plan, trials, rng)):
+            clamps.append({"t": t, **contact_figures(case.run(plan, seed=j, contact=case.contact(
+                "wall", t, stiffness=CLAMP[case.name])))})
+        misses = [x for x in steps if not (x["detected"] and x["delay_s"] <= 0.010 + 1e-9 and x["stop_s"] is not None
+                                           and x["stop_s"] <= 0.1)]
+        clamped = [x for x in clamps if x["detected"] or (x["peak_force_n"] or 0.0) >= f]  # else: the path left the wall
+        misses += [{"clamp": True, **x} for x in clamped if not (x["detected"] and x["force_at_detection_n"] < 2 * f)]
         out[m] = {
             "force_n": f, "steps": len(steps), "detected": sum(x["detected"] for x in steps),
             "within_10ms": sum(x["detected"] and x["delay_s"] <= 0.010 + 1e-9 for x in steps),
@@ -69,10 +76,13 @@ def contacts(case, rng, trials: int = TRIALS) -> dict:
             "peak_force_n": _stats([x.get("peak_force_n") for x in steps]),
             "estimated_tool_force_at_detection_n": _stats([x.get("estimated_tool_force_n") for x in steps]),
             "clamp_stiffness_n_per_m": CLAMP[case.name], "clamps": len(clamps),
+            "clamps_reaching_the_force": len(clamped),
             "clamps_detected": sum(x["detected"] for x in clamps),
             "clamp_force_at_detection_n": _stats([x.get("force_at_detection_n") for x in clamps]),
-            "clamps_below_2x": sum(x["detected"] and x["force_at_detection_n"] < 2 * f for x in clamps),
-            "clamp_stop_ms": _stats(_ms(clamps, "stop_s")),
+            "clamps_below_2x": sum(x["detected"] and x["force_at_detection_n"] < 2 * f for x in clamped),
+            "clamp_stop_ms": _stats(_ms(clamps, "stop_s")), "clamp_peak_force_n": _stats([x.get("peak_force_n")
+                                                                                          for x in clamps]),
+            "misses": misses,
         }
     return out
 

@@ -160,7 +160,7 @@ def contact_figures(r: dict) -> dict:
     the detection and its peak, the estimate at the tool, the fault."""
     evs = r["protect"]["contacts"]
     if not evs:
-        return {"detected": False, "fault": r["fault"]}
+        return {"detected": False, "fault": r["fault"], "peak_force_n": r["protect"].get("true_peak_tool_force_n")}
     ev = evs[0]
     true = ev.get("true") or {}
     onset = true.get("onset_s")

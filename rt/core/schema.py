@@ -458,6 +458,9 @@ class ProtectTable:
                                   "direction", 0.005, unit="m or rad", lo=0.0, lo_open=True)
     stop_ramp: float = spec(NUMBER, "stop: the shortest time of the path rate's ramp from 1 to 0 (the "
                             "acceleration limits bound it further)", 0.02, unit="s", lo=0.0, lo_open=True)
+    stop_deceleration: float = spec(NUMBER, "stop: the reference's accelerations while it stops on the path "
+                                    "within this fraction of the acceleration limits (the actuators' force left for "
+                                    "the contact and the tracking)", 1.0, lo=0.0, lo_open=True, hi=1.0)
     standstill: float = spec(NUMBER, "at standstill: every actuator's speed below this fraction of its "
                              "velocity limit", 0.02, lo=0.0, lo_open=True, hi=1.0)
     settle_time: float = spec(NUMBER, "the longest wait for standstill once the stop's or the reflex's "

@@ -77,19 +77,16 @@ def observer_state(s: int, gain: float = 0.0, period: float = 1e-3, thresholds=n
 
 
 @njit(cache=True, inline="always")
-def observe(obs, k, theta_dot, H, D, p, w, gains, tau):
-    """The residual of cycle k (a monotonic cycle number): H, D, p (p_ext) at this cycle's feedback
-    and w = [td td] as the control law left them, ``tau`` this cycle's command (held over the next
-    period); the residual into obs's ``residual`` and slot k % 2. Returns the actuator whose
-    |residual| exceeds its threshold by the largest ratio, or -1."""
-    s = theta_dot.shape[0]
-    m = w.shape[0]
-    th = NHEAD
-    last = th + s
+def _observe_s(obs, k, theta_dot, H, D, p, w, gains, tau, s):
+    """``observe`` with s passed in (a compile-time constant in the s = 3 and 6 paths: LLVM
+    unrolls the small loops)."""
+    m = s * (s + 1) // 2
+    last = NHEAD + s
     size = 1 + s * s + 4 * s
     cur = last + s + (k % 2) * size
     prev = last + s + ((k + 1) % 2) * size
     dt, a = obs[PERIOD], obs[DECAY]
+    b = (1.0 - a) / dt
     ok = obs[prev] == k - 1
     hc, vc, rc, tc, qc = cur + 1, cur + 1 + s * s, cur + 1 + s * s + s, cur + 1 + s * s + 2 * s, cur + 1 + s * s + 3 * s
     hp, vp, rp, tp, qp = (prev + 1, prev + 1 + s * s, prev + 1 + s * s + s, prev + 1 + s * s + 2 * s,
@@ -105,13 +102,14 @@ def observe(obs, k, theta_dot, H, D, p, w, gains, tau):
             e = -dt * (obs[tp + i] + 0.5 * (rest + obs[rp + i]))
             for j in range(s):
                 e += 0.5 * (H[i, j] + obs[hp + i * s + j]) * (theta_dot[j] - obs[vp + j])
-            r = a * obs[qp + i] + (1.0 - a) * e / dt
+            r = a * obs[qp + i] + b * e
         obs[rc + i] = rest
         obs[qc + i] = r
         obs[last + i] = r
-        x = abs(r) / obs[th + i]
-        if x > worst:
-            worst, axis = x, i
+        if abs(r) > obs[NHEAD + i]:  # beyond its threshold: the largest ratio is the contact's axis
+            x = abs(r) / obs[NHEAD + i]
+            if x > worst:
+                worst, axis = x, i
     for i in range(s):
         obs[vc + i] = theta_dot[i]
         obs[tc + i] = tau[i]
@@ -119,6 +117,20 @@ def observe(obs, k, theta_dot, H, D, p, w, gains, tau):
             obs[hc + i * s + j] = H[i, j]
     obs[cur] = k
     return axis
+
+
+@njit(cache=True, inline="always")
+def observe(obs, k, theta_dot, H, D, p, w, gains, tau):
+    """The residual of cycle k (a monotonic cycle number): H, D, p (p_ext) at this cycle's feedback
+    and w = [td td] as the control law left them, ``tau`` this cycle's command (held over the next
+    period); the residual into obs's ``residual`` and slot k % 2. Returns the actuator whose
+    |residual| exceeds its threshold by the largest ratio, or -1."""
+    s = theta_dot.shape[0]
+    if s == 3:
+        return _observe_s(obs, k, theta_dot, H, D, p, w, gains, tau, 3)
+    if s == 6:
+        return _observe_s(obs, k, theta_dot, H, D, p, w, gains, tau, 6)
+    return _observe_s(obs, k, theta_dot, H, D, p, w, gains, tau, s)
 
 
 @njit(cache=True)

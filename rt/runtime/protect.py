@@ -12,9 +12,10 @@ event only). The reactions:
 
 - ``torque-off`` (stop category 0): the cycle of the detection writes no command; torque off.
 - ``stop`` (category 1): the reference stops on its path (``motion.Program.stop``, its rate ramped
-  from 1 to 0 in ``stop_ramp`` s or slower as the acceleration limits require), then torque off
-  once every actuator is at standstill (below ``standstill`` of its velocity limit) or
-  ``settle_time`` after the reference came to rest.
+  from 1 to 0 in ``stop_ramp`` s or slower, its accelerations within ``stop_deceleration`` of the
+  limits: the force the reference's accelerations need must stay within the actuators' while a
+  contact pushes), then torque off once every actuator is at standstill (below ``standstill`` of
+  its velocity limit) or ``settle_time`` after the reference came to rest.
 - ``reflex``: from the reference's state at the detection, a quintic to the detected position
   moved ``reflex_distance`` (actuator units) along the residual's direction (the way the external
   force pushes, away from what it pushes against; clipped to the position limits), timed within
@@ -117,8 +118,9 @@ class Protection:
             ev["torque_off_cycle"] = k
             return self.reason()
         if table.reaction == "stop":
-            if isinstance(path, Program):
+            if isinstance(path, Program):  # ramped down as fast as the stop's share of the limits allows
                 path.rdot_max = max(path.rdot_max, 1.0 / table.stop_ramp)
+                path.amax = np.minimum(path.amax, table.stop_deceleration * self.amax)
             path.stop()
             self.source = path
         else:
@@ -257,12 +259,19 @@ class RunProtection(Protection):
             row, c, s = session.row, self.col, self.s
             row[c:c + s] = tau
             row[c + s:c + s + 3] = force
+            self.peak_true = max(self.peak_true, float(np.linalg.norm(force)))
             if self.event is not None:
-                self.peak_true = max(self.peak_true, float(np.linalg.norm(force)))
                 self.event["true"]["peak_tool_force_n"] = self.peak_true
         if self.source is None:
             return None
         return self.after(k, self.ctrl, self.drives.feedback)
+
+
+    def summary(self) -> dict:
+        out = super().summary()
+        if self.truth:  # the simulated contact's largest force over the run, detected or not
+            out["true_peak_tool_force_n"] = self.peak_true
+        return out
 
 
 class MachineProtection(Protection):
