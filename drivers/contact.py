@@ -30,6 +30,21 @@ KINDS = ("force", "wall")
 MOVING = 1e-4  # m/s: the tool moves (a wall's normal is taken along its velocity)
 
 
+class LinearTool:
+    """The tool linearised about one pose: ``(theta) -> (x0 + J (theta - theta0), J)``, the data a
+    contact behind a drive emulator carries (the emulator's process loads no model: the app layer
+    takes x0 and J from the model at the planned pose of the contact's onset)."""
+
+    def __init__(self, x0, J, theta0):
+        self.x0, self.J, self.theta0 = (np.asarray(a, float) for a in (x0, J, theta0))
+
+    def __call__(self, theta) -> tuple[np.ndarray, np.ndarray]:
+        return self.x0 + self.J @ (np.asarray(theta, float) - self.theta0), self.J
+
+    def data(self) -> dict:
+        return {"x0": self.x0.tolist(), "J": self.J.tolist(), "theta0": self.theta0.tolist()}
+
+
 class Contact:
     """One external force on the plant's tool (see the module docstring)."""
 
@@ -46,6 +61,7 @@ class Contact:
         self.wall: np.ndarray | None = None  # the wall's point (m)
         self.normal: np.ndarray | None = None  # its unit normal, into the wall
         self._set_at: tuple[float | None, float | None] = (None, None)  # when point and normal were taken
+        self.peak = 0.0  # N: the largest tool force of a period so far
 
     def describe(self) -> dict:
         d = {"kind": self.kind, "at_s": self.at}
@@ -54,6 +70,33 @@ class Contact:
         else:
             d.update(stiffness_n_per_m=self.stiffness)
         return d
+
+    def data(self) -> dict:
+        """The contact as JSON data (its tool a ``LinearTool``), for an emulator's process."""
+        if not isinstance(self.tool, LinearTool):
+            raise ValueError("only a contact with a LinearTool is data")
+        return {"kind": self.kind, "at": self.at, "force": self.f.tolist(),
+                "duration": None if math.isinf(self.duration) else self.duration, "stiffness": self.stiffness,
+                "tool": self.tool.data()}
+
+    @classmethod
+    def from_data(cls, d: dict, s: int) -> "Contact":
+        """The contact of ``data`` (a ``ValueError`` for anything malformed)."""
+        try:
+            tool = LinearTool(d["tool"]["x0"], d["tool"]["J"], d["tool"]["theta0"])
+            dur = math.inf if d.get("duration") is None else float(d["duration"])
+            c = cls(d["kind"], float(d["at"]), s, tool, force=d.get("force", (0.0, 0.0, 0.0)), duration=dur,
+                    stiffness=float(d.get("stiffness", 0.0)))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"contact data: {e}") from None
+        J = tool.J
+        if J.ndim != 2 or J.shape[1] != s or J.shape[0] < 3 or tool.theta0.shape != (s,) or tool.x0.shape != J.shape[:1]:
+            raise ValueError(f"contact data: a tool Jacobian of {s} columns, 3 rows at least, expected")
+        return c
+
+    def truth(self) -> dict:
+        """What acted so far (an emulator's report): the onset (s) and the largest tool force (N)."""
+        return {"onset_s": self.onset, "peak_tool_force_n": self.peak, **self.describe()}
 
     def acts(self, t0: float) -> bool:
         """Whether the period starting at loop time t0 (s) feels the contact."""
@@ -65,6 +108,11 @@ class Contact:
         """Integrate ``plant`` over one period from t0 (s) with the command ``tau_cmd`` held and
         the contact's force added; returns the plant's status. Repeatable: the same state and
         t0 give the same step (the drives undo and redo steps)."""
+        st = self._step(plant, tau_cmd, t0, dt)
+        self.peak = max(self.peak, float(np.linalg.norm(self.force)))
+        return st
+
+    def _step(self, plant, tau_cmd: np.ndarray, t0: float, dt: float) -> int:
         self.tau[:] = 0.0
         self.force[:] = 0.0
         if not self.acts(t0):
@@ -99,4 +147,4 @@ class Contact:
         return st
 
 
-__all__ = ["Contact", "KINDS"]
+__all__ = ["Contact", "LinearTool", "KINDS"]

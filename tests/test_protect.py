@@ -263,3 +263,25 @@ def test_protect_tune_errors_and_its_machine_output(tmp_path, capsys):
     bad.write_text(out.read_text().replace('reaction = "stop"', 'reaction = "brake"'))
     assert main(["run", "--machine", str(bad), "--no-log", "--lockstep"]) == 2
     assert "[protect], field 'reaction': expected one of 'stop', 'reflex', 'torque-off'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bus,spec", [("can", "contact@1.0=0,30,0,0.3"), ("serial", "clamp@1.0=20000")])
+def test_contacts_behind_the_hil_emulators(tmp_path, capsys, bus, spec):
+    """The emulated drives' plant takes the contact (its tool linearised about the planned pose at
+    T, data from the app layer: the emulator's process loads no model): ``pkrt hil --inject``
+    ends in the contact's stop, detected within 10 ms of the onset the emulator reports."""
+    from pkrt.models.kinematics.description import MACHINES_DIR
+
+    text = (MACHINES_DIR / f"orthoglide-{bus}.toml").read_text()
+    for tree in ("orthoglide.pkt", "orthoglide-plant.pkt"):
+        text = text.replace(f'"{tree}"', f'"{MACHINES_DIR / tree}"')
+    cfg = tmp_path / f"o-{bus}.toml"
+    cfg.write_text(text + "\n[protect]\nenabled = true\nthresholds = 3.0\n")
+    code = main(["hil", "--bus", bus, "--machine", str(cfg), "--inject", spec, "--duration", "1.5", "--json"])
+    out, err = capsys.readouterr()
+    r = json.loads(out)
+    truth = r["emulator"]["contact"]
+    assert code == 1 and "contact detected on " in err and "torque off at standstill" in err, err
+    assert truth["onset_s"] == pytest.approx(1.0, abs=1e-9)
+    assert r["protect"]["contacts"][0]["time_s"] - truth["onset_s"] <= 0.010
+    assert truth["peak_tool_force_n"] > 0.0

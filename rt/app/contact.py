@@ -58,6 +58,21 @@ def arm_contact(drives, spec: str, plant_mech) -> dict:
     return c
 
 
+def contact_data(spec: str, mech, plan) -> dict:
+    """``spec`` as data for a drive emulator's plant (``pkrt.drivers.contact.Contact.data``): its
+    tool linearised about the pose the planned reference ``plan`` has at the contact's time (the
+    emulator's process loads no model; a contact lasts a fraction of a second and the machine
+    stops: the pose changes little)."""
+    from pkrt.drivers.contact import Contact, LinearTool
+
+    c = parse_contact(spec)
+    k = min(max(int(round(c["at"] * plan.rate_hz)), 0), plan.n - 1)
+    theta = plan.pos[k]
+    x, J = tool_jacobian(mech)(theta)
+    return Contact(c["kind"], c["at"], len(theta), LinearTool(x, J, theta), force=c.get("force", (0.0, 0.0, 0.0)),
+                   duration=c.get("duration", math.inf), stiffness=c.get("stiffness", 0.0)).data()
+
+
 def tool_force_of(mech):
     """``(theta, tau) -> dict``: the tool force behind actuator forces tau (a contact's residual),
     for the event of a detection; None for a mechanism without a tool."""
@@ -66,4 +81,4 @@ def tool_force_of(mech):
     return tool_jacobian(mech).tool_force
 
 
-__all__ = ["CONTACT_KINDS", "parse_contact", "arm_contact", "tool_force_of", "tool_jacobian"]
+__all__ = ["CONTACT_KINDS", "parse_contact", "arm_contact", "contact_data", "tool_force_of", "tool_jacobian"]
