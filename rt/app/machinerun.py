@@ -100,7 +100,7 @@ def sim_fault(drives, spec: str, rate: float, plant_mech=None):
 class LiveViews:
     """The run's live views (UDP telemetry, Foxglove), closed on every way out."""
 
-    def __init__(self, opts: RunOptions, axes: list[str], units: list[str]):
+    def __init__(self, opts: RunOptions, axes: list[str], units: list[str], extra=()):
         self.telemetry = self.foxglove = None
         if opts.telemetry:
             from pkrt.rt.runtime.telemetry import Telemetry
@@ -115,7 +115,7 @@ class LiveViews:
 
             try:
                 self.foxglove = FoxgloveLive(*parse_address(opts.foxglove), opts.telemetry_rate, axes,
-                                             channel_list(len(axes), units[0]))
+                                             channel_list(len(axes), units[0], extra))
             except BaseException:
                 self.close()
                 raise
@@ -232,7 +232,9 @@ def run_machine(opts: RunOptions) -> dict:
     try:
         plant_mech = plant_mechanism(config, mech) if contact and config.backend == "sim" else None
         hook = sim_fault(drives, opts.inject, config.rate_hz, plant_mech) if opts.inject is not None else None
-        views = LiveViews(opts, axes, units)
+        from pkrt.rt.runtime.protect import run_channels
+
+        views = LiveViews(opts, axes, units, run_channels(config, drives, len(axes)))  # the run's log channels
         traj = run_reference(config, opts, axes, mech)
         model = exact_figures = None
         if config.controller.model == "exact":  # built here from the model, measured before the loop

@@ -48,6 +48,8 @@ def normal_residuals(paths: list[str]) -> dict:
                             f"thresholds the observer only observes)")
         g = ((log.header.get("machine") or {}).get("protect") or {}).get("gain", ProtectTable().gain)
         r_hz = log.header.get("rate_hz")
+        if not (isinstance(r_hz, (int, float)) and r_hz > 0):
+            raise UserError(f"{p}: the log records no loop rate (rate_hz): not a run log of pkrt run or pkrt serve")
         if axes is None:
             axes, gain, rate, unit = log.axes(), float(g), float(r_hz), log.units.get("residual", "")
         elif log.axes() != axes or float(g) != gain or float(r_hz) != rate:

@@ -531,6 +531,8 @@ class Machine:
             elif not (pr and pr.reacting):
                 self._after_step(src)
             self.pos_now[:] = self.drives.feedback.position
+        elif self.protect is not None:
+            self.protect.view[:] = 0.0  # not observing: no residual
         self.ref_now[:] = self.source.pos
         nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
         self._lateness(k, lateness)

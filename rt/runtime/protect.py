@@ -204,7 +204,16 @@ def stop_path(plan: Planned, vmax, amax) -> Program:
     return prog
 
 
-__all__ = ["Protection", "REACTION_TEXT", "stop_path"]
+def run_channels(config, drives, s: int) -> list[tuple[str, int, str]]:
+    """The log channels a run adds with ``[protect]`` enabled (``run.channel_list``'s ``extra``):
+    ``residual``, and on a simulated plant with a contact the truth, ``contact_force`` and
+    ``contact_tool``; none when it is off."""
+    if not config.protect.enabled:
+        return []
+    out = [("residual", s, "force")]
+    if getattr(drives, "contacts", None):
+        out += [("contact_force", s, "force"), ("contact_tool", 3, "N")]
+    return out
 
 
 class RunProtection(Protection):
@@ -220,9 +229,7 @@ class RunProtection(Protection):
         s = self.s
         self.arm(ctrl)
         self.truth = bool(getattr(drives, "contacts", None))
-        self.channels = [("residual", s, "force")]
-        if self.truth:
-            self.channels += [("contact_force", s, "force"), ("contact_tool", 3, "N")]
+        self.channels = run_channels(config, drives, s)
         self.col = 4 + 8 * s  # the truth's first column in the staged row (after CHANNELS and the residual)
         self.k, self.refs = 0, None
         self.peak_true = 0.0
@@ -308,6 +315,8 @@ class MachineProtection(Protection):
         from pkrt.rt.runtime.states import State
 
         m = self.machine
+        if self.source is not None and self.source is not m.source:
+            self.source = None  # a reaction cut short by an error stop, and the machine enabled again
         if self.source is not None or m.state is State.ERROR_STOP:
             return None
         src, fb = m.source, m.drives.feedback
@@ -330,3 +339,6 @@ class MachineProtection(Protection):
             return None, False
         hold = self.table.reaction == "reflex"
         return self.after(k, self.machine.ctrl, self.machine.drives.feedback), hold
+
+
+__all__ = ["Protection", "RunProtection", "MachineProtection", "REACTION_TEXT", "run_channels", "stop_path"]
