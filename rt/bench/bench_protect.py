@@ -75,6 +75,7 @@ def contacts(case, rng, trials: int = TRIALS) -> dict:
             "stop_ms": _stats(_ms(steps, "stop_s")),
             "peak_force_n": _stats([x.get("peak_force_n") for x in steps]),
             "estimated_tool_force_at_detection_n": _stats([x.get("estimated_tool_force_n") for x in steps]),
+            "estimated_step_at_detection_n": _stats([x.get("estimated_step_n") for x in steps]),
             "clamp_stiffness_n_per_m": CLAMP[case.name], "clamps": len(clamps),
             "clamps_reaching_the_force": len(clamped),
             "clamps_detected": sum(x["detected"] for x in clamps),
