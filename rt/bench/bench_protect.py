@@ -50,41 +50,51 @@ def _ms(figures: list[dict], key: str) -> list:
     return [None if x.get(key) is None else x[key] * 1e3 for x in figures]
 
 
+def _good_step(x: dict) -> bool:
+    """A force step detected within 10 ms and stopped within 100 ms."""
+    return x["detected"] and x["delay_s"] <= 0.010 + 1e-9 and x["stop_s"] is not None and x["stop_s"] <= 0.1
+
+
+def _steps(case, plan, trials: int, rng) -> dict:
+    """``trials`` force steps of the issue's force, random directions and times, held 0.5 s."""
+    f = FORCE_N[case.name]
+    steps = []
+    for j, t in enumerate(trial_times(plan, trials, rng)):
+        d = f * random_direction(rng)
+        steps.append({"t": t, "force": d.tolist(),
+                      **contact_figures(case.run(plan, seed=j, contact=case.contact("force", t, d, duration=0.5)))})
+    return {"force_n": f, "steps": len(steps), "detected": sum(x["detected"] for x in steps),
+            "within_10ms": sum(x["detected"] and x["delay_s"] <= 0.010 + 1e-9 for x in steps),
+            "delay_ms": _stats(_ms(steps, "delay_s")), "onset_error_ms": _stats(_ms(steps, "onset_error_s")),
+            "stop_ms": _stats(_ms(steps, "stop_s")), "peak_force_n": _stats([x.get("peak_force_n") for x in steps]),
+            "estimated_tool_force_at_detection_n": _stats([x.get("estimated_tool_force_n") for x in steps]),
+            "estimated_step_at_detection_n": _stats([x.get("estimated_step_n") for x in steps]),
+            "misses": [x for x in steps if not _good_step(x)]}
+
+
+def _clamps(case, plan, trials: int, rng) -> dict:
+    """``trials`` walls at random times; a clamp whose path leaves the wall before it pushes back
+    with the issue's force is no clamp (counted apart)."""
+    f = FORCE_N[case.name]
+    clamps = [{"t": t, **contact_figures(case.run(plan, seed=j, contact=case.contact("wall", t,
+                                                                                      stiffness=CLAMP[case.name])))}
+              for j, t in enumerate(trial_times(plan, trials, rng))]
+    clamped = [x for x in clamps if x["detected"] or (x["peak_force_n"] or 0.0) >= f]
+    below = [x for x in clamped if x["detected"] and x["force_at_detection_n"] < 2 * f]
+    return {"clamp_stiffness_n_per_m": CLAMP[case.name], "clamps": len(clamps), "clamps_reaching_the_force": len(clamped),
+            "clamps_detected": sum(x["detected"] for x in clamps),
+            "clamp_force_at_detection_n": _stats([x.get("force_at_detection_n") for x in clamps]),
+            "clamps_below_2x": len(below), "clamp_stop_ms": _stats(_ms(clamps, "stop_s")),
+            "clamp_peak_force_n": _stats([x.get("peak_force_n") for x in clamps]),
+            "clamp_misses": [x for x in clamped if x not in below]}
+
+
 def contacts(case, rng, trials: int = TRIALS) -> dict:
     """Force steps and clamps at random times of each motion of ``case``."""
     out = {}
-    f = FORCE_N[case.name]
     for m in MOTIONS[case.name]:
         plan = motion(case.config, m)
-        steps, clamps = [], []
-        for j, t in enumerate(trial_times(plan, trials, rng)):
-            d = f * random_direction(rng)
-            steps.append({"t": t, "force": d.tolist(),
-                          **contact_figures(case.run(plan, seed=j, contact=case.contact("force", t, d, duration=0.5)))})
-        for j, t in enumerate(trial_times(plan, trials, rng)):
-            clamps.append({"t": t, **contact_figures(case.run(plan, seed=j, contact=case.contact(
-                "wall", t, stiffness=CLAMP[case.name])))})
-        misses = [x for x in steps if not (x["detected"] and x["delay_s"] <= 0.010 + 1e-9 and x["stop_s"] is not None
-                                           and x["stop_s"] <= 0.1)]
-        clamped = [x for x in clamps if x["detected"] or (x["peak_force_n"] or 0.0) >= f]  # else: the path left the wall
-        misses += [{"clamp": True, **x} for x in clamped if not (x["detected"] and x["force_at_detection_n"] < 2 * f)]
-        out[m] = {
-            "force_n": f, "steps": len(steps), "detected": sum(x["detected"] for x in steps),
-            "within_10ms": sum(x["detected"] and x["delay_s"] <= 0.010 + 1e-9 for x in steps),
-            "delay_ms": _stats(_ms(steps, "delay_s")), "onset_error_ms": _stats(_ms(steps, "onset_error_s")),
-            "stop_ms": _stats(_ms(steps, "stop_s")),
-            "peak_force_n": _stats([x.get("peak_force_n") for x in steps]),
-            "estimated_tool_force_at_detection_n": _stats([x.get("estimated_tool_force_n") for x in steps]),
-            "estimated_step_at_detection_n": _stats([x.get("estimated_step_n") for x in steps]),
-            "clamp_stiffness_n_per_m": CLAMP[case.name], "clamps": len(clamps),
-            "clamps_reaching_the_force": len(clamped),
-            "clamps_detected": sum(x["detected"] for x in clamps),
-            "clamp_force_at_detection_n": _stats([x.get("force_at_detection_n") for x in clamps]),
-            "clamps_below_2x": sum(x["detected"] and x["force_at_detection_n"] < 2 * f for x in clamped),
-            "clamp_stop_ms": _stats(_ms(clamps, "stop_s")), "clamp_peak_force_n": _stats([x.get("peak_force_n")
-                                                                                          for x in clamps]),
-            "misses": misses,
-        }
+        out[m] = {**_steps(case, plan, trials, rng), **_clamps(case, plan, trials, rng)}
     return out
 
 

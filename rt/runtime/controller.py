@@ -134,14 +134,15 @@ def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains,
     the state ``obs``, when enabled: its time counts in the law's), then the cycle's log row and
     error staged (``stage_row``: t, wake, compute and flags are left to the caller, tau as
     computed; the residual after the row's 4 + 7 s values when the observer is enabled), in one
-    call; returns (check code, its axis, flags, tree status, the axis of a detected contact or -1,
-    ns in the tree, in the law, in the staging), the times from the time-stamp counter
-    (``pkrt.rt.core.cycleclock``; ``ns_per_tick`` its period)."""
+    call; returns (check code, its axis -- or when the checks pass, the axis of a contact the
+    observer detected, else -1 --, flags, tree status, ns in the tree, in the law, in the
+    staging), the times from the time-stamp counter (``pkrt.rt.core.cycleclock``; ``ns_per_tick``
+    its period). Seven values, as before the observer: the loop's Python cycle takes the tuple
+    without a new size of Python object (a fresh allocator pool there was a page fault)."""
     s = theta.shape[0]
     H, D, p, w, v, tau_model, tau, work = workspace_views(ws, s)
     code, axis = check_feedback(theta, theta_dot, ref_pos, limits)
     flags = status = 0
-    contact = -1
     c0 = c1 = c2 = rdtsc()
     if code == OK:
         status = eval_model_w(T, theta, H, D, p, work)
@@ -149,14 +150,14 @@ def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains,
         flags, status = control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
                                     tau_model, tau)
         if obs[observer.ENABLED] != 0.0 and status != OUT_OF_DOMAIN:
-            contact = observe(obs, k, theta_dot, H, D, p, w, gains, tau)
+            axis = observe(obs, k, theta_dot, H, D, p, w, gains, tau)  # a contact's axis, or -1
         c2 = rdtsc()
     stage_row(row, 0.0, ref_pos, ref_vel, ref_acc, theta, theta_dot, tau, True, tau_model, 0.0, 0.0, 0, err)
     if obs[observer.ENABLED] != 0.0 and row.shape[0] >= 4 + 8 * s:
         for i in range(s):
             row[4 + 7 * s + i] = obs[observer.NHEAD + s + i]
     c3 = rdtsc()
-    return (code, axis, flags, status, contact, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick),
+    return (code, axis, flags, status, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick),
             int((c3 - c2) * ns_per_tick))
 
 

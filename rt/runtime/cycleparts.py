@@ -29,7 +29,7 @@ from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.core.cycleclock import ns_per_tick
 from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
 from pkrt.rt.runtime.observer import observe_staged
-from pkrt.rt.runtime.safety import Supervisor
+from pkrt.rt.runtime.safety import OK, Supervisor
 from pkrt.rt.runtime.staging import stage_row
 
 PARTS = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant")
@@ -158,8 +158,9 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
         fb = drives.read(t)
         ts[1] = t1 = clock()
         if split and ctrl.model is None and row is not None:
-            code, axis, f, status, contact, tree_ns, law_ns, stage_ns = ctrl.checked(
+            code, axis, f, status, tree_ns, law_ns, stage_ns = ctrl.checked(
                 fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, sup.limits, ns_per_tick(), row, err, k)
+            contact = axis if code == OK else -1
             staged = True
             reason = sup.verdict(code, axis, fb, ref_pos)
             ts[4] = t4 = clock()

@@ -74,9 +74,9 @@ def lockstep_cycles(k0, k1, n, period, ctl, fb_pos, fb_vel, refs, rec, plant, pa
             fb_vel[a] = x[s + a]
         t1 = rdtsc()
         i, j = k % cap, k % window
-        code, axis, f, status, contact, tree_ns, law_ns, stage_ns = checked_control(
+        code, axis, f, status, tree_ns, law_ns, stage_ns = checked_control(
             T, kind, fb_pos, fb_vel, rp[i], rv[i], ra[i], gains, limits, ws, obs, k, npt, row, err[j])
-        if code != OK or status == OUT_OF_DOMAIN or (f & FLAG_NONFINITE) != 0 or contact >= 0:
+        if code != OK or status == OUT_OF_DOMAIN or (f & FLAG_NONFINITE) != 0 or axis >= 0:
             ends = True  # this cycle ends the run or detects a contact: the Python cycle does it again
             break        # from the same state (the observer's call for cycle k repeats) and says why
         t4 = rdtsc()
@@ -161,7 +161,7 @@ class LockstepBlock:
         read, no stop signal is pending, no contact's reaction runs."""
         sn, d = self.session, self.session.drives
         return (sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
-                and not (sn.protect and sn.protect.reacting))
+                and not sn.protect.reacting)
 
     def run(self, k: int) -> int:
         """Cycles from k in compiled calls while ``ready``; returns the first cycle left to

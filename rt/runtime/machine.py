@@ -513,24 +513,10 @@ class Machine:
             self.owner = None
             self.set_state(State.STOPPING, f"dead-man: no keep-alive for {self.settings.deadman_s:g} s")
         flags = 0
-        src = self.source
         if self.state is State.HOMING:
             self._home_cycle()
         if (self.state in ENABLED or self.holding) and self.state is not State.HOMING:
-            src = self.source
-            src.step(period)
-            pr, hold = self.protect, False
-            if pr is not None:
-                pr.k = k
-            reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
-                                                self._stamps, k, pr and pr.hook)
-            if reason is None and pr is not None:
-                reason, hold = pr.cycle_end(k)  # the residual staged; a contact's reaction at its end
-            if reason is not None:
-                self.fault(reason, hold=hold)
-            elif not (pr and pr.reacting):
-                self._after_step(src)
-            self.pos_now[:] = self.drives.feedback.position
+            flags = self._control(k, t)
         elif self.protect is not None:
             self.protect.view[:] = 0.0  # not observing: no residual
         self.ref_now[:] = self.source.pos
@@ -548,6 +534,24 @@ class Machine:
         self.cycles += 1
         self._stage(t, wake, flags)
         return nxt
+
+    def _control(self, k: int, t: float) -> int:
+        """The motion source's reference of cycle k through ``control_step``; the contact
+        observer's residual and reaction (``MachineProtection``); returns the cycle's flags."""
+        src, pr, hold = self.source, self.protect, False
+        src.step(self.period)
+        if pr is not None:
+            pr.k = k
+        reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
+                                            self._stamps, k, pr and pr.hook)
+        if reason is None and pr is not None:
+            reason, hold = pr.cycle_end(k)  # the residual staged; a contact's reaction at its end
+        if reason is not None:
+            self.fault(reason, hold=hold)
+        elif not (pr and pr.reacting):
+            self._after_step(src)
+        self.pos_now[:] = self.drives.feedback.position
+        return flags
 
     def _lateness(self, k: int, lateness: float) -> None:
         """A cycle that ended past the next deadline: with pacing ``skip`` (real drives) a

@@ -216,6 +216,26 @@ def run_channels(config, drives, s: int) -> list[tuple[str, int, str]]:
     return out
 
 
+class NoProtection:
+    """A run without ``[protect]``: the run's own reference, no contact hook, no channels (so the
+    cycle calls the same methods either way)."""
+
+    channels: tuple = ()
+    reacting = False
+
+    def reference(self, session, k: int) -> tuple | None:
+        return session._reference(k)
+
+    def hook_of(self, k: int, refs: tuple) -> None:
+        return None
+
+    def cycle_end(self, session, k: int, reason: str | None) -> str | None:
+        return reason
+
+    def summary(self) -> dict:
+        return {"enabled": False}
+
+
 class RunProtection(Protection):
     """The contact detection of a run (``pkrt.rt.runtime.run.Session``): the log's channels
     (``residual``, and for a simulated contact the truth: ``contact_force`` at the actuators and
@@ -235,9 +255,23 @@ class RunProtection(Protection):
         self.peak_true = 0.0
 
     @classmethod
-    def of(cls, session, config, ctrl, drives, axes, units, tool_force=None) -> "RunProtection | None":
-        """The run's protection when ``[protect]`` is enabled, else None."""
-        return cls(session, config, ctrl, drives, axes, units, tool_force) if config.protect.enabled else None
+    def of(cls, session, config, ctrl, drives, axes, units, tool_force=None) -> "RunProtection | NoProtection":
+        """The run's protection when ``[protect]`` is enabled, else ``NoProtection``."""
+        if not config.protect.enabled:
+            return NoProtection()
+        return cls(session, config, ctrl, drives, axes, units, tool_force)
+
+    def reference(self, session, k: int) -> tuple | None:
+        """Cycle k's reference: the reaction's while it runs, else the run's (``Session._reference``)."""
+        if self.source is None:
+            return session._reference(k)
+        src = self.step()
+        return src.pos, src.vel, src.acc
+
+    def hook_of(self, k: int, refs: tuple):
+        """The contact hook of cycle k (its reference ``refs``): ``hook``."""
+        self.k, self.refs = k, refs
+        return self.hook
 
     def hook(self, axis: int) -> str | None:
         """A contact on ``axis`` in cycle ``k`` (the first of the run; later ones are ignored while
@@ -259,8 +293,11 @@ class RunProtection(Protection):
             sn.writer.event(k, "contact", self.log_text(ev))
         return reason
 
-    def cycle_end(self, session, k: int) -> str | None:
-        """The truth channels staged (a simulated contact); a reaction followed: its end's reason."""
+    def cycle_end(self, session, k: int, reason: str | None) -> str | None:
+        """After cycle k (``reason``: its fault, None): the truth channels staged (a simulated
+        contact); a reaction followed: its end's reason."""
+        if reason is not None:
+            return reason
         if self.truth:
             tau, force = self.drives.contact_truth()
             row, c, s = session.row, self.col, self.s
@@ -341,4 +378,5 @@ class MachineProtection(Protection):
         return self.after(k, self.machine.ctrl, self.machine.drives.feedback), hold
 
 
-__all__ = ["Protection", "RunProtection", "MachineProtection", "REACTION_TEXT", "run_channels", "stop_path"]
+__all__ = ["Protection", "NoProtection", "RunProtection", "MachineProtection", "REACTION_TEXT", "run_channels",
+           "stop_path"]

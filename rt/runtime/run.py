@@ -319,7 +319,7 @@ class Session:
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
         self.protect = RunProtection.of(self, config, self.ctrl, drives, axes, units, tool_force)
-        extra = self.protect.channels if self.protect else []
+        extra = self.protect.channels
         # preallocated per-cycle records: a ring of the last WINDOW cycles (memory independent of
         # the run's duration), written once here so that the loop takes no page fault on them
         N = self.window = min(ref.n, WINDOW)
@@ -452,25 +452,18 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        pr = self.protect
-        if pr is not None and pr.reacting:  # a contact's reaction gives the reference
-            src = pr.step()
-            ref_pos, ref_vel, ref_acc = src.pos, src.vel, src.acc
-        else:
-            i = ref.slot(k)
-            if i < 0:  # the reference's producer fell behind: never wait for it in the loop
-                self.fault(k, ref.behind_reason(k))
-                return None
-            ref_pos, ref_vel, ref_acc = ref.pos[i], ref.vel[i], ref.acc[i]
+        refs = self.protect.reference(self, k)  # the run's, or a contact's reaction's
+        if refs is None:  # the reference's producer fell behind: never wait for it in the loop
+            self.fault(k, ref.behind_reason(k))
+            return None
+        ref_pos, ref_vel, ref_acc = refs
         j = k % self.window
         err = self.err[j]
-        if pr is not None:
-            pr.k, pr.refs = k, (ref_pos, ref_vel, ref_acc)
         reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
-                                           not self.old_cycle, self.row, err, k, pr and pr.hook)
+                                           not self.old_cycle, self.row, err, k,
+                                           self.protect.hook_of(k, refs))
         fb = self.fb = drives.feedback
-        if reason is None and pr is not None:
-            reason = pr.cycle_end(self, k)  # the truth channels; a reaction's end
+        reason = self.protect.cycle_end(self, k, reason)  # the truth channels; a reaction's end
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
@@ -494,7 +487,7 @@ class Session:
         if self.old_cycle:
             np.subtract(ref_pos, fb.position, out=err)
             if self.views is not None:
-                self._stage(k, t, fb, wake_s, flags, i, comp)
+                self._stage(k, t, fb, wake_s, flags, refs, comp)
         else:
             row = self.row
             if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
@@ -511,7 +504,7 @@ class Session:
                 self.telemetry.maybe_send(k, t, self.row, self.slices)
         self.errs.add(err)  # tracking error over the whole run
         ts[7] = clock()
-        if reason is None and wd is None and (nxt < ref.n or (pr and pr.reacting)) and not self.old_cycle:
+        if reason is None and wd is None and self.going(nxt) and not self.old_cycle:
             drives.advance(nxt * period)
             ts[8] = clock()
         self.parts.commit()
@@ -522,14 +515,21 @@ class Session:
             return None
         return nxt
 
-    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, i: int, comp: float) -> None:
+    def _reference(self, k: int) -> tuple | None:
+        """Cycle k's reference (pos, vel, acc): its ring row, None when not computed in time."""
+        i = self.ref.slot(k)
+        return None if i < 0 else (self.ref.pos[i], self.ref.vel[i], self.ref.acc[i])
+
+    def going(self, k: int) -> bool:
+        """Cycle k is to run: within the reference, or a contact's reaction runs past its end."""
+        return k < self.ref.n or self.protect.reacting
+
+    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, refs: tuple, comp: float) -> None:
         """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``);
-        ``i``: the reference's ring row, ``comp``: the cycle's compute time (s)."""
-        v, ref = self.views, self.ref
+        ``refs``: the cycle's reference (pos, vel, acc), ``comp``: the cycle's compute time (s)."""
+        v = self.views
         v["t"][0] = t
-        v["ref_pos"][...] = ref.pos[i]
-        v["ref_vel"][...] = ref.vel[i]
-        v["ref_acc"][...] = ref.acc[i]
+        v["ref_pos"][...], v["ref_vel"][...], v["ref_acc"][...] = refs
         v["pos"][...] = fb.position
         v["vel"][...] = fb.velocity
         v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
@@ -558,7 +558,7 @@ class Session:
             self.cpu0 = time.thread_time()
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            while k is not None and (k < self.ref.n or (self.protect and self.protect.reacting)):
+            while k is not None and self.going(k):
                 if self.block is not None:  # what it can, then the cycle it leaves (if any) in Python
                     k = self.block.run(k)
                     if k >= self.ref.n:
@@ -625,7 +625,7 @@ class Session:
             "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
             "log": self.log_path,
             "drives": self.drives.describe(), "memory": self.memory,
-            "protect": self.protect.summary() if self.protect else {"enabled": False},
+            "protect": self.protect.summary(),
         }
         if self.writer:
             counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
