@@ -240,14 +240,16 @@ class Plant:
         self.x[: self.s] = theta
         self.x[self.s:] = 0.0 if theta_dot is None else theta_dot
 
-    def step(self, tau: np.ndarray, dt: float) -> int:
-        """Integrate over dt (s) with tau held (N or N m); returns the model's status."""
+    def step(self, tau: np.ndarray, dt: float, substeps: int | None = None) -> int:
+        """Integrate over dt (s) with tau held (N or N m) in ``substeps`` RK4 steps (default: the
+        plant's); returns the model's status."""
         if dt <= 0.0:
             return 0
+        n = self.substeps if substeps is None else substeps
         if self.model is None:
-            self.status = plant_step(self.tree.arrays, self.x, tau, dt, self.substeps, self.params, self.ws)
+            self.status = plant_step(self.tree.arrays, self.x, tau, dt, n, self.params, self.ws)
         else:
-            self.status = plant_step_model(self.model, self.x, tau, dt, self.substeps, self.params, self.views)
+            self.status = plant_step_model(self.model, self.x, tau, dt, n, self.params, self.views)
         return self.status
 
     def warm_up(self) -> None:

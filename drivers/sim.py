@@ -12,6 +12,7 @@ import numpy as np
 from pkrt.rt.core.schema import INTEGER, NUMBER, STRING, BOOL, PlantTable, spec
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN
 from .base import DriveConfigError, DriveError, Drives
+from .contact import Contact
 # the plant's names, importable from here as before the plant had a module of its own
 from .plant import (Plant, clip_force, plant_left_its_model, plant_step, plant_step_model,  # noqa: F401
                     plant_workspace, rk4_advance, stage_slope, stage_state, workspace_views)
@@ -55,6 +56,7 @@ class SimDrives(Drives):
         self._hist = np.zeros((delay_cycles + 1, 2 * plant.s))
         self._hist_n = 0
         self.injections: list[tuple[str, float, float]] = []  # (kind, at time s, value)
+        self.contacts: list[Contact] = []  # external forces at the tool (``inject_contact``)
         self.period: float | None = None  # the loop period (s): a longer gap is stepped period by period
         # ``advance``: the loop time the plant was stepped to ahead of its read (None: not ahead),
         # why it left its model on the way, the state before, the force noise drawn for it
@@ -83,6 +85,21 @@ class SimDrives(Drives):
             self._undo_ahead()
         self.injections.append((kind, float(at), float(value)))
 
+    def inject_contact(self, contact: Contact) -> None:
+        """An external force at the tool (``pkrt.drivers.contact``): a force step or a wall."""
+        if contact.s != self.n_axes:
+            raise DriveConfigError(f"contact for {contact.s} axes on a plant of {self.n_axes}")
+        if self._ahead_t is not None:  # the step ahead did not know of it
+            self._undo_ahead()
+        self.contacts.append(contact)
+
+    def contact_truth(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The external forces of the last period: actuator forces (s,) and the tool force (3,),
+        summed over the contacts; None without contacts."""
+        if not self.contacts:
+            return None
+        return (sum(c.tau for c in self.contacts), sum(c.force for c in self.contacts))
+
     def _active(self, kind: str, t: float):
         for k, at, v in self.injections:
             if k == kind and t >= at:
@@ -91,9 +108,13 @@ class SimDrives(Drives):
 
     def describe(self) -> dict:
         ms, visc, coul, flim, _ = self.plant.params.tolist()
-        return {"backend": self.backend, "mass_scale": ms, "viscous": visc, "coulomb": coul,
-                "force_limit": flim, "substeps": self.plant.substeps, "noise": self.noise,
-                "quantization": self.quantization, "force_noise": self.force_noise, "delay_cycles": len(self._hist) - 1, **self.plant.source}
+        out = {"backend": self.backend, "mass_scale": ms, "viscous": visc, "coulomb": coul,
+               "force_limit": flim, "substeps": self.plant.substeps, "noise": self.noise,
+               "quantization": self.quantization, "force_noise": self.force_noise, "delay_cycles": len(self._hist) - 1,
+               **self.plant.source}
+        if self.contacts:
+            out["contacts"] = [c.describe() for c in self.contacts]
+        return out
 
     def prepare(self, theta0: np.ndarray) -> None:
         self.plant.reset(theta0)
@@ -166,9 +187,28 @@ class SimDrives(Drives):
         dt = t - self._t
         n = int(round(dt / self.period)) if self.period and dt > 1.5 * self.period else 1
         st = 0
-        for _ in range(n):  # skipped periods: the plant's step stays one period's
-            st = max(st, self.plant.step(tau, dt / n))
+        for j in range(n):  # skipped periods: the plant's step stays one period's
+            if self.contacts:
+                st = max(st, self._contact_step(tau, self._t + j * dt / n, dt / n))
+            else:
+                st = max(st, self.plant.step(tau, dt / n))
         return plant_left_its_model(self.plant, st)
+
+    def _contact_step(self, tau: np.ndarray, t0: float, dt: float) -> int:
+        """One period from t0 with the contacts' forces (one contact integrates; the others' forces
+        of this period are added to the command, as their step would add them)."""
+        first, *others = self.contacts
+        extra = np.zeros(self.n_axes)
+        for c in others:
+            c.tau[:] = 0.0
+            c.force[:] = 0.0
+            if c.acts(t0):  # a second force step (a second wall is the first wall's job: not modelled)
+                x, J = c.tool(self.plant.theta.copy())
+                if c.kind == "force":
+                    c.force[:] = c.f
+                    c.tau[:] = np.asarray(J, float)[:3].T @ c.f
+                    extra += c.tau
+        return first.step(self.plant, tau + extra, t0, dt)
 
     def advance(self, t_next: float) -> None:
         """Step the plant now to the next read at ``t_next`` (the same step that read would
@@ -188,7 +228,7 @@ class SimDrives(Drives):
         transport delay and no fault injected: a read copies its state, a step is ``plant_step``."""
         return (self.plant.model is None and self.noise == 0.0 and self.quantization == 0.0
                 and self.force_noise == 0.0 and len(self._hist) == 1 and not self.injections
-                and bool(self.period))
+                and not self.contacts and bool(self.period))
 
     def step_arrays(self) -> tuple:
         """What ``plant_step`` takes and ``advance`` keeps: (plant tree arrays, state x, the held

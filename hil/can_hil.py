@@ -73,7 +73,7 @@ class CanEmulatorProcess(EmulatorProcess):
 
     def __init__(self, machine_path: str, rate_hz: float, interface: str, channel: str, bus_options: dict,
                  fault: str | None = None, theta0=None, priority: int = 0, cpu: int = -1,
-                 timing: str = "wallclock"):
+                 timing: str = "wallclock", contact: dict | None = None):
         cmd = [sys.executable, "-m", "pkrt.hil.cia402_emulator", "--machine", machine_path, "--rate",
                repr(float(rate_hz)), "--interface", interface, "--channel", channel,
                "--bus-options", json.dumps(bus_options), "--priority", str(int(priority)), "--cpu", str(int(cpu)),
@@ -82,6 +82,8 @@ class CanEmulatorProcess(EmulatorProcess):
             cmd += ["--fault", fault]
         if theta0 is not None:
             cmd.append("--theta0=" + ",".join(repr(float(x)) for x in theta0))
+        if contact is not None:
+            cmd += ["--contact", json.dumps(contact)]
         super().__init__(cmd, "CiA 402 emulator")
 
 
@@ -138,7 +140,8 @@ def reference_for(config, reference):
 
 def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, duration: float = 5.0,
                 rate_hz: float | None = None, log_path: str | None = None, channel: str | None = None,
-                interface: str = "unix_pair", reference=None, timing: str = "stepped") -> HilResult:
+                interface: str = "unix_pair", reference=None, timing: str = "stepped",
+                contact: dict | None = None, tool_force=None) -> HilResult:
     """Run the demo for ``duration`` s (real time) with an optional injected ``fault`` (one of
     ``FAULT_KINDS``) at ``rate_hz`` (default: ``[emulator] rate_hz``, else the machine's rate,
     with the ``[emulator] tpdo_timeout`` window); return a ``HilResult`` (hil/result.py: the
@@ -149,7 +152,9 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
     no end hears its own frames: ``hil/udp_pair.py``), ``udp_multicast`` (emulator process; one
     group, every frame looped back to both ends) or ``virtual`` (emulator thread: one process,
     one GIL; unit tests at a lower rate, it does not hold 1 kHz). ``reference``:
-    see ``reference_for``. ``timing``: ``TIMINGS`` (module docstring)."""
+    see ``reference_for``. ``timing``: ``TIMINGS`` (module docstring). ``contact``: an external
+    force at the emulated plant's tool (``pkrt.drivers.contact.Contact.data``); the emulator's
+    report of it in ``emulator["contact"]``; ``tool_force``: ``run_session``'s."""
     config, table, window = _hil_config(machine, fault, rate_hz, timing, interface)
     channel, options, emulator_channel, emulator_options = bus_channels(interface, channel)
     tree = load_controller_tree(config)
@@ -161,15 +166,20 @@ def run_can_hil(machine: str = "orthoglide-can", fault: str | None = None, durat
 
         emulator = CiA402Emulator.from_config(config, channel, fault=fault, timing=timing)
         emulator.plant.reset(plan.pos[0])  # the machine stands at the trajectory's start, at rest
+        if contact is not None:
+            from pkrt.drivers.contact import Contact
+
+            emulator.contact = Contact.from_data(contact, tree.s)
         emulator.start()
     else:
         emulator = CanEmulatorProcess(os.path.abspath(config.path), config.rate_hz, interface,
                                       emulator_channel or channel, emulator_options or options,
-                                      fault, plan.pos[0], table.priority, emulator_cpu(config.realtime.cpu), timing)
+                                      fault, plan.pos[0], table.priority, emulator_cpu(config.realtime.cpu), timing,
+                                      contact)
     syncs = SyncCycles(drives, plan.n)
     try:
         summary = run_session(config, drives, trajectory=plan, tree=tree, on_cycle=syncs.on_cycle,
-                              log_path=log_path, pacing=PACING[timing])
+                              log_path=log_path, pacing=PACING[timing], tool_force=tool_force)
         ended = time.monotonic()
     finally:
         drives.close()
@@ -288,4 +298,4 @@ def _emulator_figures(em: dict) -> dict:
             "cpu_us_per_cycle": em.get("emulator_cpu_us_per_cycle"),
             "sync_wait_us_max": em.get("sync_wait_us_max"), "stalls": em.get("stalls"),
             "stall_us_max": em.get("stall_us_max"), "scheduling": em.get("scheduling"),
-            "drive_states": em.get("drive_states"), "plant_error": em.get("plant_error")}
+            "drive_states": em.get("drive_states"), "plant_error": em.get("plant_error"), "contact": em.get("contact")}

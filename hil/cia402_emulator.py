@@ -133,6 +133,7 @@ class CiA402Emulator(PlantCoupling, CanopenProtocol, FaultInjection, DriveLogic)
         self._thread: threading.Thread | None = None
         self.error: str | None = None  # an unexpected exception in the emulator thread
         self.plant_error: str | None = None  # the plant left its tree's box: the drives faulted
+        self.contact = None  # an external force at the tool (drivers/contact.py; ``--contact``)
 
     @classmethod
     def from_config(cls, config, channel: str, interface: str = "virtual", fault: str | None = None,
@@ -169,7 +170,8 @@ class CiA402Emulator(PlantCoupling, CanopenProtocol, FaultInjection, DriveLogic)
                 "emulator_response_us": {"p50": round(float(np.percentile(r, 50)), 1),
                                          "p99": round(float(np.percentile(r, 99)), 1), "max": round(float(r.max()), 1)},
                 "drive_states": [st.name for st in self.state], "emulator_error": self.error,
-                "plant_error": self.plant_error}
+                "plant_error": self.plant_error,
+                "contact": None if self.contact is None else self.contact.truth()}
 
 
 # -- the emulator as a process of its own (``pkrt hil --bus can`` over udp_multicast) -----------
@@ -191,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, help="loop rate in Hz (default: the machine's)")
     ap.add_argument("--fault", choices=FAULT_KINDS)
     ap.add_argument("--theta0", help="comma-separated start position of the plant (m or rad)")
+    ap.add_argument("--contact", help="JSON: an external force at the tool (pkrt.drivers.contact.Contact.data)")
     ap.add_argument("--priority", type=int, default=0, help="SCHED_FIFO priority (0: do not ask)")
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: do not pin)")
     ap.add_argument("--timing", choices=TIMINGS, default="wallclock",
@@ -212,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             if theta0.shape != em.plant.theta.shape or not np.all(np.isfinite(theta0)):
                 raise UserError(f"--theta0: expected {em.plant.theta.shape[0]} finite numbers, got {a.theta0!r}")
             em.plant.reset(theta0)
+        if a.contact:
+            from pkrt.drivers.contact import Contact
+
+            em.contact = Contact.from_data(json.loads(a.contact), len(em.node_ids))
     except (UserError, ValueError, can.CanError, OSError) as e:
         print(f"cia402_emulator: error: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,10 @@ plant exactly one period per SYNC whatever the wall time between SYNCs, so a hos
 the run without changing it; ``wallclock`` advances it n periods when the SYNC's bus timestamp
 shows the master skipped n - 1 after an overrun (a real-time host).
 
-A plant that leaves its tree's box (no physics there) faults every drive (EMCY 0x7300).
+A plant that leaves its tree's box (no physics there) faults every drive (EMCY 0x7300). A contact
+(``contact``: ``pkrt.drivers.contact.Contact``, its tool linearised about the planned pose of its
+onset: this process loads no model) adds its force at the tool to the period from loop time
+(k - 1) periods to k at SYNC k.
 Units: SI at the plant (m or rad, N or N m), drive units on the bus (increments, per mille of
 the rated torque 0x6076).
 """
@@ -88,8 +91,13 @@ class PlantCoupling:
     def _advance_plant(self, dt: float) -> None:
         """Integrate the plant period by period over ``dt`` (a gap after an overrun integrates
         like the periods it spans); a plant that leaves its tree's box faults every drive."""
-        for _ in range(max(1, int(round(dt / self.period)))):
-            reason = plant_left_its_model(self.plant, self.plant.step(self.tau, self.period))
+        n = max(1, int(round(dt / self.period)))
+        for j in range(n):
+            if self.contact is None:
+                st = self.plant.step(self.tau, self.period)
+            else:  # the j-th of the n periods up to SYNC k (loop time k periods) starts at k - n + j
+                st = self.contact.step(self.plant, self.tau, (self.cycle - n + j) * self.period, self.period)
+            reason = plant_left_its_model(self.plant, st)
             if reason is not None:  # no physics here: every drive faults, the plant stops
                 self.plant_error = reason
                 for i in range(len(self.node_ids)):

@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from pkrt.drivers import dynamixel_protocol as dxp
+from pkrt.drivers.contact import Contact
 from pkrt.drivers.dynamixel_tables import DynamixelSettings, load_settings
 from pkrt.drivers.dynamixel_xseries import ADDR_BUS_WATCHDOG, BUS_WATCHDOG_ERROR
 from pkrt.rt.core.errors import UserError
@@ -80,9 +81,11 @@ class DynamixelEmulator(LineServing, InstructionHandling, PlantCoupling, FaultIn
         self.pending: list[tuple[float, bytes]] = []  # answers not sent yet (due time, bytes)
         self.arm(fault, inject_cycle, rate_hz)
 
-    def arm(self, fault: str | None, inject_cycle: int, rate_hz: float) -> None:
+    def arm(self, fault: str | None, inject_cycle: int, rate_hz: float, contact: dict | None = None) -> None:
         """Power-cycle: servos at factory state, plant at rest at ``theta0``, counters zero,
-        the given fault armed for cycle ``inject_cycle`` of a loop at ``rate_hz``."""
+        the given fault armed for cycle ``inject_cycle`` of a loop at ``rate_hz``; ``contact``:
+        an external force at the tool (``pkrt.drivers.contact.Contact.data``) on the plant's
+        clock from the first period it moves."""
         if fault is not None and fault not in FAULT_KINDS:
             raise UserError(f"unknown serial HIL fault '{fault}' (known: {', '.join(FAULT_KINDS)})")
         if not rate_hz > 0:
@@ -91,6 +94,8 @@ class DynamixelEmulator(LineServing, InstructionHandling, PlantCoupling, FaultIn
         self.fault = fault
         self.inject_cycle = int(inject_cycle)
         self.plant.reset(self.theta0)
+        self.contact = None if contact is None else Contact.from_data(contact, len(self.st.ids))
+        self._t_run = 0.0  # s the plant has moved under torque since the arming (a contact's clock)
         self.servos = {i: Servo(i, int(lim)) for i, lim in zip(self.st.ids, self.st.current_limit)}
         if self.clock == "step":  # the host may hold the master's vCPU alone: hil/timing.py
             for sv in self.servos.values():
@@ -173,6 +178,7 @@ class DynamixelEmulator(LineServing, InstructionHandling, PlantCoupling, FaultIn
                     stall_us_max=round(self.stall_max * 1e6, 1),
                     garbage_bytes=self.parser.garbage, crc_errors=self.parser.crc_errors,
                     theta=[float(x) if math.isfinite(x) else None for x in self.plant.theta],
+                    contact=None if self.contact is None else self.contact.truth(),
                     **self.counts)
 
 

@@ -25,7 +25,7 @@ class LineServing:
         the next one when the driver closes it (``master`` None until then).
 
         ``control`` also takes JSON lines: ``{"cmd": "arm", "fault": KIND|null, "inject_cycle":
-        N, "rate_hz": R}`` (power-cycle and re-arm) and ``{"cmd": "report"}``; each is answered
+        N, "rate_hz": R, "contact": DATA|null}`` (power-cycle and re-arm) and ``{"cmd": "report"}``; each is answered
         with one JSON line through ``reply(dict)``."""
         pending = self.pending
         lines = b""
@@ -116,7 +116,8 @@ class LineServing:
             if c.get("cmd") == "report":
                 return self.report()
             if c.get("cmd") == "arm":
-                self.arm(c.get("fault"), int(c.get("inject_cycle", 0)), float(c.get("rate_hz", 1.0 / self.dt)))
+                self.arm(c.get("fault"), int(c.get("inject_cycle", 0)), float(c.get("rate_hz", 1.0 / self.dt)),
+                         c.get("contact"))
                 return {"armed": True, "fault": self.fault, "inject_cycle": self.inject_cycle}
             return {"error": f"unknown command {c.get('cmd')!r}"}
         except (ValueError, TypeError, AttributeError, UserError) as e:

@@ -90,7 +90,12 @@ class PlantCoupling:
         if np.all(np.isfinite(self.plant.x)) and self.plant_error is None:
             n = max(1, math.ceil(dt / self.dt - 1e-9))
             for _ in range(n):
-                if plant_left_its_model(self.plant, self.plant.step(self._tau, dt / n)):
+                if self.contact is None:
+                    st = self.plant.step(self._tau, dt / n)
+                else:  # its force on the plant's clock (from the first period under torque)
+                    st = self.contact.step(self.plant, self._tau, self._t_run, dt / n)
+                self._t_run += dt / n
+                if plant_left_its_model(self.plant, st):
                     self.plant_error = plant_left_its_model(self.plant, self.plant.status)
                     for sv in self.servos.values():  # no physics here: every servo stops
                         sv.shutdown(HW_ENCODER)

@@ -69,9 +69,11 @@ class EmulatorProcess(_Process):
         return cls(os.path.abspath(config.path), fault, inject_cycle, config.rate_hz,
                    emulator_cpu(config.realtime.cpu), link=link, clock="step" if timing == "stepped" else None)
 
-    def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float) -> None:
-        """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle``."""
-        self.command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz})
+    def arm(self, fault: str | None, inject_cycle: int | None, rate_hz: float, contact: dict | None = None) -> None:
+        """Power-cycle the emulated servos and plant and arm ``fault`` for ``inject_cycle`` (and a
+        ``contact``: ``pkrt.drivers.contact.Contact.data``)."""
+        self.command({"cmd": "arm", "fault": fault, "inject_cycle": inject_cycle or 0, "rate_hz": rate_hz,
+                      "contact": contact})
 
 
 def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
@@ -89,7 +91,7 @@ def serial_config(machine: str, rate_hz: float | None) -> MachineConfig:
 def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None, duration: float | None = 5.0,
                    rate_hz: float | None = None, log_path: str | None = None,
                    emulator: EmulatorProcess | None = None, reference=None, link: str = "tcp",
-                   timing: str = "stepped") -> HilResult:
+                   timing: str = "stepped", contact: dict | None = None, tool_force=None) -> HilResult:
     """Run the machine's demo through driver + serial link (``link``: ``LINKS``) + emulator
     process; returns the
     ``HilResult`` (hil/result.py): the ``run_session`` summary plus ``injected_fault``,
@@ -98,7 +100,9 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     ``driver`` (port settings and bus counters) and ``emulator`` (its report).
     ``emulator``: an already running emulator of this machine, re-armed for this run and left
     running (otherwise one is started and stopped; its plant clock is the one it was started
-    with). ``reference``: see ``can_hil.reference_for``. ``timing``: module docstring."""
+    with). ``reference``: see ``can_hil.reference_for``. ``timing``: module docstring.
+    ``contact``: an external force at the emulated plant's tool (``pkrt.drivers.contact.Contact.data``);
+    the emulator's report of it in ``emulator["contact"]``; ``tool_force``: ``run_session``'s."""
     from pkrt.rt.runtime.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
@@ -114,9 +118,11 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
         inject = int(round(config.emulator.inject_after * rate))
     if emulator is None:
         emu = EmulatorProcess.of(config, fault, inject, link, timing)
+        if contact is not None:
+            emu.arm(fault, inject, rate, contact)
     else:
         emu = emulator
-        emu.arm(fault, inject, rate)
+        emu.arm(fault, inject, rate, contact)
     ran: list[int] = []
     drives = None
     try:
@@ -125,7 +131,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
             drives.exclude_held, drives.window, drives.watchdog_floor = True, STEPPED_WINDOW, STEPPED_SYNC_SILENCE
         result = run_session(config, drives, trajectory=trajectory, duration=duration,
                              log_path=log_path, pacing=PACING[timing],
-                             on_cycle=lambda k, t: ran.append(k))
+                             on_cycle=lambda k, t: ran.append(k), tool_force=tool_force)
     finally:
         if drives is not None:
             drives.close()

@@ -218,7 +218,7 @@ def test_fused_call_bound_to_the_loops_arrays():
     bound_path = ctrl._bound[0]
     rows = tuple(r[3] for r in rings)
     want = checked_control(ctrl.arrays, ctrl.kind, pos, vel, *(r.copy() for r in rows), ctrl.gains, sup.limits,
-                           ctrl.ws, 1.0, np.zeros_like(row), np.zeros(s))
+                           ctrl.ws, ctrl.obs, 0, 1.0, np.zeros_like(row), np.zeros(s))
     tau_want = ctrl.tau.copy()
     got = call(*rows, err_ring[3])
     assert got[:4] == want[:4] and np.array_equal(ctrl.tau, tau_want)

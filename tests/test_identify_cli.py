@@ -78,6 +78,11 @@ def test_identify_recovers_the_truth(good_log, ortho, truth, tmp_path, capsys):
     assert plat.mass > 3.0
     assert (tmp_path / "id.png").stat().st_size > 10000
     assert (tmp_path / "id-machine.toml").read_text().count("viscous") >= 1
+    # the contact observer's noise floor with the identified model: the log's 1 N force noise
+    # through the filter (0.35 N) and velocities differenced from 1 um positions, below 1 N RMS
+    rf = r["residual_floor"]
+    assert rf["gain"] == 250.0 and rf["cycles"] > 9000
+    assert max(rf["rms"]) < 1.0 and 0.2 < min(rf["rms"]) and max(rf["max"]) < 5.0, rf
 
 
 def _error(argv, capsys) -> str:
@@ -123,7 +128,7 @@ def test_faulted_run(tmp_path, ortho, capsys):
 
 def test_a_parameter_not_excited(tmp_path, ortho, capsys, monkeypatch):
     """Axis 3 standing still: its viscous friction (and what only it shows) is not excited."""
-    import tests.identify_data as data
+    import pkrt.rt.bench.identifylog as data  # write_log calls its module's fourier_motion
 
     real = data.fourier_motion
 

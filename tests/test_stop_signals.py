@@ -19,7 +19,8 @@ from pkrt.drivers import open_drives
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.logfile import read_log
 from pkrt.rt.core.errors import Stopped
-from pkrt.rt.runtime.run import STOP_SIGNALS, StopSignals, run_session
+from pkrt.rt.runtime.run import run_session
+from pkrt.rt.runtime.stopsignals import STOP_SIGNALS, StopSignals
 from tests.processes import child, log_has_cycles, stop, wait_until
 from tests.realtime import judge
 

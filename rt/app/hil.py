@@ -61,18 +61,29 @@ def reference_of(traj: str | None = None, gcode: str | None = None):
 def run_hil(bus: str, *, machine: str | None = None, fault: str | None = None, duration: float | None = None,
             rate_hz: float | None = None, log_path: str | None = None, timing: str = "stepped",
             interface: str | None = None, link: str | None = None, traj: str | None = None,
-            gcode: str | None = None) -> dict:
+            gcode: str | None = None, inject: str | None = None) -> dict:
     """The demo of ``machine`` (default: the Orthoglide of that bus), or the trajectory ``traj``
     or G-code program ``gcode``, over ``bus`` ("can" or "serial") for ``duration`` s (default:
     5 s for the demo, the trajectory's own length otherwise) with an optional injected
     ``fault``; the ``HilResult`` (hil/result.py). ``interface``: CAN only; ``link``: serial
     only. A trajectory's run also reports the largest commanded force per actuator
-    (``peak_force``, from the run's log) against the controller's ``tau_max``."""
+    (``peak_force``, from the run's log) against the controller's ``tau_max``. ``inject``: a
+    contact at the emulated plant's tool (``contact@T=FX,FY,FZ[,DURATION]`` or
+    ``clamp@T=STIFFNESS``, ``pkrt.rt.app.contact``), its tool linearised from the model about
+    the planned reference's pose at T."""
     _check(bus, fault, duration, interface, link, traj, gcode)
     planned = traj is not None or gcode is not None
     if duration is None and not planned:
         duration = DEMO_SECONDS
     kw = dict(fault=fault, duration=duration, rate_hz=rate_hz, reference=reference_of(traj, gcode), timing=timing)
+    config = _config(bus, machine or DEFAULT_MACHINE[bus], rate_hz, timing, interface)
+    if inject is not None:
+        kw["reference"], kw["contact"] = _contact(config, inject, kw["reference"])
+    if config.protect.enabled:  # a contact's force at the tool, for its event
+        from pkrt.rt.app.contact import tool_force_of
+        from pkrt.rt.app.reference import machine_mechanism
+
+        kw["tool_force"] = tool_force_of(machine_mechanism(config))
     with tempfile.TemporaryDirectory(prefix="pkrt-hil-") as tmp:
         if log_path or planned:
             kw["log_path"] = log_path or os.path.join(tmp, "hil.pktlog")
@@ -87,6 +98,27 @@ def run_hil(bus: str, *, machine: str | None = None, fault: str | None = None, d
         if planned and not r.get("log_error"):
             r["peak_force"] = _peak_force(kw["log_path"])
     return r
+
+
+def _config(bus: str, machine: str, rate_hz, timing: str, interface):
+    """The HIL run's machine configuration, as its runner loads it."""
+    if bus == "can":
+        from pkrt.hil.can_hil import _hil_config
+
+        return _hil_config(machine, None, rate_hz, timing, interface or "unix_pair")[0]
+    from pkrt.hil.serial_hil import serial_config
+
+    return serial_config(machine, rate_hz)
+
+
+def _contact(config, spec: str, reference):
+    """The run's reference planned here (for the contact's pose) and the contact's data."""
+    from pkrt.rt.app.contact import contact_data, parse_contact
+    from pkrt.rt.app.reference import machine_mechanism
+
+    parse_contact(spec)  # a bad spec: one line before anything starts
+    plan = reference(config)
+    return (lambda c: plan), contact_data(spec, machine_mechanism(config), plan)
 
 
 def _peak_force(log_path: str) -> list[float]:

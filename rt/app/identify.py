@@ -112,6 +112,13 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
         "consistent": sdp, "friction": fr, "axes": mech.actuator_names,
         "seconds": {"regressor": t_reg, "total": time.perf_counter() - t0, "cpu": time.process_time() - c0},
     }
+    from pkrt.models.kinematics.mechanism import load_mechanism as _load
+    from pkrt.rt.app.residualfloor import noise_floor
+
+    tr = time.perf_counter()
+    report["residual_floor"] = noise_floor(_load(out), logs, fr["viscous"], fr["coulomb"], config.protect.gain)
+    report["seconds"].update(residual_floor=time.perf_counter() - tr, total=time.perf_counter() - t0,
+                             cpu=time.process_time() - c0)
     if plot:
         _plot(plot, samples, test, meas, pred_cons, pred_orig, est, labels, mech.actuator_names)
         report["plot"] = plot

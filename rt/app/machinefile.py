@@ -15,12 +15,7 @@ def write_machine_copy(config, model_out: str, path: str, suffix: str, comment: 
     from pkrt.models.identification.estimate import dump_toml
 
     src = Path(config.path)
-    doc = tomllib.loads(src.read_text(encoding="utf-8"))
-    for table in doc.values():
-        if isinstance(table, dict):
-            for k, v in table.items():
-                if isinstance(v, str) and not Path(v).is_absolute() and (src.parent / v).is_file():
-                    table[k] = str((src.parent / v).resolve())
+    doc = absolute_paths(tomllib.loads(src.read_text(encoding="utf-8")), src.parent)
     doc["machine"]["model"] = str(Path(model_out).resolve())
     doc["machine"]["tree"] = str(Path(model_out).resolve().with_suffix(".pkt"))
     doc["machine"]["name"] = f"{doc['machine'].get('name', 'machine')}-{suffix}"
@@ -29,3 +24,14 @@ def write_machine_copy(config, model_out: str, path: str, suffix: str, comment: 
     Path(path).write_text(dump_toml(doc, f"{src.name} on the {suffix} model {Path(model_out).name} ({comment}).\n"
                                          f"Build its tree first: pkrt build {model_out} -o {doc['machine']['tree']}"),
                           encoding="utf-8")
+
+
+def absolute_paths(doc: dict, folder: Path) -> dict:
+    """A machine configuration's document with its relative file paths (those naming a file in
+    ``folder``, the configuration's) made absolute, for a copy written elsewhere; in place."""
+    for table in doc.values():
+        if isinstance(table, dict):
+            for k, v in table.items():
+                if isinstance(v, str) and not Path(v).is_absolute() and (folder / v).is_file():
+                    table[k] = str((folder / v).resolve())
+    return doc

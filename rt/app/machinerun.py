@@ -16,7 +16,7 @@ from pkrt.rt.core.outputs import check_outputs
 from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.config import MachineConfig, load_machine
 
-SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow")
+SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow", "contact", "clamp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class RunOptions:
     log: str | None = "pkrt-run.pktlog"  # None: no log and no plot
     plot: str | None = None  # None: the log path with .png
     realtime: bool = True  # False: none of the configuration's real-time settings
-    inject: str | None = None  # KIND@T[=VALUE], simulated plant fault
+    inject: str | None = None  # KIND@T[=VALUE], simulated plant fault or contact
     telemetry: str | None = None  # HOST:PORT
     telemetry_rate: float = 50.0  # messages per second
     foxglove: str | None = None  # [HOST:]PORT
@@ -67,9 +67,15 @@ def machine_config(opts: RunOptions) -> MachineConfig:
     return config
 
 
-def sim_fault(drives, spec: str, rate: float):
+def sim_fault(drives, spec: str, rate: float, plant_mech=None):
     """Arm ``KIND@T[=VALUE]`` on the simulated plant; returns an ``on_cycle`` hook for ``slow``
-    (a cycle that overruns by 2.5 periods: the watchdog's test), else None."""
+    (a cycle that overruns by 2.5 periods: the watchdog's test), else None. ``contact@`` and
+    ``clamp@`` (``pkrt.rt.app.contact``) act through the tool of ``plant_mech``."""
+    if spec.partition("@")[0] in ("contact", "clamp"):
+        from pkrt.rt.app.contact import arm_contact
+
+        arm_contact(drives, spec, plant_mech)
+        return None
     try:
         kind, rest = spec.split("@", 1)
         at, _, val = rest.partition("=")
@@ -95,7 +101,7 @@ def sim_fault(drives, spec: str, rate: float):
 class LiveViews:
     """The run's live views (UDP telemetry, Foxglove), closed on every way out."""
 
-    def __init__(self, opts: RunOptions, axes: list[str], units: list[str]):
+    def __init__(self, opts: RunOptions, axes: list[str], units: list[str], extra=()):
         self.telemetry = self.foxglove = None
         if opts.telemetry:
             from pkrt.rt.runtime.telemetry import Telemetry
@@ -110,7 +116,7 @@ class LiveViews:
 
             try:
                 self.foxglove = FoxgloveLive(*parse_address(opts.foxglove), opts.telemetry_rate, axes,
-                                             channel_list(len(axes), units[0]))
+                                             channel_list(len(axes), units[0], extra))
             except BaseException:
                 self.close()
                 raise
@@ -223,12 +229,20 @@ def run_machine(opts: RunOptions) -> dict:
     by_config = config.backend == "sim" and config.drives.lockstep and not opts.lockstep  # a plant too slow
     lockstep = opts.lockstep or by_config                                                 # for real time
     mech, plant_model = simulated_plant_model(config)
+    contact = opts.inject is not None and opts.inject.partition("@")[0] in ("contact", "clamp")
+    if mech is None and (contact or config.protect.enabled):
+        from pkrt.rt.app.reference import machine_mechanism
+
+        mech = machine_mechanism(config)
     drives = open_drives(config, overrides, plant_model=plant_model)
     views = None
     plant_positions = None
     try:
-        slow = sim_fault(drives, opts.inject, config.rate_hz) if opts.inject is not None else None
-        views = LiveViews(opts, axes, units)
+        plant_mech = plant_mechanism(config, mech) if contact and config.backend == "sim" else None
+        slow = sim_fault(drives, opts.inject, config.rate_hz, plant_mech) if opts.inject is not None else None
+        from pkrt.rt.runtime.protect import run_channels
+
+        views = LiveViews(opts, axes, units, run_channels(config, drives, len(axes)))  # the run's log channels
         traj = run_reference(config, opts, axes, mech)
         if opts.gcode is None:  # a G-code program is checked as it is planned (with its lines)
             from pkrt.rt.app.reference import check_reference
@@ -246,7 +260,8 @@ def run_machine(opts: RunOptions) -> dict:
         summary = run_session(config, drives, trajectory=traj, duration=opts.duration, model=model,
                               lockstep=lockstep, log_path=log, controller=opts.controller,
                               telemetry=views.sink(), on_cycle=hook, tree=tree,
-                              pacing="skip" if slow is not None else None)  # --inject slow: the watchdog's test
+                              pacing="skip" if slow is not None else None,  # --inject slow: the watchdog's test
+                              tool_force=_tool_force(config, mech))
     finally:
         drives.close()
         if views is not None:
@@ -275,6 +290,16 @@ def planned_reference(config: MachineConfig, traj, axes: list[str]) -> Planned:
     from pkrt.rt.runtime.trajectory import load_trajectory_csv
 
     return traj if isinstance(traj, Planned) else load_trajectory_csv(traj, config.rate_hz, axes)
+
+
+def _tool_force(config: MachineConfig, mech):
+    """The tool force behind a contact's residual (``pkrt.rt.app.contact.tool_force_of``) when
+    ``[protect]`` is enabled."""
+    if not config.protect.enabled or mech is None:
+        return None
+    from pkrt.rt.app.contact import tool_force_of
+
+    return tool_force_of(mech)
 
 
 def after_run(summary: dict, log: str, plot: str) -> None:

@@ -79,7 +79,8 @@ class Served:
             self.planner = Planner(config, self.settings)
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
-                                   pacing="delay" if hil is not None else None, guard=self._guard(start))
+                                   pacing="delay" if hil is not None else None, guard=self._guard(start),
+                                   tool_force=_tool_force(config))
             self.worker = PlanWorker(config, self.settings) if plan_process else None
             self.socket_path = socket_path or default_socket()
             self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token,
@@ -150,3 +151,14 @@ class Served:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _tool_force(config):
+    """With ``[protect]`` enabled, the tool force behind a contact's residual (its event), from
+    the machine's model (``pkrt.rt.app.contact``)."""
+    if not config.protect.enabled:
+        return None
+    from pkrt.rt.app.contact import tool_force_of
+    from pkrt.rt.app.reference import machine_mechanism
+
+    return tool_force_of(machine_mechanism(config))

@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "identify": ("pkrt.rt.cli.identify", "identify masses and friction from run logs (an identified model file)"),
     "calibrate plan": ("pkrt.rt.cli.calibrate", "plan measurement poses for geometric calibration (CSV for pkrt run --traj)"),
     "calibrate": ("pkrt.rt.cli.calibrate", "calibrate the geometry from an instrument's readings of the tool (a calibrated model file)"),
+    "protect tune": ("pkrt.rt.cli.protect", "contact detection's thresholds from logs of normal runs"),
     "serve": ("pkrt.rt.cli.serve", "serve a machine: a long-running loop with states, commanded over a socket"),
     "ctl": ("pkrt.rt.cli.serve", "command a served machine: status, enable, home, jog, move, run, hold, resume, ..., "
                                   "check move/travel"),
@@ -61,6 +62,7 @@ GROUPS: dict[str, str] = {
     "identify": "identification: 'pkrt identify LOG...' from run logs, 'pkrt identify plan' an exciting trajectory",
     "calibrate": "geometric calibration: 'pkrt calibrate LOG MEASURED.csv' from an instrument's readings, "
                  "'pkrt calibrate plan' measurement poses",
+    "protect": "contact detection: 'pkrt protect tune LOG...' thresholds from logs of normal runs",
 }
 
 # The one place errors become exit codes: the first class an error is an instance of decides.

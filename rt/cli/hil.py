@@ -31,6 +31,10 @@ def add_arguments_hil(p: argparse.ArgumentParser) -> None:
                    help="serial only: the line to the servo emulator, tcp (default; pyserial socket:// on "
                         "127.0.0.1) or pty (a pseudo-terminal)")
     p.add_argument("--fault", choices=FAULTS, help="inject this fault during the run")
+    p.add_argument("--inject", metavar="KIND@T",
+                   help="a contact at the emulated plant's tool: contact@T=FX,FY,FZ[,DURATION] (a force step in N at "
+                        "T s for DURATION s) or clamp@T=STIFFNESS (a wall in N/m at the tool's position at T); its "
+                        "tool Jacobian from the model at the planned pose at T")
     p.add_argument("--timing", choices=("stepped", "wallclock"), default="stepped",
                    help="stepped (default): the emulated plant advances one period per cycle and a host pause "
                         "delays the run without breaking it (any host, virtual machines too); wallclock: periods "
@@ -54,7 +58,7 @@ def run_hil(args) -> int:
 
     r: HilResult = run(args.bus, machine=args.machine, fault=args.fault, duration=args.duration, rate_hz=args.rate,
                        log_path=args.log, timing=args.timing, interface=args.interface, link=args.link,
-                       traj=args.traj, gcode=args.gcode)
+                       traj=args.traj, gcode=args.gcode, inject=args.inject)
     v = hil_verdict(r, args.fault)
     r["verdict"] = {"ok": v.ok, "kind": v.kind, "reason": v.reason}
     emit(r, args.json, _text(r, args.bus))

@@ -79,6 +79,9 @@ def _text(r: dict) -> str:
                  else f"nearest to the estimate (Mahalanobis distance {c['mahalanobis']:.3g})"))
     lines.append(f"  friction: viscous {fmt(r['friction']['viscous'])}, Coulomb {fmt(r['friction']['coulomb'])}, "
                  f"offset {fmt(r['friction']['offset'])}")
+    rf = r["residual_floor"]
+    lines.append(f"  contact observer's residual with the identified model (gain {rf['gain']:g} 1/s): RMS "
+                 f"{fmt(rf['rms'])}, p99.9 {fmt(rf['p999'])}, max {fmt(rf['max'])}")
     lines.append(f"  wrote {r['output']} and {r['machine_out']}" + (f", plot {r['plot']}" if r.get("plot") else ""))
     lines.append(f"  {r['seconds']['total']:.2f} s, CPU {r['seconds']['cpu']:.2f} s (regressor {r['seconds']['regressor']:.2f} s)")
     return "\n".join(lines)

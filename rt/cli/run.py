@@ -31,7 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-rt", action="store_true",
                    help="ask for none of the configuration's real-time settings (SCHED_FIFO, CPU affinity, mlockall)")
     p.add_argument("--inject", metavar="KIND@T",
-                   help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE)")
+                   help=f"simulated plant fault at time T s: {', '.join(SIM_FAULTS)} (push@T=FORCE on every axis; "
+                        f"contact@T=FX,FY,FZ[,DURATION]: a force step in N at the tool for DURATION s; "
+                        f"clamp@T=STIFFNESS: a wall in N/m at the tool's position at T)")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (e.g. 127.0.0.1:9870)")
     p.add_argument("--telemetry-rate", type=positive_number, default=50.0,
                    help="telemetry (UDP and Foxglove) messages per second")

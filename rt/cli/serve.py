@@ -318,7 +318,7 @@ def _status_text(st: dict) -> str:
         coolant = " and ".join(k for k in ("mist", "flood") if co[k]) or "off"
         lines.append(f"  spindle {sp['state']} (S{sp['speed']:g}), coolant {coolant}, tool T{st['tool']}")
     if st.get("fault"):
-        lines.append(f"  fault: {st['fault']}")
+        lines.append(f"  fault: {st['fault']}" + (" (holding, torque on, until reset)" if st.get("holding") else ""))
     return "\n".join(lines)
 
 

@@ -504,7 +504,40 @@ class GcodeTable:
                 raise ctx.error(k, f"expected 3 numbers x, y, z within 10 m, got {v.tolist()}")
 
 
+REACTIONS = ("stop", "reflex", "torque-off")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtectTable:
+    """``[protect]``: contact detection in the loop: the generalized momentum observer on the
+    controller's model and friction, a residual per actuator estimating the external force,
+    its thresholds and the reaction to a contact (docs/protection.md)."""
+
+    enabled: bool = spec(BOOL, "run the observer every cycle, log its residual and react to a contact", False)
+    gain: float = spec(NUMBER, "observer gain K_O: the residual follows the external force as a first-order "
+                       "filter of time constant 1 / K_O", 250.0, unit="1/s", lo=0.0, lo_open=True, hi=1e5)
+    thresholds: np.ndarray | None = spec(AXES, "a residual beyond its actuator's threshold is a contact "
+                                         "(pkrt protect tune derives them from logs of normal runs); left out: "
+                                         "the observer runs and its residual is logged, nothing is detected",
+                                         None, unit="N or N m", lo=0.0, lo_open=True)
+    reaction: str = spec(STRING, "stop: a controlled stop on the path, torque off at standstill (category 1); "
+                         "reflex: back off along the residual by reflex_distance, then hold; torque-off: at "
+                         "once (category 0)", "stop", choices=REACTIONS)
+    reflex_distance: float = spec(NUMBER, "reflex: the back-off distance in actuator space along the residual's "
+                                  "direction", 0.005, unit="m or rad", lo=0.0, lo_open=True)
+    stop_ramp: float = spec(NUMBER, "stop: the shortest time of the path rate's ramp from 1 to 0 (the "
+                            "acceleration limits bound it further)", 0.02, unit="s", lo=0.0, lo_open=True)
+    stop_deceleration: float = spec(NUMBER, "stop: the reference's accelerations while it stops on the path "
+                                    "within this fraction of the acceleration limits (the actuators' force left for "
+                                    "the contact and the tracking)", 1.0, lo=0.0, lo_open=True, hi=1.0)
+    standstill: float = spec(NUMBER, "at standstill: every actuator's speed below this fraction of its "
+                             "velocity limit", 0.02, lo=0.0, lo_open=True, hi=1.0)
+    settle_time: float = spec(NUMBER, "the longest wait for standstill once the stop's or the reflex's "
+                              "reference is at rest (then torque off, or hold, anyway)", 0.1, unit="s", lo=0.0)
+
+
 # the tables every machine file has, in file order (name, class); [drives] and [emulator] are
 # the drive family's (``pkrt.drivers.drive_tables``)
 COMMON_TABLES = (("machine", MachineTable), ("controller", ControllerConfig), ("limits", Limits),
-                 ("realtime", RealtimeConfig), ("demo", DemoTable), ("gcode", GcodeTable), ("tracker", TrackerTable))
+                 ("realtime", RealtimeConfig), ("demo", DemoTable), ("gcode", GcodeTable), ("tracker", TrackerTable),
+                 ("protect", ProtectTable))

@@ -41,6 +41,7 @@ class MachineConfig:
     demo: schema.DemoTable = field(default_factory=schema.DemoTable)
     gcode: schema.GcodeTable | None = None  # [gcode]: tool table, work offsets (always set by load_machine)
     tracker: schema.TrackerTable = field(default_factory=schema.TrackerTable)
+    protect: schema.ProtectTable = field(default_factory=schema.ProtectTable)
 
     @property
     def backend(self) -> str:
@@ -155,13 +156,13 @@ def load_machine(name_or_path: str, n_axes: int | None = None, ranges: np.ndarra
     s = n_axes
     rate = m.rate_hz
     got = {"machine": m}
-    for name in ("controller", "limits", "realtime", "demo", "gcode", "tracker", "drives", "emulator"):
+    for name in ("controller", "limits", "realtime", "demo", "gcode", "tracker", "protect", "drives", "emulator"):
         if name in tables:
             got[name] = schema.validate(tables[name], doc.get(name), ctx(name, rate_hz=rate, ranges=ranges,
                                                                          tables=dict(got)))
     return MachineConfig(str(path), m.name, model, str(path.parent / m.tree), rate, got["controller"], got["limits"],
                          got["drives"], got["realtime"], doc, got.get("emulator"), got["demo"], got["gcode"],
-                         got["tracker"])
+                         got["tracker"], got["protect"])
 
 
 def tables_of(backend: str) -> list[tuple[str, type]]:

@@ -21,6 +21,8 @@ from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 from pkrt.rt.core.workspace import entry_point
+from pkrt.rt.runtime import observer
+from pkrt.rt.runtime.observer import observe, observer_state
 from pkrt.rt.runtime.safety import OK, check_feedback
 from pkrt.rt.runtime.staging import stage_row
 
@@ -44,6 +46,7 @@ class Gains(NamedTuple):
 # the row of each gain in the kernel's (7, s) array (compile-time constants in numba)
 KP, KD, TAU_MAX, H0, VISCOUS, COULOMB, VEPS = range(7)
 assert Gains._fields.index("v_eps") == VEPS and Gains._fields.index("kd") == KD
+assert (observer.VISCOUS, observer.COULOMB, observer.VEPS) == (VISCOUS, COULOMB, VEPS)  # the observer reads them
 
 
 def make_gains(s: int, kp, kd, tau_max, h0, viscous=0.0, coulomb=0.0, v_eps=V_EPS) -> np.ndarray:
@@ -124,13 +127,18 @@ def workspace_views(ws, s):
 
 
 @njit(cache=True)
-def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, ns_per_tick, row, err):
+def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, limits, ws, obs, k, ns_per_tick,
+                    row, err):
     """The safety checks of the feedback (``check_feedback``, ``limits`` the supervisor's),
-    then, if they pass, ``control``, then the cycle's log row and error staged (``stage_row``:
-    t, wake, compute and flags are left to the caller, tau as computed), in one call; returns
-    (check code, its axis, flags, tree status, ns in the tree, in the law, in the staging),
-    the times from the time-stamp counter (``pkrt.rt.core.cycleclock``; ``ns_per_tick`` its
-    period)."""
+    then, if they pass, ``control`` and the contact observer of cycle k (``observer.observe`` on
+    the state ``obs``, when enabled: its time counts in the law's), then the cycle's log row and
+    error staged (``stage_row``: t, wake, compute and flags are left to the caller, tau as
+    computed; the residual after the row's 4 + 7 s values when the observer is enabled), in one
+    call; returns (check code, its axis -- or when the checks pass, the axis of a contact the
+    observer detected, else -1 --, flags, tree status, ns in the tree, in the law, in the
+    staging), the times from the time-stamp counter (``pkrt.rt.core.cycleclock``; ``ns_per_tick``
+    its period). Seven values, as before the observer: the loop's Python cycle takes the tuple
+    without a new size of Python object (a fresh allocator pool there was a page fault)."""
     s = theta.shape[0]
     H, D, p, w, v, tau_model, tau, work = workspace_views(ws, s)
     code, axis = check_feedback(theta, theta_dot, ref_pos, limits)
@@ -141,8 +149,13 @@ def checked_control(T, kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains,
         c1 = rdtsc()
         flags, status = control_law(kind, status, theta, theta_dot, ref_pos, ref_vel, ref_acc, gains, H, D, p, w, v,
                                     tau_model, tau)
+        if obs[observer.ENABLED] != 0.0 and status != OUT_OF_DOMAIN:
+            axis = observe(obs, k, theta_dot, H, D, p, w, gains, tau)  # a contact's axis, or -1
         c2 = rdtsc()
     stage_row(row, 0.0, ref_pos, ref_vel, ref_acc, theta, theta_dot, tau, True, tau_model, 0.0, 0.0, 0, err)
+    if obs[observer.ENABLED] != 0.0 and row.shape[0] >= 4 + 8 * s:
+        for i in range(s):
+            row[4 + 7 * s + i] = obs[observer.NHEAD + s + i]
     c3 = rdtsc()
     return (code, axis, flags, status, int((c1 - c0) * ns_per_tick), int((c2 - c1) * ns_per_tick),
             int((c3 - c2) * ns_per_tick))
@@ -170,9 +183,27 @@ class Controller:
         H0 = np.zeros((s, s))
         eval_model_w(self.arrays, centre, H0, np.zeros_like(self.D), np.zeros(s), self.work)
         self.gains = make_gains(s, kp, kd, tau_max, np.diag(H0), viscous, coulomb)  # (7, s)
+        self.obs = observer_state(s)  # the contact observer's state (``protect``: enabled)
         # ``bind``: (entry point, theta, theta_dot, limits, row, ref pos ring, ref vel ring, ref acc ring,
         # error ring); a plain tuple read by position in ``checked``, once a cycle
         self._bound: tuple | None = None
+        self._no_row = np.zeros(1)
+
+    def protect(self, gain: float, period: float, thresholds) -> None:
+        """Enable the contact observer (``pkrt.rt.runtime.observer``): gain K_O (1/s), the loop's
+        period (s), thresholds per actuator (N or N m). Before ``bind``: the state array is
+        replaced."""
+        self.obs = observer_state(self.tree.s, gain, period, thresholds, enabled=True)
+
+    @property
+    def protected(self) -> bool:
+        return bool(self.obs[observer.ENABLED])
+
+    def observe(self, k: int, theta_dot, row=None, col: int = -1) -> int:
+        """The observer of cycle k after ``law`` or ``update`` (the unfused path): the axis of a
+        detected contact or -1; its residual staged into ``row[col:]`` when given."""
+        return observer.observe_staged(self.obs, k, theta_dot, self.H, self.D, self.p, self.w, self.gains,
+                                       self.tau, self._no_row if row is None else row, col if row is not None else -1)
 
     @property
     def named_gains(self) -> Gains:
@@ -206,11 +237,12 @@ class Controller:
                 self._bound = None
                 return
         args = (self.arrays, self.kind, theta, theta_dot, ref_rings[0][0], ref_rings[1][0], ref_rings[2][0],
-                self.gains, limits, self.ws, 1.0, row, err_ring[0])
+                self.gains, limits, self.ws, self.obs, 0, 1.0, row, err_ring[0])
         self._bound = (entry_point(checked_control, args), theta, theta_dot, limits, row, *ref_rings, err_ring)
 
-    def checked(self, theta, theta_dot, ref_pos, ref_vel, ref_acc, limits, ns_per_tick: float, row, err) -> tuple:
-        """``checked_control`` on this controller's tree, gains and workspace: through the entry
+    def checked(self, theta, theta_dot, ref_pos, ref_vel, ref_acc, limits, ns_per_tick: float, row, err,
+                k: int = 0) -> tuple:
+        """``checked_control`` of cycle k on this controller's tree, gains, workspace and observer: through the entry
         point ``bind`` resolved when the arguments are the bound arrays and rows of the bound
         rings (identity checks: their types are the resolved ones), else numba's dispatcher."""
         b = self._bound
@@ -221,7 +253,7 @@ class Controller:
         else:
             call = checked_control
         return call(self.arrays, self.kind, theta, theta_dot, ref_pos, ref_vel, ref_acc, self.gains, limits,
-                    self.ws, ns_per_tick, row, err)
+                    self.ws, self.obs, k, ns_per_tick, row, err)
 
     def update(self, theta, theta_dot, ref_pos, ref_vel, ref_acc) -> tuple[int, int]:
         """Compute ``self.tau``; returns (flags, tree status)."""

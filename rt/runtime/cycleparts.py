@@ -28,7 +28,8 @@ from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.core.cycleclock import ns_per_tick
 from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
-from pkrt.rt.runtime.safety import Supervisor
+from pkrt.rt.runtime.observer import observe_staged
+from pkrt.rt.runtime.safety import OK, Supervisor
 from pkrt.rt.runtime.staging import stage_row
 
 PARTS = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant")
@@ -133,7 +134,8 @@ class CycleParts:
 
 def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
                ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray, split: bool = True,
-               row: np.ndarray | None = None, err: np.ndarray | None = None) -> tuple[str | None, int, bool]:
+               row: np.ndarray | None = None, err: np.ndarray | None = None, k: int = 0,
+               on_contact=None) -> tuple[str | None, int, bool]:
     """One read -> safety -> model -> control law -> write at loop time t (s) towards the
     reference (actuator units), stamping ``ts[1..5]`` (ns) after each part (a part not reached
     keeps 0). Returns (fault reason or None, controller flags, whether ``row`` and ``err`` were
@@ -144,7 +146,11 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     (``Controller.checked``: ``checked_control``) split by the time-stamp counter: safety also holds the call's entry
     and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
     the path before the per-part budget (``Supervisor.check``, then ``Controller.update``,
-    model and law counted together as ``tree``); the exact model: three calls."""
+    model and law counted together as ``tree``); the exact model: three calls.
+
+    ``k``: the cycle's number (the contact observer's, ``Controller.protect``). A contact it
+    detects calls ``on_contact(axis)`` (``pkrt.rt.runtime.protect``) before the write: a reason
+    returned (a torque-off reaction) ends the cycle as a fault, without writing the command."""
     clock = time.perf_counter_ns
     flags = 0
     staged = False
@@ -153,7 +159,8 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
         ts[1] = t1 = clock()
         if split and ctrl.model is None and row is not None:
             code, axis, f, status, tree_ns, law_ns, stage_ns = ctrl.checked(
-                fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, sup.limits, ns_per_tick(), row, err)
+                fb.position, fb.velocity, ref_pos, ref_vel, ref_acc, sup.limits, ns_per_tick(), row, err, k)
+            contact = axis if code == OK else -1
             staged = True
             reason = sup.verdict(code, axis, fb, ref_pos)
             ts[4] = t4 = clock()
@@ -161,7 +168,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
             ts[2] = max(t4 - law_ns - tree_ns, t1)
             ts[9] = stage_ns
         else:
-            reason, f, status = _step_unfused(sup, ctrl, fb, ref_pos, ref_vel, ref_acc, ts, split)
+            reason, f, status, contact = _step_unfused(sup, ctrl, fb, ref_pos, ref_vel, ref_acc, ts, split, k, row)
         if not fb.fresh:
             flags |= FLAG_STALE
         if reason is None:
@@ -171,6 +178,8 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
                           f"tree box marked out of domain")
             elif f & FLAG_NONFINITE:
                 reason = "controller produced a non-finite torque"
+        if reason is None and contact >= 0 and on_contact is not None:
+            reason = on_contact(contact)
         if reason is None:
             drives.write(ctrl.tau)
             ts[5] = clock()
@@ -186,8 +195,11 @@ def warm_up(ctrl: Controller, sup: Supervisor, pos: np.ndarray, vel: np.ndarray,
     s = pos.shape[0]
     row, err = np.zeros(4 + 7 * s), np.zeros(s)
     if ctrl.model is None:
-        checked_control(ctrl.arrays, ctrl.kind, pos, vel, pos, vel, acc, ctrl.gains, sup.limits, ctrl.ws,
+        obs = ctrl.obs.copy()  # the observer's kernel compiled, its state untouched
+        checked_control(ctrl.arrays, ctrl.kind, pos, vel, pos, vel, acc, ctrl.gains, sup.limits, ctrl.ws, obs, 0,
                         ns_per_tick(), row, err)
+    if ctrl.protected:  # the unfused path's observer call (the exact model, the served machine)
+        observe_staged(ctrl.obs.copy(), 0, vel, ctrl.H, ctrl.D, ctrl.p, ctrl.w, ctrl.gains, ctrl.tau, row, -1)
     stage_row(row, 0.0, pos, vel, acc, pos, vel, ctrl.tau, True, ctrl.tau_model, 0.0, 0.0, 0, err)
     parts = CycleParts()
     parts.ts[0] = time.perf_counter_ns()
@@ -195,13 +207,16 @@ def warm_up(ctrl: Controller, sup: Supervisor, pos: np.ndarray, vel: np.ndarray,
 
 
 def _step_unfused(sup: Supervisor, ctrl: Controller, fb, ref_pos, ref_vel, ref_acc, ts: np.ndarray,
-                  split: bool) -> tuple[str | None, int, int]:
-    """Safety, then the model and the law in one (``split=False``) or two calls; (reason,
-    flags, status)."""
+                  split: bool, k: int = 0, row=None) -> tuple[str | None, int, int, int]:
+    """Safety, then the model and the law in one (``split=False``) or two calls, then the
+    contact observer (counted in the law, or with ``split=False`` in the tree); (reason, flags,
+    status, the axis of a detected contact or -1). The residual is staged into ``row`` after
+    its 4 + 7 s values when the row has room."""
     clock = time.perf_counter_ns
     reason = sup.check(fb, ref_pos)
     ts[2] = clock()
     f = status = 0
+    contact = -1
     if reason is None:
         if split:
             status = ctrl.evaluate(fb.position)
@@ -209,9 +224,14 @@ def _step_unfused(sup: Supervisor, ctrl: Controller, fb, ref_pos, ref_vel, ref_a
             f = ctrl.law(status, fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
         else:
             f, status = ctrl.update(fb.position, fb.velocity, ref_pos, ref_vel, ref_acc)
+        if ctrl.protected and status != OUT_OF_DOMAIN:
+            s = fb.position.shape[0]
+            roomy = row is not None and row.shape[0] >= 4 + 8 * s
+            contact = ctrl.observe(k, fb.velocity, row if roomy else None, 4 + 7 * s)
+        if not split:
             ts[3] = clock()
         ts[4] = clock()
-    return reason, f, status
+    return reason, f, status, contact
 
 
 __all__ = ["CycleParts", "PARTS", "GROUPS", "ROWS", "record", "record_fill", "timed_step", "warm_up"]

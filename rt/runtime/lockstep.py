@@ -41,7 +41,8 @@ def lockstep_cycles(k0, k1, n, period, ctl, fb_pos, fb_vel, refs, rec, plant, pa
     """Cycles k0 .. k1 - 1 (of a reference of ``n`` rows, ``period`` s) as ``Session.cycle``
     runs them in lockstep on a plant stepped ahead to ``k0 * period``.
 
-    ``ctl``: (tree arrays, kind, gains, limits, workspace, ns per tick) of ``checked_control``;
+    ``ctl``: (tree arrays, kind, gains, limits, workspace, observer state, ns per tick) of
+    ``checked_control``;
     ``refs``: the reference rings (pos, vel, acc), row k at k % len; ``rec``: (log row, error
     ring, wake ring, ran ring, compute ring, error sums of squares, error maxima, the log
     writer's free rows, whether to fill them, wake column); ``plant``: (tree arrays, state x,
@@ -50,9 +51,9 @@ def lockstep_cycles(k0, k1, n, period, ctl, fb_pos, fb_vel, refs, rec, plant, pa
 
     Returns (the next cycle, cycles done, finite error samples, saturated cycles, longest
     compute in s, the last plant step's status, whether the next cycle was not run because its
-    check, tree status or torque ends the run); it stops at k1, before such a cycle, or after a
-    plant step of nonzero status."""
-    T, kind, gains, limits, ws, npt = ctl
+    check, tree status or torque ends the run or its observer detected a contact); it stops at
+    k1, before such a cycle, or after a plant step of nonzero status."""
+    T, kind, gains, limits, ws, obs, npt = ctl
     rp, rv, ra = refs
     row, err, wake, ran, comp, sq, big, log_rows, logging, c = rec
     PT, x, tau_cmd, n_sub, params, pws, x_before = plant
@@ -74,10 +75,10 @@ def lockstep_cycles(k0, k1, n, period, ctl, fb_pos, fb_vel, refs, rec, plant, pa
         t1 = rdtsc()
         i, j = k % cap, k % window
         code, axis, f, status, tree_ns, law_ns, stage_ns = checked_control(
-            T, kind, fb_pos, fb_vel, rp[i], rv[i], ra[i], gains, limits, ws, npt, row, err[j])
-        if code != OK or status == OUT_OF_DOMAIN or (f & FLAG_NONFINITE) != 0:
-            ends = True  # this cycle ends the run: the Python cycle does it again and says why
-            break
+            T, kind, fb_pos, fb_vel, rp[i], rv[i], ra[i], gains, limits, ws, obs, k, npt, row, err[j])
+        if code != OK or status == OUT_OF_DOMAIN or (f & FLAG_NONFINITE) != 0 or axis >= 0:
+            ends = True  # this cycle ends the run or detects a contact: the Python cycle does it again
+            break        # from the same state (the observer's call for cycle k repeats) and says why
         t4 = rdtsc()
         tau_cmd[:] = tau  # write
         t5 = rdtsc()
@@ -123,7 +124,7 @@ class LockstepBlock:
     def __init__(self, session):
         self.session = session
         sn, ctrl = session, session.ctrl
-        self.ctl = (ctrl.arrays, ctrl.kind, ctrl.gains, sn.sup.limits, ctrl.ws, ns_per_tick())
+        self.ctl = (ctrl.arrays, ctrl.kind, ctrl.gains, sn.sup.limits, ctrl.ws, ctrl.obs, ns_per_tick())
         self.refs = (sn.ref.pos, sn.ref.vel, sn.ref.acc)
         self.plant = session.drives.step_arrays()
         pt = sn.parts
@@ -157,9 +158,10 @@ class LockstepBlock:
 
     def ready(self, k: int) -> bool:
         """Cycle k can run compiled: the drives are enabled, still plain and stepped ahead to its
-        read, no stop signal is pending."""
+        read, no stop signal is pending, no contact's reaction runs."""
         sn, d = self.session, self.session.drives
-        return sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
+        return (sn.stop_signals.reason is None and d.torque_on and d.ahead_to(k * sn.period) and d.plain
+                and not sn.protect.reacting)
 
     def run(self, k: int, until: int | None = None) -> int:
         """Cycles from k in compiled calls while ``ready`` (and before cycle ``until``: a

@@ -29,7 +29,9 @@ from pkrt.rt.runtime.cycleparts import PARTS
 from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
 from pkrt.rt.runtime.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
 from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source, motion_limits
+from pkrt.rt.runtime.pending import Pending
 from pkrt.rt.runtime.programevents import Outputs
+from pkrt.rt.runtime.protect import MachineProtection
 from pkrt.rt.runtime.states import ENABLED, State, refusal
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.servehoming import home, home_cycle
@@ -65,25 +67,6 @@ def soft_limits(config: MachineConfig, settings: ServeSettings) -> tuple[np.ndar
     return lo + m, hi - m
 
 
-class Pending:
-    """A submitted command waiting for the loop's reply."""
-
-    def __init__(self, cmd: dict):
-        self.cmd = cmd
-        self.reply: dict | None = None
-        self.t_submit = time.perf_counter()
-        self._done = threading.Event()
-
-    def set(self, reply: dict) -> None:
-        self.reply = reply
-        self._done.set()
-
-    def wait(self, timeout: float) -> dict:
-        if not self._done.wait(timeout):
-            return {"ok": False, "error": f"no reply from the machine's loop within {timeout:g} s"}
-        return self.reply
-
-
 class Machine:
     """The long-running loop. ``start`` is where a simulated plant starts (real drives stay
     where they are). Drives with absolute encoders (simulated plant, Dynamixel) are homed by
@@ -92,7 +75,8 @@ class Machine:
 
     def __init__(self, config: MachineConfig, drives, tree: Tree, *, start: np.ndarray, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, settings: ServeSettings | None = None,
-                 realtime: bool = False, controller: str | None = None, pacing: str | None = None, guard=None):
+                 realtime: bool = False, controller: str | None = None, pacing: str | None = None, guard=None,
+                 tool_force=None):
         self.config, self.drives, self.tree = config, drives, tree
         self.guard = guard  # streams and velocity jogs: (pos, stopping point) -> why not (``motion.guarded``)
         self.pacing = pacing or default_pacing(drives)
@@ -105,6 +89,8 @@ class Machine:
         c = config.controller
         self.ctrl = Controller(tree, controller or c.kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
         self.sup = Supervisor(config.limits, self.axes, self.units)
+        self.protect = MachineProtection.of(self, config, tool_force)  # [protect]: contacts (rt/runtime/protect.py)
+        self.holding = False  # in error stop after a contact's reflex: holding, torque on, until reset
         lim = config.limits
         self.lo, self.hi = soft_limits(config, self.settings)
         self.vmax, self.amax = motion_limits(lim, self.settings.limit_margin)
@@ -148,7 +134,7 @@ class Machine:
         self.comp = np.zeros(1 << 16)  # the last 65536 cycles' compute times (s), a ring
         self.comp_cpu = np.zeros(1 << 16)  # ... in the loop thread's CPU time (s), a ring
         self.writer = None
-        channels = channel_list(s, self.units[0]) + [("state", 1, "code")]
+        channels = channel_list(s, self.units[0], self.protect.channels if self.protect else ()) + [("state", 1, "code")]
         if log_path:
             from pkrt.rt.runtime.logfile import LogWriter
 
@@ -171,6 +157,8 @@ class Machine:
         self.ctrl.update(self.start_pos, z, self.start_pos, z, z)
         still = np.array([self.start_pos, self.start_pos])  # and the program player's first call
         Program(Planned(config.rate_hz, still, 0 * still, 0 * still, {}), self.vmax, self.amax).step(self.period)
+        if self.protect is not None:
+            self.protect.warm_up(self.views)
 
     # -- commands (any thread) --------------------------------------------------------------------
     def submit(self, cmd: dict) -> Pending:
@@ -195,9 +183,13 @@ class Machine:
             self.event("state", f"{self.state.value} -> {new.value}: {why}")
             self.state, self.state_reason = new, why
 
-    def fault(self, reason: str, *, estop: bool = False) -> None:
-        """Torque off at once, error stop with the reason."""
-        if estop:
+    def fault(self, reason: str, *, estop: bool = False, hold: bool = False) -> None:
+        """Torque off at once, error stop with the reason (``hold``: after a contact's reflex, the
+        torque stays on, the machine holding where it is until reset)."""
+        self.holding = hold
+        if hold:
+            pass
+        elif estop:
             self.drives.disable()
         else:
             self.drives.fault(reason)
@@ -221,7 +213,8 @@ class Machine:
                 "planning": self.planning, "plan_result": self.plan_result, "events": self.journal.status(),
                 **self.outputs.status(),
                 "torque": (self.ctrl.tau if self.drives.torque_on else 0 * self.ctrl.tau).tolist(),
-                "program": run_status(self.program)}
+                "program": run_status(self.program), "holding": self.holding,
+                "contact": self.protect.event if self.protect else None}
 
     # -- command handling (loop thread) -----------------------------------------------------------
     def _execute(self, p: Pending) -> None:
@@ -295,7 +288,7 @@ class Machine:
         return {"ok": True}
 
     def _reset(self, cmd: dict) -> dict:
-        self.fault_reason = None
+        self.fault_reason, self.holding = None, False
         self.drives.disable()
         self.set_state(State.DISABLED, "reset")
         return {"ok": True}
@@ -480,19 +473,12 @@ class Machine:
             self.owner = None
             self.set_state(State.STOPPING, f"dead-man: no keep-alive for {self.settings.deadman_s:g} s")
         flags = 0
-        src = self.source
         if self.state is State.HOMING:
             home_cycle(self)
-        if self.state in ENABLED and self.state is not State.HOMING:
-            src = self.source
-            src.step(period)
-            reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
-                                                self._stamps)
-            if reason is not None:
-                self.fault(reason)
-            else:
-                self._after_step(src)
-            self.pos_now[:] = self.drives.feedback.position
+        if (self.state in ENABLED or self.holding) and self.state is not State.HOMING:
+            flags = self._control(k, t)
+        elif self.protect is not None:
+            self.protect.view[:] = 0.0  # not observing: no residual
         self.ref_now[:] = self.source.pos
         nxt, lateness = next_cycle(self.clock, k, period, self.pacing)
         self._lateness(k, lateness)
@@ -508,6 +494,24 @@ class Machine:
         self.cycles += 1
         self._stage(t, wake, flags)
         return nxt
+
+    def _control(self, k: int, t: float) -> int:
+        """The motion source's reference of cycle k through ``control_step``; the contact
+        observer's residual and reaction (``MachineProtection``); returns the cycle's flags."""
+        src, pr, hold = self.source, self.protect, False
+        src.step(self.period)
+        if pr is not None:
+            pr.k = k
+        reason, flags, _, _, _ = control_step(self.drives, self.sup, self.ctrl, t, src.pos, src.vel, src.acc,
+                                            self._stamps, k, pr and pr.hook)
+        if reason is None and pr is not None:
+            reason, hold = pr.cycle_end(k)  # the residual staged; a contact's reaction at its end
+        if reason is not None:
+            self.fault(reason, hold=hold)
+        elif not (pr and pr.reacting):
+            self._after_step(src)
+        self.pos_now[:] = self.drives.feedback.position
+        return flags
 
     def _lateness(self, k: int, lateness: float) -> None:
         """A cycle that ended past the next deadline: with pacing ``skip`` (real drives) a

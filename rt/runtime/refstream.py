@@ -182,6 +182,20 @@ class RefStream:
                 self._fill_next()
         return k % self.cap
 
+    def rows(self, k: int, m: int) -> Planned:
+        """A copy of rows k .. k + m - 1 (fewer at the reference's end, or as far as the producer
+        has computed in real time; at least row k), as a plan at the loop rate: the path ahead of
+        a contact's stop (``pkrt.rt.runtime.protect``; allocates, once, at the event). The
+        reader's mark stays at k."""
+        end = min(k + m, self.n)
+        if not self.threaded:
+            while end > self.ready:
+                self._fill_next()
+        end = max(min(end, self.ready, k + self.cap - self.block), k + 1)
+        idx = np.arange(k, end) % self.cap
+        self.k = k
+        return Planned(self.rate_hz, self.pos[idx], self.vel[idx], self.acc[idx], {"kind": "path ahead"})
+
     def behind_reason(self, k: int) -> str:
         why = f" ({self.error})" if self.error else " (the host held it, or it is too slow)"
         return (f"reference stream behind: row {k} not computed in time by its producer thread{why}; "

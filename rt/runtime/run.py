@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +23,9 @@ from pkrt.rt.core.errors import Fault, Stopped, UserError
 from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
                                      reserve_objects, status, thread_faults)
 from pkrt.rt.runtime.programevents import Outputs, due
+from pkrt.rt.runtime.protect import RunProtection
 from pkrt.rt.runtime.refstream import RefStream
+from pkrt.rt.runtime.stopsignals import StopSignals
 from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.runtime.safety import Supervisor
 from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
@@ -133,10 +133,11 @@ CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), (
 assert tuple(c[0] for c in CHANNELS) == ROW_ORDER  # the staging kernel's layout
 
 
-def channel_list(s: int, unit: str) -> list[tuple[str, int, str]]:
+def channel_list(s: int, unit: str, extra=()) -> list[tuple[str, int, str]]:
+    """The run log's channels (``CHANNELS``), then ``extra`` ones (``pkrt.rt.runtime.protect.channels``)."""
     force = "N" if unit == "m" else "N m"
     names = {"pos": unit, "vel": f"{unit}/s", "acc": f"{unit}/s^2", "force": force}
-    return [(n, w or s, names.get(u, u)) for n, w, u in CHANNELS]
+    return [(n, w or s, names.get(u, u)) for n, w, u in [*CHANNELS, *extra]]
 
 
 def _file_hash(path: str) -> str | None:
@@ -153,18 +154,20 @@ def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
 
 
 def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
-                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None
-                 ) -> tuple[str | None, int, float, float, float]:
+                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None, k: int = 0,
+                 on_contact=None) -> tuple[str | None, int, float, float, float]:
     """One read -> safety -> controller -> write at loop time t (s) towards the reference
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
     read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
     a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``).
-    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none."""
+    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
+    ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
     if ts is None:
         ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
     ts[:] = 0
     ts[0] = time.perf_counter_ns()
-    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False)
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False, k=k,
+                                  on_contact=on_contact)
     record_fill(ts)
     return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9
 
@@ -187,45 +190,6 @@ def next_cycle(clock, k: int, period: float, pacing: str = "skip") -> tuple[int,
     return int(math.floor(now / period)) + 1, late
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-
-
-class StopSignals:
-    """While a run is on, SIGINT, SIGTERM, SIGHUP and SIGQUIT stop it. Until the drives are
-    enabled (``abort``) a signal raises ``Stopped`` at once: nothing moves yet, and enabling is
-    undone on the way out. Then the first signal only sets ``reason``, which the loop checks
-    once per cycle (torque off, log closed with the reason, summary); a second one while in the
-    loop (``in_loop``: stuck in a driver call) raises ``Stopped`` there, and the loop's handler
-    still takes torque off. The previous handlers are restored on exit. Outside the main thread
-    (where Python cannot install handlers) it does nothing."""
-
-    def __init__(self):
-        self.reason: str | None = None
-        self.abort = True
-        self.in_loop = False
-        self._saved: dict = {}
-
-    def _handle(self, signum, frame) -> None:
-        first = self.reason is None
-        if first:
-            self.reason = ("interrupted by the user" if signum == signal.SIGINT
-                           else f"stopped by signal {signal.Signals(signum).name}")
-        if self.abort or (self.in_loop and not first):
-            self.abort = self.in_loop = False
-            raise Stopped(self.reason)
-
-    def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                self._saved[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self._saved.items():
-            signal.signal(sig, signal.SIG_DFL if old is None else old)
-        self._saved.clear()
-
-
 PACINGS = ("skip", "delay")
 
 
@@ -238,7 +202,8 @@ def default_pacing(drives: Drives) -> str:
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
                 lockstep: bool = False, log_path: str | None = None, controller: str | None = None,
                 telemetry=None, on_cycle=None, tree: Tree | None = None, realtime: bool = True,
-                model=None, pacing: str | None = None, old_cycle: bool = False, compiled: bool = True) -> dict:
+                model=None, pacing: str | None = None, old_cycle: bool = False, compiled: bool = True,
+                tool_force=None) -> dict:
     """Run the machine over the reference; disable the drives on every way out.
 
     ``on_cycle(k, t)`` (tests, fault injection) runs at the start of cycle k. Returns the
@@ -268,6 +233,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     ``compiled`` (lockstep only): the plain cycles of a lockstep run on the simulated plant run
     in one compiled loop (``pkrt.rt.runtime.lockstep``), with the results of the Python cycle;
     False: every cycle through ``Session.cycle`` (tests and benchmarks compare the two).
+
+    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.protect``); a contact
+    ends the run by its reaction. ``tool_force(theta, tau) -> dict``: its estimate at the tool
+    (built from the model outside the runtime).
     """
     if pacing is None:
         pacing = default_pacing(drives)
@@ -277,7 +246,7 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
         session = Session(config, drives, stop, trajectory=trajectory, duration=duration, lockstep=lockstep,
                           log_path=log_path, controller=controller, telemetry=telemetry, on_cycle=on_cycle,
                           tree=tree, realtime=realtime, model=model, pacing=pacing, old_cycle=old_cycle,
-                          compiled=compiled)
+                          compiled=compiled, tool_force=tool_force)
         return session.run()
 
 
@@ -292,7 +261,7 @@ class Session:
     def __init__(self, config: MachineConfig, drives: Drives, stop: StopSignals, *, trajectory, duration,
                  lockstep: bool, log_path: str | None, controller: str | None, telemetry, on_cycle,
                  tree: Tree | None, realtime: bool, model=None, pacing: str = "skip", old_cycle: bool = False,
-                 compiled: bool = True):
+                 compiled: bool = True, tool_force=None):
         self.config, self.drives, self.stop_signals = config, drives, stop
         self.pacing = pacing
         self.lockstep, self.log_path, self.telemetry, self.on_cycle = lockstep, log_path, telemetry, on_cycle
@@ -312,6 +281,8 @@ class Session:
         self.ctrl = Controller(tree, kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb, model=model)
         self.sup = Supervisor(config.limits, axes, units)
         self.period = 1.0 / config.rate_hz
+        self.protect = RunProtection.of(self, config, self.ctrl, drives, axes, units, tool_force)
+        extra = self.protect.channels
         # preallocated per-cycle records: a ring of the last WINDOW cycles (memory independent of
         # the run's duration), written once here so that the loop takes no page fault on them
         N = self.window = min(ref.n, WINDOW)
@@ -346,16 +317,16 @@ class Session:
                                                      "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
                       "trajectory": ref.description, "lockstep": lockstep,
                       "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
-            self.writer = LogWriter(log_path, header, channel_list(s, units[0]))
+            self.writer = LogWriter(log_path, header, channel_list(s, units[0], extra))
             self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
         elif telemetry is not None:  # no log: the same staging row, for telemetry only
             sl, n = {}, 0
-            for name, width, _ in channel_list(s, units[0]):
+            for name, width, _ in channel_list(s, units[0], extra):
                 sl[name], n = slice(n, n + width), n + width
             self.row, self.slices = np.zeros(n), sl
             self.views = {name: self.row[x] for name, x in sl.items()}
         else:  # neither: the staging kernel still records the error
-            self.row = np.zeros(4 + 7 * s)
+            self.row = np.zeros(4 + 7 * s + sum(w for _, w, _ in extra))
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
@@ -452,16 +423,18 @@ class Session:
         t = k * period
         if self.on_cycle is not None:
             self.on_cycle(k, t)
-        i = ref.slot(k)
-        if i < 0:  # the reference's producer fell behind: never wait for it in the loop
+        refs = self.protect.reference(self, k)  # the run's, or a contact's reaction's
+        if refs is None:  # the reference's producer fell behind: never wait for it in the loop
             self.fault(k, ref.behind_reason(k))
             return None
-        ref_pos, ref_vel, ref_acc = ref.pos[i], ref.vel[i], ref.acc[i]
+        ref_pos, ref_vel, ref_acc = refs
         j = k % self.window
         err = self.err[j]
         reason, flags, staged = timed_step(drives, self.sup, self.ctrl, t, ref_pos, ref_vel, ref_acc, ts,
-                                           not self.old_cycle, self.row, err)
+                                           not self.old_cycle, self.row, err, k,
+                                           self.protect.hook_of(k, refs))
         fb = self.fb = drives.feedback
+        reason = self.protect.cycle_end(self, k, reason)  # the truth channels; a reaction's end
         if reason is not None:
             self.fault(k, reason)
         self.saturated += flags & 1
@@ -485,7 +458,7 @@ class Session:
         if self.old_cycle:
             np.subtract(ref_pos, fb.position, out=err)
             if self.views is not None:
-                self._stage(k, t, fb, wake_s, flags, i, comp)
+                self._stage(k, t, fb, wake_s, flags, refs, comp)
         else:
             row = self.row
             if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
@@ -502,7 +475,7 @@ class Session:
                 self.telemetry.maybe_send(k, t, self.row, self.slices)
         self.errs.add(err)  # tracking error over the whole run
         ts[7] = clock()
-        if reason is None and wd is None and nxt < ref.n and not self.old_cycle:
+        if reason is None and wd is None and self.going(nxt) and not self.old_cycle:
             drives.advance(nxt * period)
             ts[8] = clock()
         self.parts.commit()
@@ -513,14 +486,21 @@ class Session:
             return None
         return nxt
 
-    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, i: int, comp: float) -> None:
+    def _reference(self, k: int) -> tuple | None:
+        """Cycle k's reference (pos, vel, acc): its ring row, None when not computed in time."""
+        i = self.ref.slot(k)
+        return None if i < 0 else (self.ref.pos[i], self.ref.vel[i], self.ref.acc[i])
+
+    def going(self, k: int) -> bool:
+        """Cycle k is to run: within the reference, or a contact's reaction runs past its end."""
+        return k < self.ref.n or self.protect.reacting
+
+    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, refs: tuple, comp: float) -> None:
         """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``);
-        ``i``: the reference's ring row, ``comp``: the cycle's compute time (s)."""
-        v, ref = self.views, self.ref
+        ``refs``: the cycle's reference (pos, vel, acc), ``comp``: the cycle's compute time (s)."""
+        v = self.views
         v["t"][0] = t
-        v["ref_pos"][...] = ref.pos[i]
-        v["ref_vel"][...] = ref.vel[i]
-        v["ref_acc"][...] = ref.acc[i]
+        v["ref_pos"][...], v["ref_vel"][...], v["ref_acc"][...] = refs
         v["pos"][...] = fb.position
         v["vel"][...] = fb.velocity
         v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
@@ -547,7 +527,7 @@ class Session:
             self.cpu0 = time.thread_time()
             if not self.lockstep:
                 self.clock.t0 = time.monotonic() + 2 * self.period  # start on a clean boundary
-            while k is not None and k < self.ref.n:
+            while k is not None and self.going(k):
                 if self.next_event < len(self.events):
                     self._events(k)
                 if self.block is not None:  # what it can (up to the next event), then the cycle it leaves in Python
@@ -628,6 +608,7 @@ class Session:
             "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
             "log": self.log_path, "program_events": self.next_event, "outputs": self.drives.output_changes,
             "drives": self.drives.describe(), "memory": self.memory,
+            "protect": self.protect.summary(),
         }
         if self.writer:
             counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
