@@ -230,7 +230,7 @@ def run_machine(opts: RunOptions) -> dict:
     lockstep = opts.lockstep or by_config                                                 # for real time
     mech, plant_model = simulated_plant_model(config)
     contact = opts.inject is not None and opts.inject.partition("@")[0] in ("contact", "clamp")
-    if mech is None and (contact or config.protect.enabled):
+    if mech is None and (contact or config.protect.enabled):  # the tool's Jacobian: contacts, their forces
         from pkrt.rt.app.reference import machine_mechanism
 
         mech = machine_mechanism(config)
@@ -243,14 +243,7 @@ def run_machine(opts: RunOptions) -> dict:
         from pkrt.rt.runtime.protect import run_channels
 
         views = LiveViews(opts, axes, units, run_channels(config, drives, len(axes)))  # the run's log channels
-        traj = run_reference(config, opts, axes, mech)
-        if opts.gcode is None:  # a G-code program is checked as it is planned (with its lines)
-            from pkrt.rt.app.reference import check_reference
-
-            check_reference(config, traj, axes, mech)
-        model = exact_figures = None
-        if config.controller.model == "exact":  # built here from the model, measured before the loop
-            traj, model, exact_figures = exact_model_for(config, traj, axes, lockstep)
+        traj, model, exact_figures = checked_reference(config, opts, axes, mech, lockstep)
         hook = slow
         if opts.measure is not None:  # the plant's own positions where the reference rests
             from pkrt.rt.app.measurements import PlantPositions
@@ -274,15 +267,35 @@ def run_machine(opts: RunOptions) -> dict:
     if log:
         after_run(summary, log, plot)
     if plant_positions is not None:
-        from pkrt.rt.app.measurements import measure_run
-        from pkrt.rt.app.reference import machine_mechanism
-
-        try:
-            plant = plant_mechanism(config, mech or machine_mechanism(config))
-            summary["measure"] = measure_run(config, plant, log, plant_positions, opts.measure)
-        except (OSError, UserError) as e:
-            summary["measure_error"] = str(e)
+        summary.update(_measurements(config, mech, log, plant_positions, opts.measure))
     return summary
+
+
+def checked_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech, lockstep: bool):
+    """The run's reference checked before motion (a G-code program is checked as it is planned,
+    with its lines), and the exact model for the loop when the controller uses it: (traj, model
+    or None, its figures or None)."""
+    traj = run_reference(config, opts, axes, mech)
+    if opts.gcode is None:
+        from pkrt.rt.app.reference import check_reference
+
+        check_reference(config, traj, axes, mech)
+    if config.controller.model == "exact":  # built here from the model, measured before the loop
+        return exact_model_for(config, traj, axes, lockstep)
+    return traj, None, None
+
+
+def _measurements(config: MachineConfig, mech, log, plant_positions, measure: str) -> dict:
+    """``--measure``: the simulated tracker's readings of the true tool at the run's dwells,
+    written to ``measure``: {"measure": figures} or {"measure_error": why}."""
+    from pkrt.rt.app.measurements import measure_run
+    from pkrt.rt.app.reference import machine_mechanism
+
+    try:
+        plant = plant_mechanism(config, mech or machine_mechanism(config))
+        return {"measure": measure_run(config, plant, log, plant_positions, measure)}
+    except (OSError, UserError) as e:
+        return {"measure_error": str(e)}
 
 
 def planned_reference(config: MachineConfig, traj, axes: list[str]) -> Planned:
