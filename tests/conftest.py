@@ -52,9 +52,11 @@ def pytest_collection_modifyitems(config, items):
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
-def pytest_report_header(config):
-    """The browser the panel's tests drive (tests/test_panel_browser.py), printed at the start."""
+def pytest_terminal_summary(terminalreporter):
+    """The browser the panel's tests drove (tests/test_panel_browser.py), one line at the end
+    (the README's command runs pytest with ``-q``, which hides the report header)."""
     from pkrt.rt.panel.harness import versions
 
     v = versions()
-    return f"browser: {v['chromium'] or 'none at ' + str(v['executable'])}; Playwright {v['playwright']}"
+    terminalreporter.write_line(f"browser: {v['chromium'] or 'none at ' + str(v['executable'])} ({v['executable']}); "
+                                f"Playwright {v['playwright']}")

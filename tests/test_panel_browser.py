@@ -8,6 +8,7 @@ as it is); the G-code line highlighted. No console error on any page."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -253,6 +254,10 @@ def test_the_gcode_line_being_run_is_highlighted(browser, tmp_path):
         assert current.count() == 1
         assert page.evaluate("[...document.querySelectorAll('#code li')].indexOf(document.querySelector('#code li.current')) + 1") == line
         assert current.inner_text().startswith("N")  # a program line, not a comment
+        shot = os.environ.get("PKRT_PANEL_SCREENSHOT")  # the documentation's picture: docs/panel.png
+        if shot:
+            time.sleep(2.0)  # the live plot filled
+            page.screenshot(path=shot)
         assert console.errors == []
         ctx.close()
     finally:
