@@ -160,10 +160,17 @@ def _fit_fixed(Yb, tau, keep, excite_rtol, Zb, C, d) -> Fit:
                N @ f.mahalanobis_factor(), (C, d))
 
 
-def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool = True):
+def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool = True,
+           rtol: float = 1e-7):
     """x minimising |b - A x| (Z None), or solving Z^T (b - A x) = 0 (instruments Z); and (with
     ``covariance``, else None) the covariance of x per unit residual variance, (A^T A)^-1 or
-    (Z^T A)^-1 Z^T Z (A^T Z)^-1; columns scaled to unit norm (returned: the scale)."""
+    (Z^T A)^-1 Z^T Z (A^T Z)^-1; columns scaled to unit norm (returned: the scale).
+
+    The instruments' equations go through Z = Q R: Z^T (b - A x) = 0 is G x = Q^T b with
+    G = Q^T A, and the covariance (G^T G)^-1, so the condition number is G's, about A's, not
+    the square of it that forming Z^T A gives (a calibrated Delta's 3.8e6 became 1.4e13).
+    Refused in one line when Z or G has a direction below ``rtol`` of its largest (as least
+    squares refuses A's): the reference does not determine what the motion does."""
     sc = np.linalg.norm(A, axis=0)
     sc = np.where(sc > 0, sc, 1.0)
     As = A / sc
@@ -174,14 +181,20 @@ def _solve(A: np.ndarray, b: np.ndarray, Z: np.ndarray | None, covariance: bool 
         Ainv = np.linalg.pinv(As)
         return x / sc, (Ainv @ Ainv.T) / np.outer(sc, sc), sc
     Zs = Z / sc
-    M = Zs.T @ As
-    if not np.all(np.isfinite(M)) or np.linalg.cond(M) > 1e12:
+    Q, R = np.linalg.qr(Zs) if np.all(np.isfinite(Zs)) else (None, None)
+    G = None if Q is None else Q.T @ As
+    if G is None or not np.all(np.isfinite(G)) or _cond(R) * rtol > 1 or _cond(G) * rtol > 1:
         raise NotExcited("the reference in these logs does not follow the measured motion (its regressor and the "
-                         "measured one are not related), or the instruments cannot tell some parameters apart (a "
-                         "calibrated Delta's); identify by least squares (--estimator ls)")
-    Mi = np.linalg.inv(M)
-    x = Mi @ (Zs.T @ b)
-    return x / sc, (Mi @ (Zs.T @ Zs) @ Mi.T) / np.outer(sc, sc) if covariance else None, sc
+                         "measured one are not related); identify by least squares (--estimator ls)")
+    Gi = np.linalg.inv(G)
+    x = Gi @ (Q.T @ b)
+    return x / sc, (Gi @ Gi.T) / np.outer(sc, sc) if covariance else None, sc
+
+
+def _cond(M: np.ndarray) -> float:
+    """The 2-norm condition number (inf when singular)."""
+    sv = np.linalg.svd(M, compute_uv=False)
+    return float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
 
 
 def correlation_factor(rw: np.ndarray, keep: np.ndarray, max_lag: int = 8) -> float:
@@ -292,6 +305,9 @@ def consistent(mech: Mechanism, bp: BaseParameters, est: Fit, pi0: np.ndarray) -
     pi = np.asarray(x.value, float)
     for js in kept.values():
         pi[js] = pi0[js]  # exactly (the solver meets equalities to its tolerance)
+    for b, name in enumerate(mech.body_names):  # an idle spin's body: its original shape, scaled exactly
+        if name in idle and pi0[10 * b] > 0:  # (a rod's zero moment about its axis stays zero, not
+            pi[10 * b:10 * b + 10] = pi[10 * b] / pi0[10 * b] * pi0[10 * b:10 * b + 10]  # 1e-11 of noise)
     dev_std = np.abs(bp.beta @ pi - est.value) / np.maximum(est.std, 1e-300)
     well = est.rsd < 0.05
     info["max_base_error_in_std"] = float(dev_std.max())
