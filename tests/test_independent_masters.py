@@ -353,7 +353,7 @@ class SdkMaster:
     """A master built from ROBOTIS's dynamixel-sdk only (PortHandler on the emulator's pty,
     PacketHandler 2.0, the Group* helpers), holding the machine at ``theta0`` with a PD in
     current mode. A transaction that times out (the emulator or this process held past the
-    SDK's 34 ms packet timeout) is retried after flushing the port, and counted."""
+    SDK's 34 ms packet timeout) is retried after flushing the port for up to 1 s, and counted."""
 
     def __init__(self, port_path: str, settings, theta0, ff, accel_per_n):
         import dynamixel_sdk as sdk
@@ -393,14 +393,19 @@ class SdkMaster:
         self.ok(self._retry(fn, -2), f"{name}{args}")
         return out[:-2] + out[-1:]
 
-    def _retry(self, fn, k: int) -> int:
-        for _ in range(4):
+    def _retry(self, fn, k: int, within_s: float = 1.0) -> int:
+        """Retried while it times out or comes corrupt, for up to ``within_s`` (at least 4 tries):
+        a host stall on this shared VM has held the emulator's answers for 4 tries of 34 ms."""
+        end = time.monotonic() + within_s
+        tries = 0
+        while True:
             result = fn()[k]
-            if result not in (self.sdk.COMM_RX_TIMEOUT, self.sdk.COMM_RX_CORRUPT):
-                break
+            tries += 1
+            if result not in (self.sdk.COMM_RX_TIMEOUT, self.sdk.COMM_RX_CORRUPT) or (
+                    tries >= 4 and time.monotonic() > end):
+                return result
             self.retries += 1
             self.port.clearPort()
-        return result
 
     def theta(self, i: int, pos: int) -> float:
         st = self.st

@@ -160,7 +160,8 @@ def test_no_false_alarm_with_the_identified_model_on_a_plant_of_other_masses(ide
 def test_a_served_machine_stops_on_a_contact_reports_it_and_reset_clears_it(tmp_path):
     """The Delta served in lockstep runs its demo; 10 N at the platform: error stop with the reason
     (``status``), torque off; ``reset`` clears it, and the machine enables again. A reflex holds
-    in error stop with the torque on."""
+    in error stop with the torque on. The first contact is armed as ``pkrt serve --inject`` does
+    (``Served(inject=...)``), the second on the drives directly."""
     from pkrt.rt.app.serve import Served
     from pkrt.rt.runtime.states import State
 
@@ -168,9 +169,11 @@ def test_a_served_machine_stops_on_a_contact_reports_it_and_reset_clears_it(tmp_
     for reaction in ("stop", "reflex"):
         c = cad("delta", reaction)
         srv = Served(c.config, socket_path=str(tmp_path / f"{reaction}.sock"), lockstep=True,
-                     log_path=str(tmp_path / f"{reaction}.pktlog"))
+                     log_path=str(tmp_path / f"{reaction}.pktlog"),
+                     inject="contact@1.0=0,0,-10,0.2" if reaction == "stop" else None)
         m = srv.machine
-        m.drives.inject_contact(c.contact("force", 1.0, (0.0, 0.0, -10.0), 0.2))
+        if reaction == "reflex":
+            m.drives.inject_contact(c.contact("force", 1.0, (0.0, 0.0, -10.0), 0.2))
         seen: dict = {}
 
         def hook(m):
@@ -285,3 +288,18 @@ def test_contacts_behind_the_hil_emulators(tmp_path, capsys, bus, spec):
     assert truth["onset_s"] == pytest.approx(1.0, abs=1e-9)
     assert r["protect"]["contacts"][0]["time_s"] - truth["onset_s"] <= 0.010
     assert truth["peak_tool_force_n"] > 0.0
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--inject", "contact@x=1,2,3"], "--inject: expected contact@T=FX,FY,FZ[,DURATION]"),
+    (["--inject", "slow@1"], "--inject slow: a run's watchdog test"),
+    (["--inject", "wobble@1"], "--inject: unknown fault 'wobble'"),
+    (["--machine", "orthoglide-can", "--bus", "can", "--inject", "contact@1=0,30,0"],
+     "--inject: the simulated plant in this process only"),
+])
+def test_pkrt_serve_inject_refusals(tmp_path, capsys, argv, says):
+    """``pkrt serve --inject``: what it cannot take is refused in one line before serving."""
+    code = main(["serve", "--lockstep" if "--bus" not in argv else "--no-rt", "--no-log",
+                 "--socket", str(tmp_path / "s.sock"), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("pkrt: error: ") and says in err[0], err

@@ -45,7 +45,7 @@ class Served:
     def __init__(self, machine_name, *, socket_path: str | None = None, lockstep: bool = False,
                  log_path: str | None = None, telemetry=None, realtime: bool = False, tcp_port: int | None = None,
                  token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None,
-                 hil: str | None = None, plan_process: bool = True):
+                 hil: str | None = None, plan_process: bool = True, inject: str | None = None):
         from pkrt.drivers import open_drives
         from pkrt.rt.runtime.run import load_controller_tree
 
@@ -67,6 +67,9 @@ class Served:
         sim = config.backend == "sim"
         if sim and config.drives.plant == "exact":
             raise UserError(f"{config.path}: serving a plant on the exact model is not supported (use a plant tree)")
+        if inject is not None and (hil is not None or not sim):
+            raise UserError("--inject: the simulated plant in this process only (a drive emulator takes its faults "
+                            "from pkrt hil --fault and --inject)")
         self.settings = settings or ServeSettings()
         start = self._start(config, tree)
         if hil is not None:
@@ -76,6 +79,8 @@ class Served:
         else:
             self.drives = open_drives(config, overrides or {})
         try:
+            if inject is not None:
+                _inject(config, self.drives, inject)
             self.planner = Planner(config, self.settings)
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
@@ -151,6 +156,21 @@ class Served:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _inject(config, drives, spec: str) -> None:
+    """Arm ``KIND@T[=VALUE]`` (``pkrt run --inject``'s faults and contacts) on the simulated
+    plant, T in s of the plant's clock (from the machine's start); a contact acts through the
+    tool of the plant's own model."""
+    from pkrt.rt.app.machinerun import plant_mechanism, sim_fault
+    from pkrt.rt.app.reference import machine_mechanism
+    from pkrt.rt.core.errors import UserError
+
+    kind = spec.partition("@")[0]
+    if kind == "slow":
+        raise UserError("--inject slow: a run's watchdog test (pkrt run --inject slow@T), not a served machine's")
+    plant = plant_mechanism(config, machine_mechanism(config)) if kind in ("contact", "clamp") else None
+    sim_fault(drives, spec, config.rate_hz, plant)
 
 
 def _tool_force(config):

@@ -41,6 +41,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-rt", action="store_true", help="ask for none of the configuration's real-time settings")
     p.add_argument("--telemetry", metavar="HOST:PORT", help="stream msgpack telemetry over UDP (with the state)")
     p.add_argument("--telemetry-rate", type=positive_number, default=50.0, help="telemetry messages per second")
+    p.add_argument("--inject", metavar="KIND@T",
+                   help="simulated plant (in this process): a fault or contact at T s from the start, as pkrt run "
+                        "--inject (nan, stale, push, freeze, contact@T=FX,FY,FZ[,DURATION], clamp@T=STIFFNESS)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object at the end")
 
 
@@ -74,7 +77,7 @@ def serve(args) -> int:
         telemetry = (host, int(port))
     srv = Served(args.machine, socket_path=args.socket, lockstep=args.lockstep,
                  log_path=None if args.no_log else args.log, realtime=not args.no_rt and not args.lockstep,
-                 tcp_port=args.tcp, token=token, hil=args.bus)
+                 tcp_port=args.tcp, token=token, hil=args.bus, inject=args.inject)
     if telemetry is not None:
         srv.machine.telemetry = Telemetry(telemetry[0], telemetry[1], args.telemetry_rate, axes=srv.machine.axes)
 
