@@ -254,7 +254,7 @@ def run_machine(opts: RunOptions) -> dict:
                               lockstep=lockstep, log_path=log, controller=opts.controller,
                               telemetry=views.sink(), on_cycle=hook, tree=tree,
                               pacing="skip" if slow is not None else None,  # --inject slow: the watchdog's test
-                              tool_force=_tool_force(config, mech))
+                              tool_force=tool_force(config, mech))
     finally:
         drives.close()
         if views is not None:
@@ -305,7 +305,7 @@ def planned_reference(config: MachineConfig, traj, axes: list[str]) -> Planned:
     return traj if isinstance(traj, Planned) else load_trajectory_csv(traj, config.rate_hz, axes)
 
 
-def _tool_force(config: MachineConfig, mech):
+def tool_force(config: MachineConfig, mech):
     """The tool force behind a contact's residual (``pkrt.rt.app.contact.tool_force_of``) when
     ``[protect]`` is enabled."""
     if not config.protect.enabled or mech is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pkrt.rt.app.machinerun import tool_force
 from pkrt.rt.app.planner import Planner
 from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.app.server import Server
@@ -79,13 +80,14 @@ class Served:
         else:
             self.drives = open_drives(config, overrides or {})
         try:
+            mech = _mechanism(config, inject)
             if inject is not None:
-                _inject(config, self.drives, inject)
+                _inject(config, self.drives, inject, mech)
             self.planner = Planner(config, self.settings)
             self.machine = Machine(config, self.drives, tree, start=start, lockstep=lockstep, log_path=log_path,
                                    telemetry=telemetry, settings=self.settings, realtime=realtime,
                                    pacing="delay" if hil is not None else None, guard=self._guard(start),
-                                   tool_force=_tool_force(config))
+                                   tool_force=tool_force(config, mech))
             self.worker = PlanWorker(config, self.settings) if plan_process else None
             self.socket_path = socket_path or default_socket()
             self.server = Server(self.machine, self.planner, self.socket_path, tcp_port=tcp_port, token=token,
@@ -158,27 +160,24 @@ class Served:
         self.close()
 
 
-def _inject(config, drives, spec: str) -> None:
+def _mechanism(config, inject: str | None):
+    """The machine's model when the served machine needs it: for the tool force behind a
+    contact (``[protect]`` enabled) or for an injected contact's tool; else None (not loaded)."""
+    if not config.protect.enabled and (inject or "").partition("@")[0] not in ("contact", "clamp"):
+        return None
+    from pkrt.rt.app.reference import machine_mechanism
+
+    return machine_mechanism(config)
+
+
+def _inject(config, drives, spec: str, mech) -> None:
     """Arm ``KIND@T[=VALUE]`` (``pkrt run --inject``'s faults and contacts) on the simulated
     plant, T in s of the plant's clock (from the machine's start); a contact acts through the
-    tool of the plant's own model."""
+    tool of the plant's own model (``mech``: the machine's, for a contact)."""
     from pkrt.rt.app.machinerun import plant_mechanism, sim_fault
-    from pkrt.rt.app.reference import machine_mechanism
     from pkrt.rt.core.errors import UserError
 
     kind = spec.partition("@")[0]
     if kind == "slow":
         raise UserError("--inject slow: a run's watchdog test (pkrt run --inject slow@T), not a served machine's")
-    plant = plant_mechanism(config, machine_mechanism(config)) if kind in ("contact", "clamp") else None
-    sim_fault(drives, spec, config.rate_hz, plant)
-
-
-def _tool_force(config):
-    """With ``[protect]`` enabled, the tool force behind a contact's residual (its event), from
-    the machine's model (``pkrt.rt.app.contact``)."""
-    if not config.protect.enabled:
-        return None
-    from pkrt.rt.app.contact import tool_force_of
-    from pkrt.rt.app.reference import machine_mechanism
-
-    return tool_force_of(machine_mechanism(config))
+    sim_fault(drives, spec, config.rate_hz, plant_mechanism(config, mech) if kind in ("contact", "clamp") else None)
