@@ -272,8 +272,8 @@ BAD = [  # (program, text expected in the message)
     ("M2", "no motion"),
     ("", "empty program"),
     ("   \n\n", "empty program"),
-    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "not a text G-code program (binary data)"),
-    (b"G0 X1\xff\xfe\nM2", "not a text G-code program (not UTF-8)"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "not a text G-code program (binary data at line 1)"),
+    (b"G0 X1\xff\xfe\nM2", "not a text G-code program (not UTF-8 at line 1)"),
 ]
 
 
@@ -305,3 +305,44 @@ def test_programs_too_long_to_plan(program, expected, tmp_path, capsys):
 def test_bad_origin(origin, capsys):
     assert main(["plan", "x.ngc", "--origin", origin, "--json"]) == 2
     assert "--origin" in capsys.readouterr().err
+
+
+# -- reading lazily -------------------------------------------------------------------------
+
+def test_a_program_file_is_read_lazily_and_gives_the_commands_of_its_text(tmp_path):
+    from pkrt.models.planning.gcode import canon_stream, read_lines
+
+    text = "%\nG21 G90\r\nG1 X1 F100\rG1 Y2\n\nM2\n%\n"
+    p = tmp_path / "p.ngc"
+    p.write_bytes(text.encode())
+    whole = interpret(text.replace("\r\n", "\n").replace("\r", "\n"), SETUP)
+    lazy = list(canon_stream(read_lines(str(p)), SETUP, path=str(p)))
+    assert [(c.kind, c.line, c.end.tolist() if c.end is not None else None) for c in lazy] == \
+           [(c.kind, c.line, c.end.tolist() if c.end is not None else None) for c in whole]
+
+    read = []
+
+    def lines():  # nothing after M2 is read, and commands come before the rest is read
+        for n, line in enumerate(["G1 X1 F100", "G1 X2", "M2", "G1 X3"], start=1):
+            read.append(n)
+            yield line
+
+    it = canon_stream(lines(), SETUP)
+    first = next(it)
+    assert first.kind == "feed" and read == [1]
+    list(it)
+    assert read == [1, 2, 3]
+
+
+def test_a_binary_or_non_utf8_program_file_is_refused_naming_the_line(tmp_path):
+    from pkrt.models.planning.gcode import read_lines
+
+    p = tmp_path / "b.ngc"
+    p.write_bytes(b"G1 X1\nG1 \xff\n")
+    with pytest.raises(UserError, match=r"b.ngc: not a text G-code program \(not UTF-8 at line 2\)"):
+        list(read_lines(str(p)))
+    p.write_bytes(b"G1 X1\nG1\x00\n")
+    with pytest.raises(UserError, match=r"binary data at line 2"):
+        list(read_lines(str(p)))
+    with pytest.raises(UserError, match="cannot read"):
+        list(read_lines(str(tmp_path / "missing.ngc")))

@@ -21,6 +21,7 @@ them too) and become events of the plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,17 +48,25 @@ class Program:
 
 
 def interpret(text: str, setup: Setup | None = None, start=(0.0, 0.0, 0.0), path: str = "program") -> list[Canon]:
-    """The canonical commands of a whole program (``start``: where the machine is, mm from
-    machine zero). A ``%`` line first (before it only blank lines) makes the next ``%`` line
-    its end; M2 or M30 end it, later lines are not read. Raises NgcError (one line naming
-    the program line)."""
+    """The canonical commands of a whole program held as text (``canon_stream`` of its lines)."""
+    return list(canon_stream(text.split("\n"), setup, start, path))
+
+
+def canon_stream(lines: Iterable[str], setup: Setup | None = None, start=(0.0, 0.0, 0.0),
+                 path: str = "program") -> Iterator[Canon]:
+    """The canonical commands of a program, yielded block by block as its lines are read (a
+    file read lazily by ``read_lines`` is never held whole). ``start``: where the machine is, mm
+    from machine zero. A ``%`` line first (before it only blank lines) makes the next ``%`` line
+    its end; M2 or M30 end it, later lines are not read. Raises NgcError (one line naming the
+    program line)."""
     ip = Interpreter(setup or Setup(), start)
-    raw = text.split("\n")
-    first = next((n for n, line in enumerate(raw, start=1) if line.strip()), 0)
-    percent = raw[first - 1].strip() == "%" if first else False
-    for n, line in enumerate(raw, start=1):
-        if n <= first and percent:
-            continue
+    percent, seen, n = False, False, 0
+    for n, line in enumerate(lines, start=1):
+        if not seen and line.strip():
+            seen = True
+            if line.strip() == "%":
+                percent = True
+                continue
         if percent and line.strip() == "%":  # the second percent line ends the program
             ip.ended = True
             break
@@ -67,11 +76,34 @@ def interpret(text: str, setup: Setup | None = None, start=(0.0, 0.0, 0.0), path
         if b.empty:
             continue
         ip.execute(b)
+        if ip.out:
+            yield from ip.out
+            ip.out.clear()
         if ip.ended:
             break
     if not ip.ended:
-        raise NgcError(f"{path}: the program ends without M2 or M30 (line {len(raw)})")
-    return ip.out
+        raise NgcError(f"{path}: the program ends without M2 or M30 (line {n})")
+
+
+def read_lines(path: str) -> Iterator[str]:
+    """The lines of a program file, read lazily (UTF-8 or ASCII text; CR LF and CR ends as LF).
+    Raises UserError naming the file (unreadable, binary data, not UTF-8) at the line where
+    that is found."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        for n, raw in enumerate(f, start=1):
+            if b"\x00" in raw:
+                raise UserError(f"{path}: not a text G-code program (binary data at line {n})")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(f"{path}: not a text G-code program (not UTF-8 at line {n})") from None
+            text = text[:-1] if text.endswith("\n") else text
+            text = text[:-1] if text.endswith("\r") else text
+            yield from text.split("\r") if "\r" in text else (text,)
 
 
 class _Items:
@@ -179,20 +211,11 @@ def parse_program(text: str, path: str = "program", origin=(0.0, 0.0, 0.0), setu
 
 
 def read_program(path: str, origin, setup: Setup | None = None) -> Program:
-    """Read and interpret a program file (UTF-8 or ASCII text)."""
-    try:
-        data = open(path, "rb").read()
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    if b"\x00" in data:
-        raise UserError(f"{path}: not a text G-code program (binary data)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text G-code program (not UTF-8)") from None
+    """Read and interpret a program file (UTF-8 or ASCII text) whole."""
+    text = "\n".join(read_lines(path))
     if not text.strip():
         raise UserError(f"{path}: empty program")
     try:
-        return parse_program(text.replace("\r\n", "\n").replace("\r", "\n"), path, origin, setup)
+        return parse_program(text, path, origin, setup)
     except NgcError as e:
         raise UserError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
