@@ -41,7 +41,7 @@ def run(args) -> int:
     from pkrt.models.calibration.fit import Bounds
     from pkrt.rt.app.calibrate import calibrate_log
     from pkrt.rt.core.outputs import check_outputs
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     if not 0.0 <= args.held_out <= 0.5:
         raise UserError("--held-out must be in [0, 0.5]")
@@ -116,7 +116,7 @@ def run_plan(args) -> int:
     from pkrt.models.calibration.poses import write_trajectory
     from pkrt.rt.app.calibrate import plan_poses
     from pkrt.rt.core.outputs import check_outputs
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     if not 0.0 <= args.margin < 0.4:
         raise UserError("--margin must be in [0, 0.4)")

@@ -28,7 +28,7 @@ def run_tune(args) -> int:
     if args.machine is not None:
         if args.output is None:
             raise UserError("--machine needs -o (the machine configuration to write)")
-        from pkrt.rt.runtime.config import load_machine
+        from pkrt.rt.runtime.machine.config import load_machine
 
         machine = load_machine(args.machine)
     inputs = {f"log {p}": p for p in args.logs}

@@ -69,7 +69,7 @@ def serve(args) -> int:
             token = write_token(str(tf))
     telemetry = None
     if args.telemetry:
-        from pkrt.rt.runtime.telemetry import Telemetry
+        from pkrt.rt.runtime.record.telemetry import Telemetry
 
         host, _, port = args.telemetry.rpartition(":")
         if not host or not (port.isascii() and port.isdigit()):

@@ -14,22 +14,22 @@ from numba import njit
 
 from pkrt.drivers.base import Drives
 
-from pkrt.rt.runtime.config import MachineConfig
-from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
-from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
-from pkrt.rt.runtime.errorstats import ErrorStats
-from pkrt.rt.runtime.lockstep import LockstepBlock
+from pkrt.rt.runtime.machine.config import MachineConfig
+from pkrt.rt.runtime.cycle.controller import FLAG_OVERRUN, Controller
+from pkrt.rt.runtime.cycle.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
+from pkrt.rt.runtime.cycle.errorstats import ErrorStats
+from pkrt.rt.runtime.cycle.lockstep import LockstepBlock
 from pkrt.rt.core.errors import Fault, Stopped, UserError
-from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
+from pkrt.rt.runtime.cycle.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
                                      reserve_objects, status, thread_faults)
-from pkrt.rt.runtime.programevents import Outputs, due
-from pkrt.rt.runtime.protect import RunProtection
-from pkrt.rt.runtime.refstream import RefStream
-from pkrt.rt.runtime.stopsignals import StopSignals
-from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
-from pkrt.rt.runtime.safety import Supervisor
-from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
-from pkrt.rt.runtime.staging import ROW_ORDER, stage_row
+from pkrt.rt.runtime.machine.programevents import Outputs, due
+from pkrt.rt.runtime.machine.protect import RunProtection
+from pkrt.rt.runtime.machine.refstream import RefStream
+from pkrt.rt.runtime.cycle.stopsignals import StopSignals
+from pkrt.rt.runtime.cycle.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
+from pkrt.rt.runtime.cycle.safety import Supervisor
+from pkrt.rt.runtime.machine.trajectory import Planned, load_trajectory_csv, validate
+from pkrt.rt.runtime.cycle.staging import ROW_ORDER, stage_row
 from pkrt.rt.core.tree import Tree, find_leaf
 from pkrt.rt.core.versions import software_versions
 
@@ -98,11 +98,11 @@ def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | Non
 
 
 def reference_source(config: MachineConfig, tree: Tree, traj, duration: float | None):
-    """The run's reference as a streamed source (``pkrt.rt.runtime.refstream``): a ``Planned``
+    """The run's reference as a streamed source (``pkrt.rt.runtime.machine.refstream``): a ``Planned``
     made before, or an actuator CSV evaluated per block from its spline; cut or held to
     ``duration``; checked whole, block by block, against ranges, domain and limits before
     anything moves (memory: one block, whatever the duration)."""
-    from pkrt.rt.runtime.refstream import PlannedSource, blocks_of, csv_source, with_duration
+    from pkrt.rt.runtime.machine.refstream import PlannedSource, blocks_of, csv_source, with_duration
 
     rate = config.rate_hz
     axes, _ = tree_axes(tree)
@@ -134,7 +134,7 @@ assert tuple(c[0] for c in CHANNELS) == ROW_ORDER  # the staging kernel's layout
 
 
 def channel_list(s: int, unit: str, extra=()) -> list[tuple[str, int, str]]:
-    """The run log's channels (``CHANNELS``), then ``extra`` ones (``pkrt.rt.runtime.protect.channels``)."""
+    """The run log's channels (``CHANNELS``), then ``extra`` ones (``pkrt.rt.runtime.machine.protect.channels``)."""
     force = "N" if unit == "m" else "N m"
     names = {"pos": unit, "vel": f"{unit}/s", "acc": f"{unit}/s^2", "force": force}
     return [(n, w or s, names.get(u, u)) for n, w, u in [*CHANNELS, *extra]]
@@ -159,7 +159,7 @@ def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, re
     """One read -> safety -> controller -> write at loop time t (s) towards the reference
     (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
     read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
-    a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``).
+    a served machine (``pkrt.rt.runtime.machine.served``); a run stamps each part (``timed_step``).
     ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
     ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
     if ts is None:
@@ -231,10 +231,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     staged by numpy slice assignments -- for a side-by-side comparison in one process.
 
     ``compiled`` (lockstep only): the plain cycles of a lockstep run on the simulated plant run
-    in one compiled loop (``pkrt.rt.runtime.lockstep``), with the results of the Python cycle;
+    in one compiled loop (``pkrt.rt.runtime.cycle.lockstep``), with the results of the Python cycle;
     False: every cycle through ``Session.cycle`` (tests and benchmarks compare the two).
 
-    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.protect``); a contact
+    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.machine.protect``); a contact
     ends the run by its reaction. ``tool_force(theta, tau) -> dict``: its estimate at the tool
     (built from the model outside the runtime).
     """
@@ -288,7 +288,7 @@ class Session:
         N = self.window = min(ref.n, WINDOW)
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
-        self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
+        self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycle/cycleparts.py)
         self.tau_cols, self.wake_col = slice(1 + 5 * s, 1 + 6 * s), 1 + 7 * s  # in the staging row (CHANNELS)
         self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
@@ -304,7 +304,7 @@ class Session:
         self.writer = None
         self.row = self.slices = self.views = None
         if log_path:
-            from pkrt.rt.runtime.logfile import LogWriter
+            from pkrt.rt.runtime.record.logfile import LogWriter
             from pkrt.rt.core.outputs import check_output
 
             check_output(log_path, "log", run_inputs(config, trajectory))

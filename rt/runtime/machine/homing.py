@@ -1,4 +1,4 @@
-"""Homing of a served machine (``pkrt.rt.runtime.machine.Machine``), in its loop's thread:
+"""Homing of a served machine (``pkrt.rt.runtime.machine.served.Machine``), in its loop's thread:
 ``home`` runs the command (the simulated plant: at once; Dynamixel: the Homing Offset written
 within the cycle; CiA 402: homing mode 6 in a helper thread while the loop waits in
 ``homing``), ``home_cycle`` ends a CiA 402 homing when the drives are done. Units: actuator
@@ -12,8 +12,8 @@ import threading
 
 import numpy as np
 
-from pkrt.rt.runtime.motion import Hold
-from pkrt.rt.runtime.states import State
+from pkrt.rt.runtime.machine.motion import Hold
+from pkrt.rt.runtime.machine.states import State
 
 
 def home(m, cmd: dict) -> dict:

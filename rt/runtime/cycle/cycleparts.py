@@ -27,10 +27,10 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.core.cycleclock import ns_per_tick
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
-from pkrt.rt.runtime.observer import observe_staged
-from pkrt.rt.runtime.safety import OK, Supervisor
-from pkrt.rt.runtime.staging import stage_row
+from pkrt.rt.runtime.cycle.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
+from pkrt.rt.runtime.cycle.observer import observe_staged
+from pkrt.rt.runtime.cycle.safety import OK, Supervisor
+from pkrt.rt.runtime.cycle.staging import stage_row
 
 PARTS = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant")
 # derived groups, each a set of parts: the compute (all but the plant) and the older summary's split
@@ -141,7 +141,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     keeps 0). Returns (fault reason or None, controller flags, whether ``row`` and ``err`` were
     staged); the feedback is ``drives.feedback``.
 
-    With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.staging``) safety,
+    With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.cycle.staging``) safety,
     tree, law and the staging of ``row`` and ``err`` (ref - pos) are one kernel call
     (``Controller.checked``: ``checked_control``) split by the time-stamp counter: safety also holds the call's entry
     and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
@@ -149,7 +149,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     model and law counted together as ``tree``); the exact model: three calls.
 
     ``k``: the cycle's number (the contact observer's, ``Controller.protect``). A contact it
-    detects calls ``on_contact(axis)`` (``pkrt.rt.runtime.protect``) before the write: a reason
+    detects calls ``on_contact(axis)`` (``pkrt.rt.runtime.machine.protect``) before the write: a reason
     returned (a torque-off reaction) ends the cycle as a fault, without writing the command."""
     clock = time.perf_counter_ns
     flags = 0

@@ -1,5 +1,5 @@
 """A served machine: the fixed-rate read -> safety -> controller -> write cycle of a run
-(``pkrt.rt.runtime.run.control_step``) kept up indefinitely, with the PLCopen-style states of
+(``pkrt.rt.runtime.machine.run.control_step``) kept up indefinitely, with the PLCopen-style states of
 ``states`` and a motion source (``motion``, ``live``) giving each cycle's reference.
 
 Commands arrive from other threads (the socket server) through ``submit`` and are executed
@@ -21,20 +21,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pkrt.rt.runtime.config import MachineConfig
-from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
-from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
+from pkrt.rt.runtime.machine.config import MachineConfig
+from pkrt.rt.runtime.cycle.controller import FLAG_OVERRUN, Controller
+from pkrt.rt.runtime.cycle.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.core.plan import Planned
-from pkrt.rt.runtime.cycleparts import PARTS
-from pkrt.rt.runtime.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
-from pkrt.rt.runtime.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
-from pkrt.rt.runtime.motion import Hold, JointJog, Program, Source, motion_limits
-from pkrt.rt.runtime.pending import Pending
-from pkrt.rt.runtime.programevents import Outputs
-from pkrt.rt.runtime.protect import MachineProtection
-from pkrt.rt.runtime.states import ENABLED, State, refusal
-from pkrt.rt.runtime.safety import Supervisor
-from pkrt.rt.runtime.servehoming import home, home_cycle
+from pkrt.rt.runtime.cycle.cycleparts import PARTS
+from pkrt.rt.runtime.machine.run import PACINGS, HostDelays, channel_list, control_step, default_pacing, next_cycle, tree_axes
+from pkrt.rt.runtime.machine.journal import COMMANDS as JOURNAL_COMMANDS, Journal, run_status
+from pkrt.rt.runtime.machine.motion import Hold, JointJog, Program, Source, motion_limits
+from pkrt.rt.runtime.machine.pending import Pending
+from pkrt.rt.runtime.machine.programevents import Outputs
+from pkrt.rt.runtime.machine.protect import MachineProtection
+from pkrt.rt.runtime.machine.states import ENABLED, State, refusal
+from pkrt.rt.runtime.cycle.safety import Supervisor
+from pkrt.rt.runtime.machine.homing import home, home_cycle
 from pkrt.rt.core.tree import Tree
 
 STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of logs and telemetry
@@ -89,7 +89,7 @@ class Machine:
         c = config.controller
         self.ctrl = Controller(tree, controller or c.kind, c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
         self.sup = Supervisor(config.limits, self.axes, self.units)
-        self.protect = MachineProtection.of(self, config, tool_force)  # [protect]: contacts (rt/runtime/protect.py)
+        self.protect = MachineProtection.of(self, config, tool_force)  # [protect]: contacts (rt/runtime/machine/protect.py)
         self.holding = False  # in error stop after a contact's reflex: holding, torque on, until reset
         lim = config.limits
         self.lo, self.hi = soft_limits(config, self.settings)
@@ -136,7 +136,7 @@ class Machine:
         self.writer = None
         channels = channel_list(s, self.units[0], self.protect.channels if self.protect else ()) + [("state", 1, "code")]
         if log_path:
-            from pkrt.rt.runtime.logfile import LogWriter
+            from pkrt.rt.runtime.record.logfile import LogWriter
 
             header = {"machine": config.raw, "machine_path": config.path, "tree_path": config.tree,
                       "rate_hz": config.rate_hz, "axes": self.axes, "units": self.units, "served": True,
@@ -420,7 +420,7 @@ class Machine:
         return {"ok": True, "duration_s": plan.duration, "rate_cap": self.source.rate_cap}
 
     def _stream(self, cmd: dict) -> dict:
-        from pkrt.rt.runtime.live import LiveTarget
+        from pkrt.rt.runtime.machine.live import LiveTarget
 
         src = self.source
         if cmd.get("space") == "task" and not self.homed:
@@ -594,7 +594,7 @@ class Machine:
             r = self.config.realtime
             self.rt_report = apply_realtime(r.priority, r.cpu, r.mlockall, r.gc_freeze)
             if self.rt_report["mlockall"].startswith("applied"):
-                from pkrt.rt.runtime.memory import release_unused
+                from pkrt.rt.runtime.cycle.memory import release_unused
 
                 self.rt_report["unlocked"] = release_unused()
         elif not self.lockstep:  # the loop must get the GIL back from planning threads within its period
