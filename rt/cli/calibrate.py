@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pkrt.rt.cli import emit, positive_number, whole_number
+from pkrt.rt.cli.argtypes import positive_number, whole_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.cli.identify import add_plan_margins
 from pkrt.rt.core.errors import UserError
 

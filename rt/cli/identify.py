@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.cli import emit, positive_number, whole_number
+from pkrt.rt.cli.argtypes import positive_number, whole_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.app.identify import ESTIMATORS, identify_logs
 from pkrt.rt.core.errors import UserError
 

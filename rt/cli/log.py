@@ -9,7 +9,7 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.runtime.record.logfile import Log, LogFileError, read_log
 from pkrt.rt.runtime.logs.logstats import PLOT_SIZE_PX, _info_text, export_csv, export_trajectory, log_summary, plot_log
 from pkrt.rt.core.outputs import check_outputs
-from pkrt.rt.cli import emit
+from pkrt.rt.cli.printing import emit
 
 
 def add_info(p) -> None:

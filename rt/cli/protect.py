@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.cli.argtypes import positive_number
+from pkrt.rt.cli.printing import emit
 
 
 def add_tune_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from pkrt.rt.core.errors import Fault, UserError
 from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.core.outputs import check_outputs
 from pkrt.rt.runtime.logs.replay import offline, replay
-from pkrt.rt.cli import emit
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.cli.log import warn_problems
 
 

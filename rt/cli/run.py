@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from pkrt.rt.app.machinerun import SIM_FAULTS
-from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.cli.argtypes import positive_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import OutputError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

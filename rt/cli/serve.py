@@ -11,7 +11,8 @@ import signal
 import sys
 import time
 
-from pkrt.rt.cli import emit, positive_number, vector
+from pkrt.rt.cli.argtypes import positive_number, vector
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import CheckFailed, UserError
 
 ACTIONS = ("status", "enable", "disable", "home", "jog", "release", "move", "run", "stream", "hold", "resume",
