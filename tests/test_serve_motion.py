@@ -11,7 +11,7 @@ import pytest
 from pkrt.rt.app.serve import Served
 from pkrt.rt.runtime.cycle.controller import FLAG_SATURATED
 from pkrt.rt.runtime.record.logfile import read_log
-from pkrt.rt.runtime.machine.served import ServeSettings, soft_limits
+from pkrt.rt.runtime.machine.settings import ServeSettings, soft_limits
 from pkrt.rt.runtime.machine.states import State
 
 

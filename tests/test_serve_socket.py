@@ -15,7 +15,7 @@ import pytest
 
 from pkrt.rt.app.client import CommandRefused, MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.machine.served import ServeSettings
+from pkrt.rt.runtime.machine.settings import ServeSettings
 
 SLOW = 0.002  # a move at 0.2 % of the limits: tens of seconds of loop time
 
@@ -271,7 +271,7 @@ def test_task_space_motion_is_refused_until_homed_and_joint_jog_is_slow_before(t
 def test_the_state_reaches_telemetry(tmp_path):
     import msgpack
 
-    from pkrt.rt.runtime.machine.served import STATE_CODES
+    from pkrt.rt.runtime.machine.states import STATE_CODES
     from pkrt.rt.runtime.machine.states import State
     from pkrt.rt.runtime.record.telemetry import Telemetry
 

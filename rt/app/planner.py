@@ -86,7 +86,7 @@ class Planner:
 
     def __init__(self, config: MachineConfig, settings, mech=None):
         self.config, self.settings = config, settings
-        from pkrt.rt.runtime.machine.served import soft_limits
+        from pkrt.rt.runtime.machine.settings import soft_limits
 
         self.lo, self.hi = soft_limits(config, settings)
         self.vmax, self.amax = motion_limits(config.limits, settings.limit_margin)

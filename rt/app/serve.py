@@ -15,7 +15,8 @@ from pkrt.rt.app.planner import Planner
 from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.app.server import Server
 from pkrt.rt.runtime.machine.config import load_machine
-from pkrt.rt.runtime.machine.served import Machine, ServeSettings
+from pkrt.rt.runtime.machine.served import Machine
+from pkrt.rt.runtime.machine.settings import ServeSettings
 
 
 def default_socket() -> str:

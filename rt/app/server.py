@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.machine.served import PLANNING_REFUSES
+from pkrt.rt.runtime.machine.states import PLANNING_REFUSES
 from pkrt.rt.core.inputs import excerpt, shorten_tokens
 from pkrt.rt.runtime.machine.motion import plan_peaks
 from pkrt.rt.runtime.machine.states import refusal

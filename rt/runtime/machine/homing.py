@@ -52,6 +52,7 @@ def home(m, cmd: dict) -> dict:
     m.set_state(State.HOMING, f"home (CiA 402 method {method})")
     return {"ok": True, "method": method}
 
+
 def home_dynamixel(m, cmd: dict) -> dict:
     """Dynamixel servos (absolute encoders): the Homing Offset (address 20) set so that
     where the machine stands reads ``offset`` (actuator units, default 0), with torque off
@@ -73,7 +74,6 @@ def home_dynamixel(m, cmd: dict) -> dict:
         return {"ok": False, "error": f"homing failed: {e}"}
     homed(m, result, fb.position)
     return {"ok": True, "homed": True, **result}
-
 
 
 def home_cycle(m) -> None:
@@ -102,3 +102,10 @@ def homed(m, result: dict, position: np.ndarray) -> None:
     m.sup.stale = m.sup.late = 0
     m.source = Hold(position.copy())
     m.event("homed", json.dumps(result, default=str))
+
+
+def abort(m, why: str) -> None:
+    """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
+    if m.homing is not None:
+        m.homing["halt"].set()
+        m.homing["why"] = why

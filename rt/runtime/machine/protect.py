@@ -34,6 +34,7 @@ import numpy as np
 
 from pkrt.rt.core.plan import Planned, hermite_at
 from pkrt.rt.core.schema import ProtectTable
+from pkrt.rt.runtime.machine import programs
 from pkrt.rt.runtime.machine.motion import Program, Source
 from pkrt.rt.runtime.cycle.observer import onset_cycles, residual, step_force, thresholds
 
@@ -362,7 +363,7 @@ class MachineProtection(Protection):
         reason = self.begin(self.k, src, (src.pos, src.vel, src.acc), fb)
         if reason is None:
             m.source, m.owner = self.source, None
-            m._cancel_planning(f"cancelled: {self.reason()}")
+            programs.cancel_planning(m, f"cancelled: {self.reason()}")
             m.set_state(State.STOPPING, self.reason())
         return reason
 
