@@ -28,7 +28,7 @@ advanced by wall time, the configuration's strict windows.
 from __future__ import annotations
 
 TIMINGS = ("stepped", "wallclock")  # the first is the default
-PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each (rt/runtime/machine/run.py)
+PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each (rt/runtime/cycle/pacing.py)
 STEPPED_WINDOW = 0.5  # s of the driver's own time to wait for a cycle's answers
 STEPPED_DELAY = 5 * STEPPED_WINDOW  # s, how long the `delay` fault holds an answer back
 STEPPED_SYNC_SILENCE = 1.0  # s without SYNC (or heartbeat) before a drive's own watchdog fires

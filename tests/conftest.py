@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pkrt.rt.runtime.machine.config import load_machine
-from pkrt.rt.runtime.machine.run import load_controller_tree
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
 
 @pytest.fixture(scope="module")

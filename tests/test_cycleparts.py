@@ -12,7 +12,8 @@ from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.runtime.cycle.cycleparts import GROUPS, PARTS, ROWS, CycleParts
 from pkrt.rt.runtime.record.logfile import read_log
-from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 _CACHE: dict = {}
 

@@ -23,7 +23,8 @@ from pkrt.hil.verdict import hil_verdict
 from pkrt.rt.cli import main
 from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.machine.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree, plan_trajectory
+from pkrt.rt.runtime.machine.run import run_session
 
 from .plans import demo_reference
 from .realtime import HostPauses, judge, judge_wallclock

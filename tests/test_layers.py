@@ -91,7 +91,7 @@ def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
     """A run of actuator values loads no model; the demo (and a task-space CSV) is planned from
     the model in the CLI layer before the run, so that run does load pkrt.models."""
     from pkrt.rt.runtime.machine.config import load_machine
-    from pkrt.rt.runtime.machine.run import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
     axes, _ = tree_axes(load_controller_tree(load_machine("orthoglide")))
     traj = tmp_path / "q.csv"

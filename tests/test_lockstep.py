@@ -17,7 +17,8 @@ from pkrt.drivers import open_drives
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.runtime.record.logfile import LogWriter, read_log
-from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 from tests.processes import log_has_cycles
 
 _CACHE: dict = {}

@@ -158,7 +158,7 @@ def test_a_bad_protection_field_is_one_line_naming_file_table_and_field(case, tm
 
 def test_the_content_hash_leaves_the_protection_lines_out_and_the_shipped_trees_still_load():
     from pkrt.rt.runtime.machine.config import load_machine
-    from pkrt.rt.runtime.machine.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     for name in ("delta", "hexapod"):
         text = (MACHINES_DIR / f"{name}.toml").read_text()

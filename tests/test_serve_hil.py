@@ -42,7 +42,7 @@ def adept_hil(request, tmp_path_factory):
 
 
 def config_axes(config) -> list[str]:
-    from pkrt.rt.runtime.machine.run import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
     return tree_axes(load_controller_tree(config))[0]
 

@@ -187,7 +187,7 @@ def test_adept_cycle_keeps_every_limit_at_any_margin(margin, smooth, tmp_path, c
     forces recomputed along it from the planner's own tree with the friction it feeds forward."""
     from pkrt.models.planning.topp import PlanLimits, TreeDynamics, forces
     from pkrt.rt.runtime.machine.config import load_machine
-    from pkrt.rt.runtime.machine.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     out = tmp_path / "adept.csv"
     code = main(["plan", "--adept", "--machine", "delta", "--margin", str(margin), "--smooth", str(smooth),

@@ -14,7 +14,8 @@ from pkrt.rt.app.reference import machine_mechanism, path_planner, plan_adept
 from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.runtime.logs.logstats import columns
-from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def reference_of(traj: str | None = None, gcode: str | None = None):
     def reference(config):
         axes = None
         if traj is not None or gcode is not None:
-            from pkrt.rt.runtime.machine.run import load_controller_tree, tree_axes
+            from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
             axes, _ = tree_axes(load_controller_tree(config))
         ref = plan_reference(config, traj, axes=axes, gcode=gcode)

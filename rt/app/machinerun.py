@@ -112,7 +112,7 @@ class LiveViews:
             self.telemetry = Telemetry(host, int(port), opts.telemetry_rate, axes=axes)
         if opts.foxglove:
             from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive, announce, parse_address
-            from pkrt.rt.runtime.machine.run import channel_list
+            from pkrt.rt.runtime.machine.runsetup import channel_list
 
             try:
                 self.foxglove = FoxgloveLive(*parse_address(opts.foxglove), opts.telemetry_rate, axes,
@@ -174,7 +174,7 @@ def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech
 
 def run_outputs(config: MachineConfig, opts: RunOptions) -> tuple[str | None, str | None]:
     """The run's log and plot paths, checked before anything runs (never over an input)."""
-    from pkrt.rt.runtime.machine.run import run_inputs
+    from pkrt.rt.runtime.machine.runsetup import run_inputs
 
     log = opts.log
     plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
@@ -218,7 +218,8 @@ def run_machine(opts: RunOptions) -> dict:
     ``lockstep_by``, ``exact_model_us``, live view figures, ``tool_channels``, ``tool_error``,
     ``plot``/``plot_error``). Drives, ports and sockets are released on every way out."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.machine.run import load_controller_tree, run_session, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = machine_config(opts)
     overrides = {k: v for k, v in (("interface", opts.interface), ("channel", opts.channel),

@@ -142,7 +142,7 @@ def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: 
     from pkrt.models.kinematics.taskspace import TaskKinematics
     from pkrt.models.planning.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
 
-    from pkrt.rt.runtime.machine.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     mech = mech or machine_mechanism(config)
     model = model or config.controller.model

@@ -49,7 +49,7 @@ class Served:
                  token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None,
                  hil: str | None = None, plan_process: bool = True, inject: str | None = None):
         from pkrt.drivers import open_drives
-        from pkrt.rt.runtime.machine.run import load_controller_tree
+        from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
         from pkrt.rt.core.errors import UserError
 

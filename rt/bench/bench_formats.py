@@ -103,7 +103,7 @@ class Client:
 def hook_cost(n: int = 20000) -> dict:
     """Seconds per ``maybe_send`` call: idle (no client) and staging a row at every call."""
     from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive
-    from pkrt.rt.runtime.machine.run import channel_list
+    from pkrt.rt.runtime.machine.runsetup import channel_list
 
     live = FoxgloveLive("127.0.0.1", 0, 1e9, ["q1", "q2", "q3"], channel_list(3, "m"), n_slots=n + 2)
     row = np.zeros(live._ring.shape[1] - 2)  # the ring holds t and cycle before the row
@@ -128,7 +128,8 @@ def loop_figures(rounds: int = 3) -> dict:
     from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.machine.run import channel_list, load_controller_tree, run_session, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import channel_list, load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("orthoglide")
     tree = load_controller_tree(config)
@@ -181,7 +182,8 @@ def run_formats_bench() -> dict:
     from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.runtime.record.logfile import read_log
-    from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     tmp = Path(tempfile.mkdtemp(prefix="pkrt-bench-formats-"))
     try:

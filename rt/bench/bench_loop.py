@@ -31,7 +31,8 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int
     from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.runtime.cycle.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)

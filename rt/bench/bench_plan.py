@@ -36,7 +36,8 @@ from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.runtime.logs.logstats import columns
-from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 MACHINES = ("delta", "orthoglide", "hexapod")
 

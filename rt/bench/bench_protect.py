@@ -179,7 +179,8 @@ def loop_with_and_without(duration: float = 10.0, pairs: int = 2) -> dict:
     from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.bench.protectcases import protected
     from pkrt.rt.runtime.machine.config import load_machine
-    from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     base = load_machine("orthoglide")
     configs = {"without": base, "with": protected(base, np.full(3, 1e6))}

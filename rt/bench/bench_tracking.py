@@ -17,7 +17,8 @@ from pkrt.models.trees.build import build_tree
 from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.runtime.machine.config import load_machine
-from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 
 def run_tracking_bench(jobs: int | None = None) -> dict:

@@ -109,7 +109,7 @@ def cad_case(name: str, thresholds=None, reaction: str = "stop") -> Case:
     """The CAD model on a CAD plant, ``[protect]`` on (thresholds: the configuration's unless given)."""
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.models.kinematics.tooljacobian import ToolJacobian
-    from pkrt.rt.runtime.machine.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     config = protected(cad_config(name), thresholds, reaction)
     mech = load_mechanism(config.model_path)
@@ -134,7 +134,7 @@ def identified_case(name: str, folder: Path, duration: float | None = None, thre
     from pkrt.rt.bench.bench_identify import MACHINE_CONFIG, truth_levels, write_truth
     from pkrt.rt.bench.identifylog import write_log
     from pkrt.rt.runtime.machine.config import load_machine
-    from pkrt.rt.runtime.machine.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     mech = load_mechanism(name)
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)

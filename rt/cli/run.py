@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from pkrt.rt.app.machinerun import RunOptions, run_machine
-    from pkrt.rt.runtime.machine.run import check_run
+    from pkrt.rt.runtime.machine.runsetup import check_run
 
     opts = RunOptions(machine=args.machine, traj=args.traj, gcode=args.gcode, topic=args.topic, rate=args.rate,
                       duration=args.duration, lockstep=args.lockstep, controller=args.controller,
@@ -106,7 +106,7 @@ def _timing_lines(r: dict) -> list[str]:
     """Microseconds: the exact model, the simulated plant, the loop's compute and wake-up."""
     lines = []
     hd = r.get("host_delays") or {}
-    if hd.get("count"):  # cycles that ended past the next deadline (rt/runtime/machine/run.py, pacing)
+    if hd.get("count"):  # cycles that ended past the next deadline (rt/runtime/cycle/pacing.py)
         how = "schedule re-anchored" if r.get("pacing") == "delay" else "periods skipped"
         lines.append(f"  host delays: {hd['count']}, longest {hd['longest_ms']:.1f} ms at cycle {hd['longest_cycle']} "
                      f"({how})")

@@ -235,3 +235,22 @@ def _step_unfused(sup: Supervisor, ctrl: Controller, fb, ref_pos, ref_vel, ref_a
 
 
 __all__ = ["CycleParts", "PARTS", "GROUPS", "ROWS", "record", "record_fill", "timed_step", "warm_up"]
+
+
+def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
+                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None, k: int = 0,
+                 on_contact=None) -> tuple[str | None, int, float, float, float]:
+    """One read -> safety -> controller -> write at loop time t (s) towards the reference
+    (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
+    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
+    a served machine (``pkrt.rt.runtime.machine.served``); a run stamps each part (``timed_step``).
+    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
+    ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
+    if ts is None:
+        ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
+    ts[:] = 0
+    ts[0] = time.perf_counter_ns()
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False, k=k,
+                                  on_contact=on_contact)
+    record_fill(ts)
+    return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9

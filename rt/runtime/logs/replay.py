@@ -206,7 +206,9 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     """Run the log's reference again and compare with the log (see the module docstring)."""
     from pkrt.drivers import open_drives
 
-    from pkrt.rt.runtime.machine.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = machine_for_log(log, machine)
     rate = log_rate(log)  # the run's own rate (pkrt run --rate), not the configuration's

@@ -294,7 +294,7 @@ def offline_bag(path: str, *, machine: str | None, tree_path: str | None, window
     Orthoglide, as ``pkrt run``)."""
     from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.runtime.logs.replay import offline
-    from pkrt.rt.runtime.machine.run import tree_axes
+    from pkrt.rt.runtime.machine.runsetup import tree_axes
     from pkrt.rt.core.treefile import load_tree
 
     config = load_machine(machine or "orthoglide")

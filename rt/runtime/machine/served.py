@@ -1,5 +1,5 @@
 """A served machine: the fixed-rate read -> safety -> controller -> write cycle of a run
-(``pkrt.rt.runtime.machine.run.control_step``) kept up indefinitely, with the PLCopen-style states of
+(``pkrt.rt.runtime.cycle.cycleparts.control_step``) kept up indefinitely, with the PLCopen-style states of
 ``states`` and a motion source (``motion``, ``live``) giving each cycle's reference.
 
 Commands arrive from other threads (the socket server) through ``submit`` and are executed
@@ -24,7 +24,9 @@ from pkrt.rt.runtime.cycle.controller import FLAG_OVERRUN, Controller
 from pkrt.rt.runtime.cycle.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
 from pkrt.rt.core.plan import Planned
 from pkrt.rt.runtime.cycle.cycleparts import PARTS
-from pkrt.rt.runtime.machine.run import PACINGS, HostDelays, control_step, default_pacing, next_cycle, tree_axes
+from pkrt.rt.runtime.cycle.pacing import PACINGS, HostDelays, default_pacing, next_cycle
+from pkrt.rt.runtime.cycle.cycleparts import control_step
+from pkrt.rt.runtime.machine.runsetup import tree_axes
 from pkrt.rt.runtime.machine import commands, programs, servedrow
 from pkrt.rt.runtime.machine.journal import Journal, machine_status
 from pkrt.rt.runtime.machine.motion import Hold, Program, Source, motion_limits

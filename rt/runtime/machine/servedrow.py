@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pkrt.rt.runtime.machine.run import channel_list
+from pkrt.rt.runtime.machine.runsetup import channel_list
 from pkrt.rt.runtime.machine.states import STATE_CODES
 
 
