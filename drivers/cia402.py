@@ -51,10 +51,9 @@ import canopen
 
 import numpy as np
 
+from . import cia402_lifecycle as lifecycle
 from . import cia402_protocol as p
-from .base import DriveConfigError, DriveError, Drives, round_carried
-from .cia402_setup import (configure_heartbeat_consumer, configure_sync_monitoring, download, enable_operation,
-                           heartbeat_above_caller, map_pdo, send_nmt, start_heartbeat, upload)
+from .base import DriveError, Drives, round_carried
 # the family's configuration tables, importable from here as before they had a module of their own
 from .cia402_tables import ABORT_CONNECTION, CanEmulatorTable, CiA402DrivesTable  # noqa: F401
 from .window import Window
@@ -142,7 +141,6 @@ class CiA402Drives(Drives):
         self._cyclic = False  # configured and enabled: the cyclic path owns the bus
         self._started = False  # NMT started: RPDOs reach the drives
 
-    # -- construction from a machine configuration ------------------------------------------------
     def describe(self) -> dict:
         return {"backend": self.backend, "interface": self.interface, "channel": self.channel,
                 "bitrate": self.bitrate, "node_ids": self.node_ids, "bus_load": self.bus_load,
@@ -151,14 +149,7 @@ class CiA402Drives(Drives):
 
     def watchdog_text(self) -> str:
         """The drive-side safety net in use, one line (for the run summary and log header)."""
-        action = f"abort connection 0x6007 = {p.ABORT_CODES[self.abort_connection]} ({self.abort_connection})"
-        sync = (f"SYNC monitoring 0x1006 = {self.cycle_period_us} us, 0x2F10 = {self.sync_loss_cycles} missed"
-                if self.sync_loss_cycles else "SYNC monitoring off (sync_loss_cycles = 0)")
-        if not self.heartbeat_ms:
-            return (f"heartbeat off (heartbeat_ms = 0): drives do not notice a lost master; {action} on bus-off; "
-                    f"{sync}")
-        return (f"master heartbeat 0x{p.HEARTBEAT_BASE + self.master_node_id:03X} every {self.heartbeat_ms} ms, "
-                f"drive consumer time 0x1016 = {self.consumer_timeout_ms} ms, {action}; {sync}")
+        return lifecycle.watchdog_text(self)
 
     @property
     def cycle_period_us(self) -> int:
@@ -169,115 +160,14 @@ class CiA402Drives(Drives):
     def from_config(cls, config, overrides: dict) -> "CiA402Drives":
         """The drives of a machine configuration's ``[drives]`` table; ``overrides`` (e.g.
         ``interface``, ``channel``, ``bitrate``) replace its keys."""
-        if config.backend != "cia402":
-            raise DriveConfigError(f"{config.path}: [drives], field 'backend': expected 'cia402', got {config.backend!r}")
-        config = config.with_drives(overrides)  # validated by the schema (pkrt.rt.core.schema.CiA402DrivesTable)
-        d = config.drives
-        if d.interface not in can.VALID_INTERFACES:
-            raise DriveConfigError(f"{config.path}: [drives], field 'interface': unknown python-can interface "
-                                   f"{d.interface!r}")
-        drives = cls(list(d.node_ids), d.rated_torque, d.increments_per_unit, config.rate_hz,
-                     interface=d.interface, channel=d.channel, bitrate=d.bitrate, tpdo_timeout=d.tpdo_timeout,
-                     max_missed_cycles=d.max_missed_cycles, sdo_timeout=d.sdo_timeout,
-                     enable_timeout=d.enable_timeout, heartbeat_ms=d.heartbeat_ms,
-                     consumer_timeout_ms=d.consumer_timeout_ms, abort_connection=d.abort_connection,
-                     master_node_id=d.master_node_id, bus_options=dict(d.bus_options),
-                     sync_loss_cycles=d.sync_loss_cycles)
-        if drives.bus_load > 1.0:
-            raise DriveConfigError(f"{config.path}: [drives], field 'bitrate': {drives.n_axes} drives at {config.rate_hz:g} Hz need "
-                                   f"{drives.bus_load:.0%} of {drives.bitrate} bit/s")
-        return drives
+        return lifecycle.from_config(cls, config, overrides)
 
     # -- lifecycle hooks ---------------------------------------------------------------------------
     def _do_configure(self) -> None:
-        try:
-            # no acceptance filters: python-can's software filtering (virtual and others) would
-            # also drop error frames, and unknown COB-IDs cost one dict lookup
-            self._bus = can.Bus(interface=self.interface, channel=self.channel, bitrate=self.bitrate,
-                                **self.bus_options)
-        except (can.CanError, OSError, ValueError, ImportError, TypeError) as e:
-            raise DriveError(f"cannot open CAN interface {self.interface!r} channel {self.channel!r}: {e}") from None
-        try:
-            bus_state = self._bus.state  # interfaces that track it (pcan, kvaser, ...); else ACTIVE
-        except (can.CanError, NotImplementedError, OSError):
-            bus_state = can.BusState.ACTIVE
-        if bus_state is can.BusState.ERROR:
-            self._bus.shutdown()
-            self._bus = None
-            raise DriveError(f"CAN interface {self.interface!r} channel {self.channel!r} is in the error state "
-                             "(bus-off): check wiring, termination and bitrate")
-        self._start_heartbeat()
-        self._network = canopen.Network(self._bus)
-        self._network.notifier = can.Notifier(self._bus, self._network.listeners, 0.05)
-        for n in self.node_ids:
-            node = canopen.RemoteNode(n, canopen.ObjectDictionary())
-            node.sdo.RESPONSE_TIMEOUT = self.sdo_timeout
-            self._network.add_node(node)
-            self._nodes.append(node)
-        send_nmt(self._bus, self.node_ids, p.NMT_PRE_OPERATIONAL)
-        for i, node in enumerate(self._nodes):
-            self._configure_node(i, node)
-
-    def _configure_node(self, i: int, node: canopen.RemoteNode) -> None:
-        n = node.id
-        device_type = upload(node, 0x1000, 0, "<I")
-        if device_type & 0xFFFF != 402:
-            raise DriveError(f"node {n}: not a CiA 402 drive (device type 0x1000 = 0x{device_type:08X})")
-        rated = upload(node, p.RATED_TORQUE, 0, "<I") / 1000.0
-        if abs(rated - self.rated_torque[i]) > 1e-3 * self.rated_torque[i]:
-            raise DriveError(f"node {n}: rated torque 0x6076 = {rated:g} (N or N m) but the machine "
-                             f"configuration says rated_torque = {self.rated_torque[i]:g}")
-        download(node, p.MODES_OF_OPERATION, 0, "<b", p.MODE_CST)
-        mode = upload(node, p.MODES_OF_OPERATION_DISPLAY, 0, "<b")
-        if mode != p.MODE_CST:
-            raise DriveError(f"node {n}: mode of operation display 0x6061 = {mode}, expected 10 (cyclic "
-                             "synchronous torque)")
-        download(node, p.TARGET_TORQUE, 0, "<h", 0)
-        self._configure_watchdog(node)
-        map_pdo(node, 0x1400, 0x1600, p.RPDO_BASE[0] + n, 0xFF, (p.MAP_CONTROLWORD, p.MAP_TARGET_TORQUE))
-        map_pdo(node, 0x1800, 0x1A00, p.TPDO_BASE[0] + n, 1, (p.MAP_STATUSWORD, p.MAP_POSITION_ACTUAL))
-        map_pdo(node, 0x1801, 0x1A01, p.TPDO_BASE[1] + n, 1, (p.MAP_VELOCITY_ACTUAL,))
-
-    def _start_heartbeat(self) -> None:
-        """The master's heartbeat, every ``heartbeat_ms`` until the bus closes or the process
-        ends (python-can's periodic send task; the first frame at once)."""
-        if not self.heartbeat_ms:
-            return
-        self._heartbeat = start_heartbeat(self._bus, self.master_node_id, self.heartbeat_ms, self.interface)
-        self.heartbeat_scheduling = heartbeat_above_caller(self._heartbeat)
-
-    def _configure_watchdog(self, node) -> None:
-        """Heartbeat consumer (0x1016 sub 1, through 0), abort connection option (0x6007) and
-        SYNC monitoring (0x1006, 0x2F10)."""
-        if self.heartbeat_ms:
-            configure_heartbeat_consumer(node, self.master_node_id, self.consumer_timeout_ms)
-        download(node, p.ABORT_CONNECTION_OPTION, 0, "<h", p.ABORT_CODES[self.abort_connection])
-        configure_sync_monitoring(node, self.cycle_period_us, self.sync_loss_cycles)
+        lifecycle.configure(self)
 
     def _do_enable(self) -> None:
-        send_nmt(self._bus, self.node_ids, p.NMT_START)
-        self._started = True  # PDOs live: disable() can reach the drives from here on
-        deadline = time.monotonic() + self.enable_timeout
-        for i, node in enumerate(self._nodes):
-            enable_operation(node, deadline, self.enable_timeout, self.states, i)
-        for i, node in enumerate(self._nodes):  # last known feedback until the first TPDOs
-            self._pos_raw[i] = upload(node, p.POSITION_ACTUAL, 0, "<i")
-            self._vel_raw[i] = upload(node, p.VELOCITY_ACTUAL, 0, "<i")
-            if self._pos_raw[i] == p.INT32_INVALID or self._vel_raw[i] == p.INT32_INVALID:
-                raise DriveError(f"node {node.id}: invalid position or velocity actual value 0x80000000")
-        # the cyclic path reads the bus itself from here on
-        self._network.notifier.stop()
-        self._network.notifier = None
-        while self._bus.recv(0.0) is not None:
-            pass
-        for msg in self._rpdo:
-            p.RPDO1.pack_into(msg.data, 0, p.CW_ENABLE_OPERATION, 0)
-        self._missed = 0
-        self._age[:] = 0.0
-        self._last_t = None
-        self._window_dt = self.period
-        self._carry = [0.0] * self.n_axes  # target torque rounding carried between writes (write)
-        self._cyclic = True
+        lifecycle.enable(self)
 
     def _do_disable(self) -> None:
         """Torque off: controlword 'disable operation' (0x0007) and zero target torque to every
@@ -296,27 +186,7 @@ class CiA402Drives(Drives):
             raise DriveError(f"CAN send failed while disabling: {err}")
 
     def _do_close(self) -> None:
-        if self._bus is None:
-            return
-        try:
-            if self._started:
-                for msg in self._rpdo:
-                    p.RPDO1.pack_into(msg.data, 0, p.CW_SHUTDOWN, 0)
-                    self._bus.send(msg, 0.001)
-            for n in self.node_ids:
-                self._bus.send(can.Message(arbitration_id=p.NMT_COB_ID, data=[p.NMT_PRE_OPERATIONAL, n],
-                                           is_extended_id=False), 0.001)
-        except (can.CanError, OSError, ValueError):
-            pass  # the bus is gone: nothing more to tell the drives
-        finally:
-            if self._heartbeat is not None:  # the drives, now disabled, will see a heartbeat event
-                self._heartbeat.stop()
-                self._heartbeat = None
-            if self._network is not None and self._network.notifier is not None:
-                self._network.notifier.stop()
-            self._bus.shutdown()
-            self._bus = None
-            self._cyclic = self._started = False
+        lifecycle.close(self)
 
     # -- cyclic path -------------------------------------------------------------------------------
     def read(self, t: float):

@@ -1,7 +1,7 @@
 """Configuring CiA 402 drives before the loop, through the ``canopen`` package (CiA 301 SDO and
 NMT): SDO transfers reported as one-line ``DriveError``s, NMT commands, PDO (re)mapping, the
 walk to Operation enabled, the drive-side safety net (heartbeat consumer 0x1016, SYNC
-monitoring 0x1006 / 0x2F10) and the master's heartbeat. ``CiA402Drives`` (drivers/cia402.py)
+monitoring 0x1006 / 0x2F10) and the master's heartbeat. ``cia402_lifecycle`` (the drives' bring-up)
 calls these in its configure and enable steps; its cyclic path does not use them.
 """
 

@@ -42,6 +42,7 @@ import time
 import numpy as np
 import serial
 
+from . import dynamixel_lifecycle as lifecycle
 from . import dynamixel_protocol as dxp
 from .base import DriveError, round_carried
 # the names below were defined here before the bus, the control table and the configuration
@@ -115,57 +116,10 @@ class DynamixelDrives(DynamixelBus):
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _do_configure(self) -> None:
-        if self.ser is None:
-            self._open()
-        self.watchdog_cleared = []
-        for i, dxl_id in enumerate(self.settings.ids):
-            model = self.transact(dxl_id, dxp.ping(dxl_id), 3, "ping")
-            self.models[dxl_id] = model[0] | (model[1] << 8)
-            self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\0"), 0, "torque disable")
-            hw = self.transact(dxl_id, dxp.read(dxl_id, ADDR_HARDWARE_ERROR, 1), 1, "hardware error read")[0]
-            if hw:
-                raise DriveError(f"servo {dxl_id}: hardware error at configure: {dxp.hardware_error_text(hw)} "
-                                 f"(reboot the servo)")
-            self.transact(dxl_id, dxp.write(dxl_id, ADDR_OPERATING_MODE, bytes((MODE_CURRENT,))), 0,
-                          "operating mode write")
-            mode = self.transact(dxl_id, dxp.read(dxl_id, ADDR_OPERATING_MODE, 1), 1, "operating mode read")[0]
-            if mode != MODE_CURRENT:
-                raise DriveError(f"servo {dxl_id}: operating mode is {mode} after setting current mode (0)")
-            lim = struct.unpack("<H", self.transact(dxl_id, dxp.read(dxl_id, ADDR_CURRENT_LIMIT, 2), 2,
-                                                    "current limit read"))[0]
-            self._limit[i] = min(int(self.settings.current_limit[i]), lim)
-            self._clear_watchdog(dxl_id)
-        for _ in range(self.settings.fail_cycles):  # feedback holds the machine's position from here on
-            if self._read(0.0).fresh:
-                break
-        else:
-            raise DriveError(f"servos on {self.settings.port}: no complete feedback at configure")
-        self.stats["cycles"] = 0
-        self._fail_run = self._late_hist = 0
-
-    def _clear_watchdog(self, dxl_id: int) -> None:
-        """Bus Watchdog off; a watchdog error left by an earlier run (Goal values read-only) is
-        cleared and reported."""
-        if not self.settings.bus_watchdog_ms:
-            return
-        try:
-            wd = self.transact(dxl_id, dxp.read(dxl_id, ADDR_BUS_WATCHDOG, 1), 1, "bus watchdog read")[0]
-        except DriveError as e:
-            raise DriveError(f"{e} (the Bus Watchdog, address 98, needs firmware v38 or later; bus_watchdog_ms = 0 "
-                             "in [drives] runs without it)") from None
-        if wd:
-            if wd == BUS_WATCHDOG_ERROR:
-                self.watchdog_cleared.append(dxl_id)
-            self.transact(dxl_id, dxp.write(dxl_id, ADDR_BUS_WATCHDOG, b"\0"), 0, "bus watchdog clear")
+        lifecycle.configure(self)
 
     def _do_enable(self) -> None:
-        self._send_goal_zero()  # with torque still off
-        units = bytes((self.settings.bus_watchdog_units,))
-        for dxl_id in self.settings.ids:
-            if units[0]:  # armed first: it watches from the moment torque is on
-                self.transact(dxl_id, dxp.write(dxl_id, ADDR_BUS_WATCHDOG, units), 0, "bus watchdog write")
-            self.transact(dxl_id, dxp.write(dxl_id, ADDR_TORQUE_ENABLE, b"\x01"), 0, "torque enable")
-        self._fail_run = self._late_hist = 0
+        lifecycle.enable(self)
 
     def _send_goal_zero(self) -> None:
         for i in range(self.n_axes):

@@ -22,8 +22,8 @@ import pytest
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveConfigError, DriveError
-from pkrt.drivers.cia402 import CiA402Drives, heartbeat_above_caller
-from pkrt.drivers.cia402_setup import download
+from pkrt.drivers.cia402 import CiA402Drives
+from pkrt.drivers.cia402_setup import download, heartbeat_above_caller
 from pkrt.drivers.dynamixel import DynamixelDrives, load_settings
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
