@@ -94,11 +94,10 @@ class _Rows:
         self.out = (np.zeros(cap, np.int8), np.zeros(cap, np.int64), np.zeros((cap, 3)), np.zeros((cap, 3)),
                     np.zeros(cap), np.zeros(cap, np.int8), np.zeros(cap), np.zeros((cap, 2)),
                     np.zeros(cap, np.int32), np.zeros(cap, np.int16), np.zeros(cap))
-        self.scratch = (np.zeros(sc.MAX_LINE + 1, np.uint8), np.zeros(26), np.zeros(26, np.uint8),
-                        np.zeros(5, np.int64), np.zeros(3))
+        self.scratch = (np.zeros(26), np.zeros(26, np.uint8), np.zeros(5, np.int64), np.zeros(3))
 
-    def batch(self, r: int, units: float, offset: np.ndarray) -> CanonBatch:
-        return CanonBatch(*(a[:r].copy() for a in self.out), units=units, offset=offset.copy())
+    def batch(self, r: int, units: float, offset: np.ndarray, keep: bool) -> CanonBatch:
+        return CanonBatch(*(a[:r].copy() if keep else a[:r] for a in self.out), units=units, offset=offset.copy())
 
 
 def kernel_allowed(ip: Interpreter) -> bool:
@@ -110,16 +109,20 @@ def kernel_allowed(ip: Interpreter) -> bool:
 class FastReader:
     """The canonical commands of the program file ``path`` (see the module docstring), read
     lazily: iterate for ``CanonBatch``es and lists of ``Canon``. After iterating: ``lines``
-    (program lines read) and ``interpreted`` (of them, run by the Python interpreter).
-    Raises NgcError / UserError as ``canon_stream(read_lines(path), setup, start, path)``."""
+    (program lines read), ``interpreted`` (of them, run by the Python interpreter), ``seen``
+    (a line not blank was read), ``read_all`` (to the file's end: no M2, M30 or closing %).
+    Raises NgcError / UserError as ``canon_stream(read_lines(path), setup, start, path)``.
+    ``keep`` False: each batch's arrays are the reader's own, valid until the next is asked for
+    (no copy; the pre-check's way)."""
 
     def __init__(self, path: str, setup: Setup | None = None, start=(0.0, 0.0, 0.0), block: int = BLOCK,
-                 rows: int = ROWS):
-        self.path, self.block = str(path), block
+                 rows: int = ROWS, keep: bool = True):
+        self.path, self.block, self.keep = str(path), block, keep
         self.ip = Interpreter(setup or Setup(), start)
         self.rows = _Rows(rows)
         self.ist, self.fst = np.zeros(sc.N_IST, np.int64), np.zeros(sc.N_FST)
         self.seen = self.percent = False
+        self.read_all = False  # the file read to its end
         self.interpreted = 0
         self.units, self.offset = 1.0, np.zeros(3)
 
@@ -213,7 +216,7 @@ class FastReader:
                                                *rows.scratch)
                 if r:
                     self._store()
-                    yield rows.batch(r, self.units, self.offset)
+                    yield rows.batch(r, self.units, self.offset, self.keep)
                 if status == sc.FALLBACK:
                     self._store()
                     out = self._raw_line(data[a:b])
@@ -225,6 +228,7 @@ class FastReader:
                 elif status != sc.FULL:
                     break
             if status == sc.AT_END:
+                self.read_all = True
                 raise NgcError(f"{self.path}: the program ends without M2 or M30 (line {self.lines})")
             carry = data[pos:]
 

@@ -38,7 +38,7 @@ N_FST = 9
 K_TRAVERSE, K_FEED, K_ARC, K_PLANE, K_SPEED = range(5)
 # blend modes: G61 exact path (None), G61.1 exact stop ("stop"), G64 (a tolerance)
 B_PATH, B_STOP, B_TOL = 0, 1, 2
-MAX_LINE = 1024  # bytes: a longer line falls back
+EOL = 256  # the end of a line (``_sig``)
 ROWS_PER_LINE = 3  # speed, plane, motion
 
 _POW10 = np.array([10.0 ** k for k in range(23)])
@@ -113,71 +113,65 @@ def _active_comment(buf, a, b):
     return i < b and buf[i] == 44
 
 
-@njit(cache=True, _nrt=False)
-def _clean(buf, a, b, s):
-    """Line buf[a:b] without spaces, tabs and comments (each comment a 0), upper case, into s;
-    its length, or -1 where the line falls back (an active, nested or unclosed comment, a
-    stray ')' or '%', too long)."""
-    n, depth, cstart, i = 0, 0, 0, a
+@njit(cache=True, _nrt=False, inline='always')
+def _sig(buf, i, b):
+    """The next significant character of line buf[i:b] and the index after it, as ``ngc_words``
+    reads a line (spaces and tabs skipped, letters in upper case): 0 for a comment (passed),
+    EOL at the end (a ';' comment ends it), -1 where the line falls back (an active, nested or
+    unclosed comment, a stray ')' or '%')."""
     while i < b:
         ch = buf[i]
-        if depth:
-            if ch == 41:  # ')'
-                if _active_comment(buf, cstart, i):
-                    return -1
-                depth = 0
-                s[n] = 0
-                n += 1
-            elif ch == 40:
-                return -1
-        elif ch == 59:  # ';': the rest is a comment
-            return -1 if _active_comment(buf, i + 1, b) else n
-        elif ch == 40:
-            depth, cstart = 1, i + 1
-        elif ch == 41 or ch == 37:
-            return -1
-        elif ch != 32 and ch != 9:
-            s[n] = ch - 32 if 97 <= ch <= 122 else ch
-            n += 1
-        if n >= MAX_LINE:
-            return -1
-        i += 1
-    return -1 if depth else n
+        if ch == 32 or ch == 9:
+            i += 1
+            continue
+        if ch == 40:  # '(': a comment to its ')'
+            j = i + 1
+            while j < b and buf[j] != 41:
+                if buf[j] == 40:
+                    return -1, b
+                j += 1
+            if j >= b or _active_comment(buf, i + 1, j):
+                return -1, b
+            return 0, j + 1
+        if ch == 59:  # ';': the rest is a comment
+            return (-1 if _active_comment(buf, i + 1, b) else EOL), b
+        if ch == 41 or ch == 37:
+            return -1, b
+        return (ch - 32 if 97 <= ch <= 122 else ch), i + 1
+    return EOL, b
 
 
 @njit(cache=True, _nrt=False)
-def _number(s, p, n):
-    """The number at s[p:] as Python's float would read it: (value, end), end -1 if it falls
-    back (not a valid number, too many digits, |value| > 1e6)."""
-    neg = False
-    if p < n and (s[p] == 43 or s[p] == 45):
-        neg = s[p] == 45
-        p += 1
+def _number(buf, i, b):
+    """The number after a letter at buf[i:b] as Python's float reads it: (value, the next
+    significant character, the index after it); that character -1 where it falls back (not a
+    valid number, too many digits, |value| > 1e6)."""
+    ch, i = _sig(buf, i, b)
+    neg = ch == 45
+    if ch == 43 or ch == 45:
+        ch, i = _sig(buf, i, b)
     m, digits, frac, dot = 0, 0, 0, False
-    while p < n:
-        ch = s[p]
+    while True:
         if 48 <= ch <= 57:
             m = m * 10 + (ch - 48)
             if m > _TWO53:
-                return 0.0, -1
+                return 0.0, -1, b
             digits += 1
             if dot:
                 frac += 1
-        elif ch == 46:
-            if dot:
-                return 0.0, -1
+        elif ch == 46 and not dot:
             dot = True
-        elif ch == 43 or ch == 45:
-            return 0.0, -1
+        elif ch == 46 or ch == 43 or ch == 45 or ch < 0:
+            return 0.0, -1, b
         else:
             break
-        p += 1
+        ch, i = _sig(buf, i, b)
     if digits == 0 or frac > 22:
-        return 0.0, -1
+        return 0.0, -1, b
     v = m / _POW10[frac]
     if v > 1e6:
-        return 0.0, -1
-    return (-v if neg else v), p
+        return 0.0, -1, b
+    return (-v if neg else v), ch, i
 
 
 @njit(cache=True, _nrt=False)
@@ -206,31 +200,33 @@ def _g_code(v, g):
 
 
 @njit(cache=True, _nrt=False)
-def _words(s, n, val, have, g):
-    """The words of cleaned line s[:n] into val/have (by letter) and g (by group); False if the
-    line falls back."""
-    pos = 0
-    if n and s[0] == 47:  # block delete
-        return False
-    if n and s[0] == 78:  # N first
-        pos = 1
-        if pos >= n or not 48 <= s[pos] <= 57:
+def _words(buf, a, b, val, have, g):
+    """The words of line buf[a:b] into val/have (by letter, reset here) and g (by group); False
+    if the line falls back."""
+    have[:] = 0
+    g[:] = -1
+    ch, i = _sig(buf, a, b)
+    if ch == 78:  # N first (before any comment)
+        ch, i = _sig(buf, i, b)
+        if not 48 <= ch <= 57:
             return False
-        while pos < n and 48 <= s[pos] <= 57:
-            pos += 1
-        if pos + 1 < n and s[pos] == 46 and 48 <= s[pos + 1] <= 57:
-            pos += 1
-            while pos < n and 48 <= s[pos] <= 57:
-                pos += 1
-    while pos < n:
-        c = s[pos]
-        if c == 0:
-            pos += 1
+        while 48 <= ch <= 57:
+            ch, i = _sig(buf, i, b)
+        if ch == 46:  # N10.5: the fraction must be digits
+            ch, i = _sig(buf, i, b)
+            if not 48 <= ch <= 57:
+                return False
+            while 48 <= ch <= 57:
+                ch, i = _sig(buf, i, b)
+    while ch != EOL:
+        if ch == 0:
+            ch, i = _sig(buf, i, b)
             continue
-        if c < 65 or c > 90 or not _ALLOWED[c - 65]:
+        if ch < 65 or ch > 90 or not _ALLOWED[ch - 65]:
             return False
-        v, pos = _number(s, pos + 1, n)
-        if pos < 0:
+        c = ch
+        v, ch, i = _number(buf, i, b)
+        if ch < 0:
             return False
         if c == 71:
             if not _g_code(v, g):
@@ -358,15 +354,10 @@ def _row(out, r, kind, line, fst, value):
 
 
 @njit(cache=True, _nrt=False)
-def execute_line(s, n, line, ist, fst, out, r, val, have, g, end):
-    """Cleaned line s[:n] (program line ``line``) executed onto the state, its rows written from
-    row r: the new row count, or -1 if it falls back (nothing changed then). ``end``: (3,)
+def execute_line(line, ist, fst, out, r, val, have, g, end):
+    """The words of program line ``line`` (``_words``) executed onto the state, its rows written
+    from row r: the new row count, or -1 if it falls back (nothing changed then). ``end``: (3,)
     scratch."""
-    val[:] = 0.0
-    have[:] = 0
-    g[:] = -1
-    if not _words(s, n, val, have, g):
-        return -1
     motion = _motion_of(val, have, g, ist)
     if motion == -2:
         return -1
@@ -397,7 +388,7 @@ def execute_line(s, n, line, ist, fst, out, r, val, have, g, end):
         r += 1
     if g[GC] >= 0:
         ist[BLEND_MODE] = B_PATH if g[GC] == 610 else B_STOP if g[GC] == 611 else B_TOL
-        fst[BLEND] = val[_P] if g[GC] == 640 else 0.0
+        fst[BLEND] = val[_P] if g[GC] == 640 and have[_P] else 0.0
     ist[ABSOLUTE], ist[IJK_ABS] = absolute, ijk_abs
     if motion >= 0:
         kind = K_TRAVERSE if motion == 0 else K_FEED if motion == 10 else K_ARC
@@ -436,12 +427,12 @@ def _raw_end(buf, pos, end):
 
 
 @njit(cache=True, _nrt=False)
-def scan(buf, pos, end, final, ist, fst, out, cap, work, val, have, g, point):
+def scan(buf, pos, end, final, ist, fst, out, cap, val, have, g, point):
     """Lines of buf[pos:end] executed until one falls back, the rows are full, or the block
     ends. Returns (status, pos, rows, a, b): FALLBACK with the raw line buf[a:b] (no LF) for the
     interpreter (pos after it; the line counters not advanced for it), FULL, NEED_MORE (pos at
     the start of an incomplete line) or AT_END (``final``: all read). ``ist[ENABLED]`` 0: every
-    line falls back. work, val, have, g, point: scratch (``Scratch``)."""
+    line falls back. val, have, g, point: scratch."""
     r = 0
     while True:
         if pos >= end:
@@ -455,14 +446,12 @@ def scan(buf, pos, end, final, ist, fst, out, cap, work, val, have, g, point):
         b = stop - 1 if stop > pos and buf[stop - 1] == 13 else stop
         if not (clean and ist[ENABLED]):
             return FALLBACK, nxt, r, pos, stop
-        n = _clean(buf, pos, b, work)
-        if n < 0:
+        if not _words(buf, pos, b, val, have, g):
             return FALLBACK, nxt, r, pos, stop
-        if n:
-            got = execute_line(work, n, ist[LINE] + 1, ist, fst, out, r, val, have, g, point)
-            if got < 0:
-                return FALLBACK, nxt, r, pos, stop
-            r = got
+        got = execute_line(ist[LINE] + 1, ist, fst, out, r, val, have, g, point)
+        if got < 0:
+            return FALLBACK, nxt, r, pos, stop
+        r = got
         ist[LINE] += 1
         ist[RAW] += 1
         pos = nxt
