@@ -24,7 +24,7 @@ from .taskspace import TaskKinematics
 INSIDE, NO_POSE, OUT_OF_RANGE, OUT_OF_DOMAIN = 0, 1, 2, 3
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def _solve(P, kind, A, v, a0, c, L, branch, G, b, l0, theta_ref, va, a_perp, vxa, a2, theta):
     """Actuator values of task points P (n, 3) into theta (n, s); NaN where a leg cannot reach
     (the same formulas as ``LegKinematics._arm`` and ``_leg``)."""
@@ -53,7 +53,7 @@ def _solve(P, kind, A, v, a0, c, L, branch, G, b, l0, theta_ref, va, a_perp, vxa
                 theta[k, i] = dv + branch[i] * math.sqrt(disc) + theta_ref[i] if disc >= 0.0 else math.nan
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def _first_bad(theta, lo, hi):
     """(row, code, actuator) of the first row not finite or outside [lo, hi]; (-1, 0, -1)."""
     for k in range(theta.shape[0]):

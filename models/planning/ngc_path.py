@@ -52,7 +52,7 @@ def _arc_at(s, e, a1, a2, a3, k1, k2, r0, r1, phi0, phi, u, q):
     q[a3] = s[a3] + (e[a3] - s[a3]) * u
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def samples(kind, line, start, end, centre, turn, plane, feed, units, offset, origin, step, sag, out, out_line,
             out_kind, acc, write, q):
     """Points along rows of motions (kind, line, start, end (n, 3), centre (n, 2), turn, plane
@@ -175,7 +175,7 @@ def _coarsen(P, L, K, c, tol, kinds):
     return out
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def decimate(pts, lines, kinds, P, L, K, B, BL, BK, st, fs):
     """Points pts (n, 3) with their lines and kinds (0 traverse, else feed) into the kept points
     P, L, K (cap rows): a point is dropped while every point dropped since the last one kept

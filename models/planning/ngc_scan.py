@@ -426,7 +426,7 @@ def _raw_end(buf, pos, end):
     return i, clean
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, nogil=True)
 def scan(buf, pos, end, final, ist, fst, out, cap, val, have, g, point):
     """Lines of buf[pos:end] executed until one falls back, the rows are full, or the block
     ends. Returns (status, pos, rows, a, b): FALLBACK with the raw line buf[a:b] (no LF) for the
