@@ -223,6 +223,29 @@ def check_gcode(planner, path: str, origin=None, setup=None, ranges=None, previe
                          preview_points=preview_points)
 
 
+def warm_gcode_check(config: MachineConfig, mech: "Mechanism | None" = None) -> None:
+    """The check's compiled kernels loaded (numba's cache: about 0.25 s the first time in a
+    process) by checking a three-line program, for a process that will check programs later
+    (a served machine's planning worker); nothing for a machine that runs no G-code."""
+    import os
+    import tempfile
+
+    mech = mech or machine_mechanism(config)
+    if mech.description.tool is None:
+        return
+    planner = path_planner(config, mech)
+    if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
+        return
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "warm.ngc")
+        with open(p, "w") as f:
+            f.write("G21 G91 F600\nG1 X0.1\nG2 X0.1 Y0.1 I0 J0.1\nG0 X-0.2 Y-0.1\nM2\n")
+        try:
+            check_gcode(planner, p, setup=gcode_setup(config), ranges=config.limits.position, preview_points=16)
+        except UserError:
+            pass  # a machine whose start is outside its own workspace: its programs say so later
+
+
 def plan_gcode(planner, path: str, origin=None, setup=None, ranges=None):
     """A G-code program (``setup``: its tool table and work offsets, ``gcode_setup``; ``ranges``:
     see ``program_reach``), checked whole (``check_gcode``: its figures in the report's
