@@ -262,3 +262,17 @@ def test_pkrt_plan_refuses_line_90000_before_planning_and_check_reports_figures(
         err = capsys.readouterr().err
         assert code == 2 and err.startswith(f"pkrt: error: {bad}: line {LINE}: ") and err.count("\n") == 1, err
         assert took < 30  # refused by the check: planning 90,000 lines would take many minutes
+
+
+@pytest.mark.parametrize("args, why", [(["--check"], "--check: give FILE"), (["--check", "--adept"], "--check: give FILE"),
+                                       (["p.csv", "--check"], "--check is for G-code programs"),
+                                       (["p.ngc", "--check", "-o", "out.csv"], "--check writes no reference"),
+                                       (["missing.ngc", "--check"], "missing.ngc: no such file"),
+                                       (["p.ngc", "--check", "--origin", "1,2"], "--origin: expected three")])
+def test_pkrt_plan_check_refuses_what_it_cannot_do_in_one_line(args, why, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.ngc").write_text("G21 G90 F600\nG1 X1\nM2\n")
+    (tmp_path / "p.csv").write_text("x,y,z\n0,0,0\n")
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pkrt: error: ") and why in err and err.count("\n") == 1, err
