@@ -3,7 +3,8 @@ as the served machine checks it before running it (``pkrt.rt.app.reference.check
 machine's configuration, its tool table and work offsets, its workspace), in a thread of the
 panel's process (never the loop's), and its bounded preview (at most ``POINTS`` points in task
 coordinates, m, each with its program line) handed to the page; or the one line that refuses
-the program. Results are kept per file while its size and modification time stay the same."""
+the program. Results are kept per file while its size and modification time (and the
+configuration's) stay the same."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class Previews:
     def __init__(self):
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pkrt-panel-preview")
         self.lock = threading.Lock()
-        self.machines: dict[str, tuple] = {}  # configuration path -> (planner, setup, ranges)
+        self.machines: dict[str, tuple] = {}  # configuration path -> (its mtime, planner, setup, ranges)
         self.cache: dict[tuple, dict] = {}
 
     def get(self, config: str, file: str, done) -> None:
@@ -35,18 +36,21 @@ class Previews:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def _machine(self, config: str):
-        if config not in self.machines:
+        """The planner, setup and position limits of the configuration (read again when its
+        file changed: a machine restarted with other offsets)."""
+        stamp = os.stat(config).st_mtime_ns
+        if self.machines.get(config, (None,))[0] != stamp:
             from pkrt.rt.app.reference import gcode_setup, path_planner
             from pkrt.rt.runtime.config import load_machine
 
             c = load_machine(config)
-            self.machines[config] = (path_planner(c), gcode_setup(c), c.limits.position)
-        return self.machines[config]
+            self.machines[config] = (stamp, path_planner(c), gcode_setup(c), c.limits.position)
+        return self.machines[config][1:]
 
     def _reply(self, config: str, file: str) -> dict:
         try:
             st = os.stat(file)
-            key = (config, file, st.st_size, st.st_mtime_ns)
+            key = (config, os.stat(config).st_mtime_ns, file, st.st_size, st.st_mtime_ns)
             with self.lock:
                 if key in self.cache:
                     return self.cache[key]
