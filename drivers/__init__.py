@@ -38,7 +38,7 @@ def drive_tables(name: str, path: str = "") -> tuple[type, type | None]:
 
 
 def open_drives(config, overrides: dict | None = None, plant_model=None) -> Drives:
-    """Drives for a ``pkrt.rt.runtime.config.MachineConfig``; ``overrides`` replace entries of its
+    """Drives for a ``pkrt.rt.runtime.machine.config.MachineConfig``; ``overrides`` replace entries of its
     ``[drives]`` table (e.g. ``{"interface": "virtual", "channel": "hil0"}`` or a port);
     ``plant_model``: the simulated plant's exact model for ``plant = "exact"`` (a callable
     (theta, H, D, p) -> status, built from the model outside the drivers)."""

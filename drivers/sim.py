@@ -221,7 +221,7 @@ class SimDrives(Drives):
         self._ahead_reason = self._step_to(t_next)
         self._ahead_t = t_next
 
-    # -- for a compiled loop stepping this plant itself (pkrt.rt.runtime.lockstep) -----------------
+    # -- for a compiled loop stepping this plant itself (pkrt.rt.runtime.cycle.lockstep) -----------------
     @property
     def plain(self) -> bool:
         """The plant on its tree with no sensor noise or quantisation, no force noise, no

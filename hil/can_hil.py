@@ -45,9 +45,10 @@ import time
 import numpy as np
 
 from pkrt.drivers.cia402 import CiA402Drives
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import Fault, UserError
-from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree, plan_trajectory
+from pkrt.rt.runtime.machine.run import run_session
 
 from .cia402_faults import FAULT_KINDS  # the CiA 402 emulator's fault kinds
 from .process import EmulatorProcess

@@ -36,7 +36,7 @@ import numpy as np
 from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.base import DriveConfigError
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.loop import apply_realtime
+from pkrt.rt.runtime.cycle.loop import apply_realtime
 
 from .cia402_canopen import CanopenProtocol
 from .cia402_drive import DriveLogic
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     its report."""
     import dataclasses
 
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     ap = argparse.ArgumentParser(prog="python -m pkrt.hil.cia402_emulator", description=__doc__.split("\n")[0])
     ap.add_argument("--machine", default="orthoglide-can")

@@ -41,7 +41,7 @@ from pkrt.drivers.contact import Contact
 from pkrt.drivers.dynamixel_tables import DynamixelSettings, load_settings
 from pkrt.drivers.dynamixel_xseries import ADDR_BUS_WATCHDOG, BUS_WATCHDOG_ERROR
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.loop import apply_realtime
+from pkrt.rt.runtime.cycle.loop import apply_realtime
 
 from .dynamixel_faults import FAULT_KINDS, FaultInjection
 from .dynamixel_instructions import InstructionHandling
@@ -187,7 +187,7 @@ def build(machine: str, fault: str | None = None, inject_cycle: int | None = Non
           clock: str | None = None) -> DynamixelEmulator:
     """An emulator for a machine configuration (its ``[drives]`` and ``[emulator]`` tables)."""
     from pkrt.drivers.plant import Plant
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine(machine)
     em = serial_emulator_table(config)

@@ -6,7 +6,7 @@ from typing import Any, TypedDict
 
 
 class HilResult(TypedDict):
-    """``run_session``'s summary (rt/runtime/run.py: ``fault``, ``fault_cycle``, ``cycles``,
+    """``run_session``'s summary (rt/runtime/machine/run.py: ``fault``, ``fault_cycle``, ``cycles``,
     ``overruns``, ``rms_error``, ...) plus these keys. Cycles are loop cycle indices (they count
     periods skipped by overruns) unless the name says "cycles run". A run of a planned trajectory
     (``pkrt hil --traj``) also has ``peak_force``, added by ``pkrt.rt.app.hil``."""

@@ -21,7 +21,7 @@ import sys
 
 from pkrt.drivers import open_drives
 from pkrt.drivers.dynamixel import load_settings
-from pkrt.rt.runtime.config import MachineConfig, load_machine
+from pkrt.rt.runtime.machine.config import MachineConfig, load_machine
 from pkrt.rt.core.errors import UserError
 
 from .can_hil import check_timing, emulator_cpu, reference_for
@@ -103,7 +103,7 @@ def run_serial_hil(machine: str = "orthoglide-serial", fault: str | None = None,
     with). ``reference``: see ``can_hil.reference_for``. ``timing``: module docstring.
     ``contact``: an external force at the emulated plant's tool (``pkrt.drivers.contact.Contact.data``);
     the emulator's report of it in ``emulator["contact"]``; ``tool_force``: ``run_session``'s."""
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     if fault is not None and fault not in FAULT_KINDS:
         hint = " (bus-off is a CAN fault)" if fault == "bus-off" else ""
@@ -158,7 +158,7 @@ def run_lockstep_reference(machine: str = "orthoglide-serial", duration: float |
     the ``[emulator]`` table (no bus, no quantisation): the HIL run's reference."""
     from pkrt.drivers.plant import Plant
     from pkrt.drivers.sim import SimDrives
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = serial_config(machine, rate_hz)
     drives = SimDrives(Plant.from_config(config))  # run_session starts it at the trajectory's start

@@ -3,7 +3,7 @@
 ``stepped`` (the default, any host, virtual machines included): the emulators' plants advance
 exactly one period per cycle (per SYNC on CAN, per Sync Write of Goal Current on serial), the
 loop re-anchors its schedule after a late cycle instead of skipping periods (pacing ``delay``,
-rt/runtime/run.py), and the driver waits for its cycle's complete answer for ``STEPPED_WINDOW`` s of
+rt/runtime/machine/run.py), and the driver waits for its cycle's complete answer for ``STEPPED_WINDOW`` s of
 its own time (time the host held its process is not counted: drivers/window.py). The window is
 long because on a virtual machine the host also holds ONE vCPU at a time, the drives' (the
 emulator's) while the driver runs on: measured here up to 15 ms in 10 s, and 62 ms and 245 ms
@@ -28,7 +28,7 @@ advanced by wall time, the configuration's strict windows.
 from __future__ import annotations
 
 TIMINGS = ("stepped", "wallclock")  # the first is the default
-PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each (rt/runtime/run.py)
+PACING = {"stepped": "delay", "wallclock": "skip"}  # the loop's pacing in each (rt/runtime/cycle/pacing.py)
 STEPPED_WINDOW = 0.5  # s of the driver's own time to wait for a cycle's answers
 STEPPED_DELAY = 5 * STEPPED_WINDOW  # s, how long the `delay` fault holds an answer back
 STEPPED_SYNC_SILENCE = 1.0  # s without SYNC (or heartbeat) before a drive's own watchdog fires

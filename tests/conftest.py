@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.run import load_controller_tree
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
 
 @pytest.fixture(scope="module")

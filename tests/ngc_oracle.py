@@ -7,7 +7,8 @@ canonical commands compared.
 (docs/gcode.md): the standalone interpreter reads tool-table lengths and the parameter file's
 work offsets in inches whatever the program's units, so both are written in inches here; it
 starts with the program position at 0 (pkrt: at machine zero), so pkrt is started at the G54
-offset; it rewrites the parameter file, so each run gets a fresh directory.
+offset; it rewrites the parameter file and maps its tool table to ``$HOME/.tool.mmap`` (two runs sharing
+that file crash with SIGBUS), so each run gets a fresh directory, which is also its HOME.
 """
 
 from __future__ import annotations
@@ -77,7 +78,12 @@ def run_rs274(text: str, setup, block_delete: bool = False) -> tuple[list[tuple[
         prog = d / "p.ngc"
         prog.write_text(text)
         args = [binary, "-t", str(tbl), "-v", str(var), "-n", "2"] + (["-b"] if block_delete else []) + ["-g", str(prog)]
-        r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, cwd=d)
+        # HOME: rs274 maps its tool table to $HOME/.tool.mmap; two runs at once on one file crash
+        # (SIGBUS, nothing printed: seen with 16 runs in parallel), so each run has its own
+        r = subprocess.run(args, capture_output=True, text=True, env={**env, "HOME": str(d)}, timeout=60, cwd=d)
+    if r.returncode < 0 or r.returncode > 128:  # killed by a signal: no answer, never an empty one
+        raise RuntimeError(f"rs274 ended on signal {-r.returncode if r.returncode < 0 else r.returncode - 128}: "
+                           f"{r.stderr.strip()[-200:]}")
     out = []
     for line in r.stdout.splitlines():
         m = _LINE.match(line)

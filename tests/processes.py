@@ -43,7 +43,7 @@ def stop(proc: subprocess.Popen, sig: int | None) -> tuple[str, str]:
 def log_has_cycles(log, n: int) -> Callable[[], bool]:
     """A ``ready()`` for ``wait_until``: the log of a running process holds ``n`` cycles (its
     loop is running)."""
-    from pkrt.rt.runtime.logfile import LogFileError, read_log
+    from pkrt.rt.runtime.record.logfile import LogFileError, read_log
 
     def ready() -> bool:
         try:

@@ -239,7 +239,7 @@ def test_random_model_file(tmp_path, capsys, data):
 
 def _config_cases():
     from pkrt.rt.core import schema
-    from pkrt.rt.runtime.config import tables_of
+    from pkrt.rt.runtime.machine.config import tables_of
 
     cases = []
     for table, cls in tables_of("sim"):
@@ -635,7 +635,7 @@ def test_huge_but_finite_model_eval_values_name_their_option(option, capsys):
 def test_log_with_an_impossible_rate(rate, tmp_path, capsys):
     """A log whose header's rate is huge, tiny, negative or not a number: one line naming the
     field (`pkrt log export` printed numpy's RuntimeWarning and exited 0 before)."""
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "r.pktlog"
     with LogWriter(str(p), {"rate_hz": rate, "axes": ["theta"]}, [("t", 1, "s"), ("pos", 1, "rad"),

@@ -19,7 +19,7 @@ from pkrt.models.kinematics.description import load_description, rotation_from_v
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.taskspace import TaskKinematics, plan_demo, rpy_matrix
 from pkrt.rt.bench.bench_calibrate import NOISE, readings, trial
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 MACHINES = ("orthoglide", "delta", "hexapod")
 

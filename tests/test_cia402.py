@@ -20,7 +20,7 @@ from pkrt.drivers.base import DriveConfigError, DriveError, DriveState
 from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import FAULT_KINDS, CiA402Emulator
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 from .realtime import RUN_PRIORITY, drive_anomalies, judge
 from .waiting import wait_for

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pkrt.rt.core import schema
-from pkrt.rt.runtime.config import tables_of
+from pkrt.rt.runtime.machine.config import tables_of
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
 FILES = {"sim": "orthoglide-sim.toml", "cia402": "orthoglide-can.toml", "dynamixel": "orthoglide-serial.toml"}
@@ -161,6 +161,6 @@ def test_no_reads_around_the_schema():
             for n, line in enumerate(f.read_text().splitlines(), 1):
                 if ".raw" in line and ("config.raw" in line or "self.raw" in line):
                     uses.append(f"{f.relative_to(root)}:{n}: {line.strip()}")
-    allowed = [u for u in uses if u.startswith("rt/runtime/config.py:") or '"machine": config.raw' in u]
+    allowed = [u for u in uses if u.startswith("rt/runtime/machine/config.py:") or '"machine": config.raw' in u]
     assert uses == allowed, "\n".join(set(uses) - set(allowed))
     assert any('"machine": config.raw' in u for u in uses)  # the log header keeps the file as read

@@ -1,4 +1,4 @@
-"""The cycle's per-part timing (rt/runtime/cycleparts.py) and the simulated plant stepped ahead
+"""The cycle's per-part timing (rt/runtime/cycle/cycleparts.py) and the simulated plant stepped ahead
 of its read (``Drives.advance``): parts add up to the compute, and a run gives the same result
 as the old in-read stepping, noise, delay and injected faults included."""
 
@@ -9,10 +9,11 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.rt.app.reference import plan_reference
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.cycleparts import GROUPS, PARTS, ROWS, CycleParts
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.cycle.cycleparts import GROUPS, PARTS, ROWS, CycleParts
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 _CACHE: dict = {}
 
@@ -185,7 +186,7 @@ def test_run_text_shows_the_parts(tmp_path):
 def test_stage_row_refuses_a_short_row():
     """numba does not check bounds: a row too short for the layout is refused, not overrun
     (a row one value short corrupted the heap of every no-log run before this check)."""
-    from pkrt.rt.runtime.staging import stage_row
+    from pkrt.rt.runtime.cycle.staging import stage_row
 
     z = np.zeros(3)
     with pytest.raises(ValueError, match="4 \\+ 7 s"):
@@ -199,8 +200,8 @@ def test_fused_call_bound_to_the_loops_arrays():
     """``Controller.checked`` goes through the entry point ``bind`` resolved only for the bound
     arrays and rows of the bound rings, with the dispatcher's results; anything else (a copy of
     a row, a foreign vector, rings that do not own their memory) takes the dispatcher."""
-    from pkrt.rt.runtime.controller import Controller, checked_control
-    from pkrt.rt.runtime.safety import Supervisor
+    from pkrt.rt.runtime.cycle.controller import Controller, checked_control
+    from pkrt.rt.runtime.cycle.safety import Supervisor
 
     config, tree, demo = _machine()
     ctrl = Controller(tree, "ct", 400.0, 40.0, 500.0)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 from tests.orthoglide_oracle import orthoglide_demo
 from tests.test_delta_hexapod import delta_fk
 
@@ -29,7 +29,7 @@ def _run(capsys, *args) -> dict:
 def test_orthoglide_demo_table_is_the_closed_form_demo():
     """The [demo] of orthoglide-sim.toml, planned by the model's inverse kinematics, is the
     demo the closed forms planned (so the Orthoglide's lockstep figures stay)."""
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     plan, oracle = demo_reference(load_machine("orthoglide")), orthoglide_demo(1000.0)
     assert plan.n == oracle.n
@@ -74,7 +74,7 @@ def test_delta_tool_error_is_the_closed_form_forward_kinematics_of_the_log(tmp_p
     (lambda t: t.replace("start = [-0.1525, 0.0, -0.8]", "start = [0.0, 0.0, -2.0]"), "task path refused: at t = "),
 ])
 def test_a_demo_the_machine_cannot_run_is_one_line(tmp_path, capsys, edit, message):
-    from pkrt.rt.runtime.config import MACHINES_DIR
+    from pkrt.rt.runtime.machine.config import MACHINES_DIR
 
     text = (MACHINES_DIR / "delta-sim.toml").read_text()
     for name in ('"delta"', '"delta.pkt"', '"delta-plant.pkt"'):
@@ -106,10 +106,10 @@ def test_exact_model_refused_when_its_p99_exceeds_the_period():
 
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import exact_model
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.core.errors import UserError
     from pkrt.rt.core.plan import Planned
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("delta")
     plan = demo_reference(config)

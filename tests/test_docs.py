@@ -44,7 +44,7 @@ def test_the_check_fails_on_a_stale_page(tmp_path, capsys):
 def test_every_table_and_field_is_on_the_page():
     from pkrt.drivers import BACKENDS
     from pkrt.rt.core import schema
-    from pkrt.rt.runtime.config import tables_of
+    from pkrt.rt.runtime.machine.config import tables_of
 
     page = schemadoc.page()
     for backend in BACKENDS:
@@ -124,7 +124,7 @@ def test_the_cli_page_gets_every_verbs_help():
 
 
 def test_files_the_documentation_names_exist():
-    """A module or file named in the documentation (``rt/runtime/run.py``, ``models/machines/x.toml``)
+    """A module or file named in the documentation (``rt/runtime/machine/run.py``, ``models/machines/x.toml``)
     exists, so a move or rename that leaves the pages behind fails here."""
     named = re.compile(r"(?<![\w./-])((?:rt|models|drivers|hil|tests|docs)/[\w/.-]*\.(?:py|toml|pkt|png|md))")
     pages = [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"]

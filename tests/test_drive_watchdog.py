@@ -28,7 +28,7 @@ from pkrt.drivers.dynamixel import DynamixelDrives, load_settings
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.hil.dynamixel_emulator import build
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.bench.bench_safestop import RunEndedEarly, kill_run, machine_copy
 from tests.test_dynamixel import TcpThreadEmulator
 
@@ -167,7 +167,7 @@ def test_heartbeat_thread_runs_above_a_fifo_loop_that_never_sleeps():
     try:
         os.sched_setaffinity(0, {min(affinity)})
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
-        sys.setswitchinterval(50e-6)  # as the loop sets it (rt/runtime/loop.py)
+        sys.setswitchinterval(50e-6)  # as the loop sets it (rt/runtime/cycle/loop.py)
         for above in (False, True):
             task = bus.send_periodic(msg, 0.01)
             what[above] = heartbeat_above_caller(task) if above else "inherited"
@@ -566,7 +566,7 @@ def test_pkrt_run_bad_watchdog_setting_is_one_line_exit_2(tmp_path, machine, tab
 def test_watchdog_settings_in_the_run_summary_and_log(tmp_path):
     from pkrt.hil.serial_hil import run_serial_hil
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.record.logfile import read_log
 
     log = tmp_path / "w.pktlog"
     r = run_serial_hil("orthoglide-serial", duration=0.3, log_path=str(log), reference=plan_reference)

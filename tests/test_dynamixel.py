@@ -21,7 +21,7 @@ from pkrt.drivers import dynamixel_protocol as dxp
 from pkrt.drivers.base import DriveConfigError, DriveError, DriveState
 from pkrt.drivers.dynamixel import ADDR_MODEL_NUMBER, DynamixelDrives, load_settings
 from pkrt.hil.dynamixel_emulator import FAULT_KINDS, build, open_pty
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 from .realtime import RUN_PRIORITY, judge, unmatched
 from .waiting import wait_for

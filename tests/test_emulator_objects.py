@@ -19,7 +19,7 @@ from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.hil.cia402_objects import MAPPABLE_RX, MAPPABLE_TX, check_mapping
 from pkrt.hil.dynamixel_emulator import build
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 _ch = itertools.count()
 

@@ -12,7 +12,7 @@ from pkrt.models.kinematics.description import ModelError
 from pkrt.models.kinematics.mechanism import AssemblyError
 from pkrt.rt.core import errors
 from pkrt.rt.cli import EXIT_CODES, exit_code, main
-from pkrt.rt.runtime.logfile import LogFileError
+from pkrt.rt.runtime.record.logfile import LogFileError
 from pkrt.rt.core.treefile import TreeFileError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.foxglovelive import FoxgloveLive, parse_address
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.run import channel_list
+from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive, parse_address
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.runsetup import channel_list
 
 from .plans import demo_reference
 

@@ -188,7 +188,7 @@ def distance_to_path(path: np.ndarray, points: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def orthoglide():
     from pkrt.rt.app.reference import home_tool, path_planner
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     planner = path_planner(load_machine("orthoglide"))
     return planner, home_tool(planner)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 from tests.realtime import judge
 from tests.serving import ready_client, serving
 
@@ -51,8 +51,8 @@ def test_cam_example_runs_in_lockstep_with_its_events_in_the_log(tmp_path, capsy
 def test_cam_example_runs_in_real_time(tmp_path, host_probe):
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("orthoglide")
     plan = plan_reference(config, gcode=CAM)
@@ -124,8 +124,8 @@ def test_a_program_reports_each_line_in_order_and_holds_at_its_tool_change():
     """The served machine's program source stepped by hand: every motion line of the program in
     order, the hold at the tool change (line 5) until resumed, the events passed in order."""
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.motion import Program
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.motion import Program
 
     config = load_machine("orthoglide")
     plan = plan_reference(config, gcode=CAM)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.config import MACHINES_DIR, load_machine
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.machine.config import MACHINES_DIR, load_machine
+from pkrt.rt.runtime.record.logfile import read_log
 
 from .plans import demo_reference
 
@@ -34,7 +34,7 @@ def _run(hexapod, tmp_path, name: str, controller: str = "ct", mass_scale: float
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import ExactInLoop, exact_model
     from pkrt.rt.app.toolchannels import tool_channels, tool_error
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     config, mech, plan = hexapod
     loop_model = None
@@ -108,7 +108,7 @@ def test_the_exact_plant_is_converged_in_its_substeps(hexapod, tmp_path):
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import ExactInLoop
     from pkrt.rt.core.plan import Planned
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     config, mech, plan = hexapod
     short = Planned(plan.rate_hz, plan.pos[:800], plan.vel[:800], plan.acc[:800])

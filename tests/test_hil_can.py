@@ -21,9 +21,10 @@ from pkrt.hil.can_hil import run_can_hil
 from pkrt.hil.cia402_emulator import FAULT_KINDS
 from pkrt.hil.verdict import hil_verdict
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree, plan_trajectory
+from pkrt.rt.runtime.machine.run import run_session
 
 from .plans import demo_reference
 from .realtime import HostPauses, judge, judge_wallclock

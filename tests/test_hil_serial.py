@@ -16,7 +16,7 @@ from pkrt.hil.dynamixel_emulator import FAULT_KINDS
 from pkrt.hil.serial_hil import EmulatorProcess, run_lockstep_reference, run_serial_hil, serial_config
 from pkrt.rt.cli import main
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 
 from pkrt.hil.verdict import hil_verdict
 

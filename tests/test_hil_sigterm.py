@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pkrt.hil.serial_hil import EmulatorProcess, serial_config
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 from tests.processes import child, stop, wait_until
 
 from .realtime import judge_wallclock

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from pkrt.drivers.sim import Plant, SimDrives
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.run import load_controller_tree, plan_trajectory, run_session
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree, plan_trajectory
+from pkrt.rt.runtime.machine.run import run_session
 
 from .realtime import judge
 

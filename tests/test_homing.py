@@ -19,7 +19,7 @@ from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.drivers.cia402_homing import HomingError, home
 from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 from .realtime import RUN_PRIORITY, emulator_trips, judge
 

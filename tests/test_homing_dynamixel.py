@@ -13,7 +13,7 @@ import pytest
 from pkrt.drivers.base import DriveError
 from pkrt.drivers.dynamixel import DynamixelDrives
 from pkrt.drivers.dynamixel_homing import ADDR_HOMING_OFFSET, present_counts, set_home
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 from .test_dynamixel import ThreadEmulator
 

@@ -13,9 +13,9 @@ import pytest
 from pkrt.models.identification.estimate import dump_toml
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.schema import ConfigError
-from pkrt.rt.runtime.trajectory import load_trajectory_csv
+from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
 MACHINES = Path(__file__).resolve().parent.parent / "models" / "machines"
 

@@ -1,7 +1,11 @@
 """No import cycle between the package's modules (rt, models, drivers, hil): the module import
-graph (grimp, as import-linter builds it, imports inside functions included) has no strongly
-connected component of more than one module. The second test introduces a cycle into a copy of
-the package and checks that it is found and named."""
+graph (grimp, as import-linter builds it, imports inside functions included, plus the imports
+made through ``importlib``) has no strongly connected component of more than one module. A
+module that calls ``importlib.import_module`` (or ``__import__``) is taken to import every module
+of the package that a string constant in it names (``"pkrt.drivers.sim:SimDrives"`` names
+``pkrt.drivers.sim``): the factories' tables (drive backends, CLI verbs, benchmark sections) and
+literal arguments alike. The other tests introduce a cycle, a plain one and one through
+``importlib``, into a copy of the package and check that it is found and named."""
 
 from __future__ import annotations
 
@@ -20,8 +24,28 @@ FIND_CYCLES = r"""
 import json, sys
 import grimp
 
+import ast, importlib.util
+
 graph = grimp.build_graph("pkrt", include_external_packages=False)
-edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+
+# imports through importlib: every module named by a string constant of a module that calls it
+for m in edges:
+    origin = importlib.util.find_spec(m).origin
+    if origin is None:  # the namespace package pkrt itself
+        continue
+    tree = ast.parse(open(origin, encoding="utf-8").read())
+    calls = any(isinstance(n, ast.Call) and ((isinstance(n.func, ast.Attribute) and n.func.attr == "import_module")
+                                             or (isinstance(n.func, ast.Name) and n.func.id in ("import_module", "__import__")))
+                for n in ast.walk(tree))
+    if not calls:
+        continue
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            name = n.value.split(":")[0]
+            if name in edges and name != m:
+                edges[m].add(name)
+edges = {m: sorted(v) for m, v in edges.items()}
 
 # Tarjan's strongly connected components, iteratively (no recursion limit)
 index, low, on_stack, stack, sccs, counter = {}, {}, set(), [], [], [0]
@@ -114,3 +138,15 @@ def test_an_introduced_cycle_is_found_and_named(tmp_path):
     assert len(cycles) == 1, cycles
     assert {"pkrt.models.kinematics.joints", "pkrt.models.kinematics.mechanism"} <= set(cycles[0]), cycles
     assert cycles[0][0] == cycles[0][-1]
+
+
+def test_a_cycle_through_importlib_is_found_and_named(tmp_path):
+    """inputs imports errors; errors importing inputs back through ``importlib.import_module``
+    (a name looked up at its first use, as a module ``__getattr__`` would) is a cycle."""
+    root = _layout(tmp_path, copied="rt")
+    errors = root / "pkrt" / "rt" / "core" / "errors.py"
+    errors.write_text(errors.read_text() + "\n\ndef _back():\n    import importlib\n\n"
+                      "    return importlib.import_module(\"pkrt.rt.core.inputs\")\n")
+    cycles = [c for c in import_cycles(root)["cycles"] if c[0].startswith("pkrt.rt.core.")]
+    assert len(cycles) == 1, cycles
+    assert {"pkrt.rt.core.errors", "pkrt.rt.core.inputs"} <= set(cycles[0]), cycles

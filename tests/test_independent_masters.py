@@ -37,7 +37,7 @@ from pkrt.drivers import cia402_protocol as p
 from pkrt.drivers.sim import Plant
 from pkrt.hil.can_hil import CanEmulatorProcess
 from pkrt.hil.cia402_emulator import build_object_dictionary
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 pytestmark = pytest.mark.realtime
 

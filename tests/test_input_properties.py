@@ -229,7 +229,7 @@ def _count(family: str, code: int) -> None:
 
 def _schema_fields(backend: str, s: int) -> list[tuple[str, str, object]]:
     from pkrt.rt.core import schema
-    from pkrt.rt.runtime.config import tables_of
+    from pkrt.rt.runtime.machine.config import tables_of
 
     return [(t, f.name, plausible(f.metadata, s)) for t, cls in tables_of(backend) for f in schema.fields(cls)]
 

@@ -68,6 +68,16 @@ def test_every_models_module_has_a_layer():
     assert not (ROOT / "models" / "machines" / "__init__.py").exists()  # data, not code
 
 
+def test_every_runtime_module_has_a_layer():
+    """rt/runtime/ holds sub-package folders only, each one in the runtime's own layers contract."""
+    layers = _contracts()["importlinter:contract:runtime-layers"]["layers"].split()
+    listed = {x for x in layers if x != "|"}
+    loose = [p.name for p in (ROOT / "rt" / "runtime").glob("*.py") if p.stem != "__init__"]
+    assert not loose, f"modules of rt/runtime/ outside a domain folder: {loose}"
+    folders = {f"pkrt.rt.runtime.{p.parent.name}" for p in (ROOT / "rt" / "runtime").glob("*/__init__.py")}
+    assert folders == listed, f"runtime's layers contract vs folders: {sorted(folders ^ listed)}"
+
+
 PROBE = """
 import sys
 from pkrt.rt.cli import main
@@ -80,8 +90,8 @@ print(json.dumps({"code": code, "loaded": loaded}))
 def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
     """A run of actuator values loads no model; the demo (and a task-space CSV) is planned from
     the model in the CLI layer before the run, so that run does load pkrt.models."""
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
     axes, _ = tree_axes(load_controller_tree(load_machine("orthoglide")))
     traj = tmp_path / "q.csv"
@@ -92,7 +102,7 @@ def test_run_on_the_simulated_plant_imports_no_models(tmp_path):
                            cwd=ROOT)
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert out["code"] == 0, r.stderr
-        assert "pkrt.rt.runtime.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
+        assert "pkrt.rt.runtime.machine.run" in out["loaded"] and "pkrt.drivers.sim" in out["loaded"]  # it did run
         loaded = [m for m in out["loaded"] if m.startswith("pkrt.models")]
         assert (loaded != []) == models, loaded
 

@@ -13,8 +13,8 @@ from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.taskspace import TaskKinematics, tool_pose
 from pkrt.models.planning.topp import PathPlanner, PlanLimits, TreeDynamics
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.run import load_controller_tree
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
 
 def _planners(name: str):

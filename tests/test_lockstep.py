@@ -1,4 +1,4 @@
-"""Lockstep cycles in one compiled loop (rt/runtime/lockstep.py): the same run as through the
+"""Lockstep cycles in one compiled loop (rt/runtime/cycle/lockstep.py): the same run as through the
 Python cycle to the bit -- log, tracking error, saturation, fault cycle and reason, final plant
 state -- with and without a log; what it cannot do goes through the Python cycle."""
 
@@ -15,9 +15,10 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.rt.app.reference import plan_reference
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.logfile import LogWriter, read_log
-from pkrt.rt.runtime.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.record.logfile import LogWriter, read_log
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 from tests.processes import log_has_cycles
 
 _CACHE: dict = {}

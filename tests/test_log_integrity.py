@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import FORMAT, LogFileError, _block_key, _crc, read_log, sealed
+from pkrt.rt.runtime.record.logfile import FORMAT, LogFileError, _block_key, _crc, read_log, sealed
 
 CYCLES = 701  # --duration 0.7 at 1 kHz: 2 full blocks of 256 and a partial one
 

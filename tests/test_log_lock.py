@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pkrt.rt.runtime.logfile import LogFileError, LogWriter, read_log
+from pkrt.rt.runtime.record.logfile import LogFileError, LogWriter, read_log
 from tests.processes import child, log_has_cycles, stop, wait_until
 
 PKRT = [sys.executable, "-m", "pkrt.rt.cli"]
@@ -45,7 +45,7 @@ def test_second_run_on_the_same_log_is_refused(tmp_path):
 
 _HOLD = r"""
 import sys, time
-from pkrt.rt.runtime.logfile import LogWriter
+from pkrt.rt.runtime.record.logfile import LogWriter
 w = LogWriter(sys.argv[1], {}, [("t", 1, "s")], block_cycles=4)
 for i in range(10):
     w.row[0] = i

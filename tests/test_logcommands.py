@@ -11,9 +11,9 @@ from PIL import Image
 
 from pkrt.rt.cli import main
 from pkrt.rt.core.plan import state_columns
-from pkrt.rt.runtime.trajectory import load_trajectory_csv
-from pkrt.rt.runtime.logstats import plot_log
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
+from pkrt.rt.runtime.logs.logstats import plot_log
+from pkrt.rt.runtime.record.logfile import read_log
 from tests.test_logfile import AXES, CHANNELS, write_demo_log
 
 
@@ -64,7 +64,7 @@ def test_info_text_and_truncated(demo, tmp_path, capsys):
 
 
 def test_info_degrades_without_optional_channels(tmp_path, capsys):
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "min.pkl"
     w = LogWriter(p, {}, [("t", 1, "s"), ("pos", 2, "rad")])
@@ -147,7 +147,7 @@ def test_plot_png_size(demo, tmp_path, capsys):
 
 
 def test_plot_log_api_and_minimal_log(tmp_path):
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "min.pkl"
     w = LogWriter(p, {}, [("t", 1, "s"), ("tau", 1, "N m")])
@@ -161,7 +161,7 @@ def test_plot_log_api_and_minimal_log(tmp_path):
 
 
 def test_plot_refuses_empty_log(tmp_path, capsys):
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "e.pkl"
     LogWriter(p, {}, CHANNELS).close({})
@@ -170,7 +170,7 @@ def test_plot_refuses_empty_log(tmp_path, capsys):
 
 
 def test_nan_readings_are_left_out_and_counted(tmp_path, capsys):
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "nan.pkl"
     w = LogWriter(p, {"axes": ["a"], "rate_hz": 100.0},
@@ -191,7 +191,7 @@ def test_nan_readings_are_left_out_and_counted(tmp_path, capsys):
 def test_events_map_to_rows_by_time_after_skipped_periods(tmp_path):
     """A real-time loop that overran skips periods: rows count commits, events carry the
     loop's cycle index; rows are found by t = cycle / rate."""
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "skip.pkl"
     w = LogWriter(p, {"rate_hz": 1000.0}, [("t", 1, "s")])
@@ -202,7 +202,7 @@ def test_events_map_to_rows_by_time_after_skipped_periods(tmp_path):
     w.close({})
     log = read_log(p)
     assert [log.row_of_cycle(k) for k in (0, 2, 3, 5, 7)] == [0, 2, 3, 3, 5]
-    from pkrt.rt.runtime.logstats import measured_rate
+    from pkrt.rt.runtime.logs.logstats import measured_rate
 
     assert measured_rate(log) == pytest.approx(5 / 0.007)  # below the nominal 1 kHz
 
@@ -224,8 +224,8 @@ def test_demo_run_writes_its_plot(tmp_path, capsys):
 def test_export_traj_of_a_faulted_run_stops_before_the_bad_reading(tmp_path, capsys):
     """A run stopped by a NaN reading logs that reading in its fault row: `--traj --measured`
     wrote it as 'nan', and `pkrt run --traj` then refused the file (values must be finite)."""
-    from pkrt.rt.runtime.logfile import LogWriter
-    from pkrt.rt.runtime.trajectory import load_trajectory_csv
+    from pkrt.rt.runtime.record.logfile import LogWriter
+    from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
     p = tmp_path / "nan.pkl"
     w = LogWriter(p, {"axes": ["a", "b"], "rate_hz": 100.0},
@@ -256,13 +256,13 @@ _BODY = {"channels": [["t", 1, "s"], ["pos", 2, "m"]], "run": {"rate_hz": 100.0,
 
 def _head(**body):
     """A version 2 header record, correctly sealed, with ``body`` fields replacing _BODY's."""
-    from pkrt.rt.runtime.logfile import FORMAT, VERSION, sealed
+    from pkrt.rt.runtime.record.logfile import FORMAT, VERSION, sealed
 
     return {"type": "header", "format": FORMAT, "version": VERSION, **sealed("header", _RUN, 0, {**_BODY, **body})}
 
 
 def _block(seq, first, n, width=3):
-    from pkrt.rt.runtime.logfile import _block_key, _crc
+    from pkrt.rt.runtime.record.logfile import _block_key, _crc
 
     data = np.zeros((n, width)).tobytes()
     return {"type": "block", "run_id": _RUN, "seq": seq, "first": first, "n": n, "data": data,
@@ -270,7 +270,7 @@ def _block(seq, first, n, width=3):
 
 
 def _end(seq, **body):
-    from pkrt.rt.runtime.logfile import sealed
+    from pkrt.rt.runtime.record.logfile import sealed
 
     return sealed("end", _RUN, seq, body)
 
@@ -301,7 +301,7 @@ def test_wrongly_typed_log_fields_never_crash(tmp_path, capsys, recs):
 def test_export_cycle_column_is_the_loop_cycle_after_skipped_periods(tmp_path, capsys):
     """The CSV's 'cycle' was the row count (commits): after skipped periods it disagreed with
     t * rate and with the cycle numbers of the events (`log info`: 'cycle 5: fault')."""
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     p = tmp_path / "skip.pkl"
     w = LogWriter(p, {"rate_hz": 1000.0, "axes": ["a"]}, [("t", 1, "s"), ("pos", 1, "m")])

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pkrt.rt.runtime.logfile import FORMAT, VERSION, LogFileError, LogWriter, read_log
+from pkrt.rt.runtime.record.logfile import FORMAT, VERSION, LogFileError, LogWriter, read_log
 
 AXES = ["q1", "q2", "q3"]
 CHANNELS = [("t", 1, "s"), ("ref_pos", 3, "m"), ("ref_vel", 3, "m/s"), ("ref_acc", 3, "m/s^2"),
@@ -186,7 +186,7 @@ def test_slow_writer_drops_blocks_without_blocking(tmp_path):
 
 _KILL_SCRIPT = r"""
 import sys, time, numpy as np
-from pkrt.rt.runtime.logfile import LogWriter
+from pkrt.rt.runtime.record.logfile import LogWriter
 w = LogWriter(sys.argv[1], {"rate_hz": 2000.0}, [("t", 1, "s"), ("pos", 3, "m"), ("flags", 1, "")],
               block_cycles=50)
 i = 0

@@ -11,7 +11,7 @@ import pytest
 from mcap.reader import make_reader
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import LogWriter, read_log
+from pkrt.rt.runtime.record.logfile import LogWriter, read_log
 from tests.test_logfile import CHANNELS, HEADER, write_demo_log
 
 N = 1500

@@ -18,9 +18,9 @@ from pkrt.drivers import open_drives
 from pkrt.rt.app.machinerun import RunOptions, run_machine
 from pkrt.rt.app.reference import plan_reference
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.refstream import PlannedSource, RefStream, blocks_of, csv_source, with_duration
-from pkrt.rt.runtime.run import run_session
-from pkrt.rt.runtime.trajectory import load_trajectory_csv
+from pkrt.rt.runtime.machine.refstream import PlannedSource, RefStream, blocks_of, csv_source, with_duration
+from pkrt.rt.runtime.machine.run import run_session
+from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
 from .realtime import HostPauseRepeat
 

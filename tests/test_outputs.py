@@ -17,7 +17,7 @@ import pytest
 
 from pkrt.models.kinematics.description import MACHINES_DIR
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 
 
 @contextmanager

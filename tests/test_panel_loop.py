@@ -16,7 +16,7 @@ import pytest
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
 from pkrt.rt.panel.harness import page_socket, session_cookie, start_panel, stop_panel
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 
 pytestmark = pytest.mark.realtime  # a machine served in real time at 1 kHz: with the other real-time tests, one at a time
 PROGRAM = "t,theta1,theta2,theta3\n0,0,0,0\n1.5,0.3,0.2,0.1\n3,0,0,0\n"

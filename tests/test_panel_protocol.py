@@ -20,7 +20,7 @@ from starlette.websockets import WebSocketDisconnect
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
 from pkrt.rt.panel.app import Panel
-from pkrt.rt.runtime.machine import ServeSettings
+from pkrt.rt.runtime.machine.settings import ServeSettings
 
 PORT = 8765  # the port the panel believes it has (the test client needs no socket)
 BASE = f"http://127.0.0.1:{PORT}"

@@ -157,8 +157,8 @@ def test_a_bad_protection_field_is_one_line_naming_file_table_and_field(case, tm
 
 
 def test_the_content_hash_leaves_the_protection_lines_out_and_the_shipped_trees_still_load():
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     for name in ("delta", "hexapod"):
         text = (MACHINES_DIR / f"{name}.toml").read_text()
@@ -379,7 +379,7 @@ def test_hil_refuses_the_same_trajectory_before_its_drives_move(tmp_path):
     """``pkrt hil --traj`` plans its reference as ``pkrt run`` does, and checks it the same way."""
     from pkrt.rt.app.hil import reference_of
     from pkrt.rt.core.errors import UserError
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     traj = _write(tmp_path, "t.csv", "t,theta1,theta2,theta3\n0,0,0,0\n1,0.45,0,0\n2,0.9,0,0\n3,0,0,0\n")
     with pytest.raises(UserError, match=r"trajectory refused: at t = 1\.\d+ s joint wrist.* its cone"):

@@ -13,8 +13,8 @@ import pytest
 from pkrt.rt.app.client import CommandRefused, MachineClient
 from pkrt.rt.app.serve import Served
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.states import State
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.states import State
 
 BEYOND = [0.95, 0.0, 0.0]  # theta1 alone past about 0.81 rad: chains 2 and 3 lean past 18 deg
 

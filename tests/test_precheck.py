@@ -28,7 +28,7 @@ from pkrt.rt.bench.camprograms import finishing, placed_machine, relief
 from pkrt.rt.cli import main
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.tree import Tree, n_basis, n_outputs
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 G54 = np.array([-40.0, -40.0, -120.0])  # mm: an 80 mm relief inside the Orthoglide's workspace
 

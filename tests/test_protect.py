@@ -18,8 +18,8 @@ import pytest
 from pkrt.rt.bench.protectcases import (CLAMP, FORCE_N, Case, cad_case, contact_figures, identified_case, motion,
                                         protected, random_direction, trial_times)
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.logstats import columns
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.logs.logstats import columns
 
 _CASES: dict = {}
 
@@ -163,7 +163,7 @@ def test_a_served_machine_stops_on_a_contact_reports_it_and_reset_clears_it(tmp_
     in error stop with the torque on. The first contact is armed as ``pkrt serve --inject`` does
     (``Served(inject=...)``), the second on the drives directly."""
     from pkrt.rt.app.serve import Served
-    from pkrt.rt.runtime.states import State
+    from pkrt.rt.runtime.machine.states import State
 
     plan = motion(cad("delta").config, "demo")
     for reaction in ("stop", "reflex"):
@@ -241,13 +241,13 @@ def test_protect_tune_errors_and_its_machine_output(tmp_path, capsys):
     out = tmp_path / "d.toml"
     assert main(["protect", "tune", str(plain), "--machine", "delta", "-o", str(out), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     got = load_machine(str(out))
     assert got.protect.enabled and np.allclose(got.protect.thresholds, r["thresholds"], rtol=1e-3)
     assert got.tree == c.config.tree  # paths made absolute
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     dc = dataclasses.replace(c.config, protect=got.protect)
     none = run_session(dc, open_drives(dc), trajectory=motion(c.config, "demo"), lockstep=True, tree=c.tree)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 
 from .realtime import judge
 
@@ -60,8 +60,8 @@ def make_fourbar_machine(folder: Path, viscous: float = 0.01, coulomb: float = 0
 
 def run_logged(machine, traj, log, lockstep=True, **overrides) -> dict:
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine(str(machine))
     drives = open_drives(config, overrides)
@@ -194,7 +194,7 @@ def test_replay_errors(fourbar, tmp_path, capsys):
     assert main(["replay", str(log), "--machine", "orthoglide"]) == 2
     assert "the log has 1 axes" in capsys.readouterr().err
     # a log whose machine file is gone: clear message, exit 2
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     orphan = tmp_path / "orphan.pkl"
     w = LogWriter(orphan, {"machine_path": str(tmp_path / "gone.toml"), "rate_hz": 1000.0},
@@ -216,8 +216,8 @@ def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, cap
     """The built-in Orthoglide on its simulated plant (1.5 s of the demo)."""
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("orthoglide")
     log = tmp_path / "og.pkl"
@@ -238,8 +238,8 @@ def test_orthoglide_demo_replays_exactly_and_reports_mass_mismatch(tmp_path, cap
 
 def test_compare_aligns_rows_by_loop_time(tmp_path):
     """A real-time original that skipped periods 3 and 4 is compared cycle for cycle."""
-    from pkrt.rt.runtime.logfile import LogWriter
-    from pkrt.rt.runtime.replay import compare_logs
+    from pkrt.rt.runtime.record.logfile import LogWriter
+    from pkrt.rt.runtime.logs.replay import compare_logs
 
     def write(path, ks, offset):
         w = LogWriter(path, {"rate_hz": 100.0, "axes": ["a"]},
@@ -285,8 +285,8 @@ def test_replay_of_a_log_with_skipped_periods_stays_aligned(fourbar, tmp_path, c
     late cycles (3.5 ms at cycles 200, 600, ..., periods k+1..k+3 skipped) are made on the
     loop's clock (``LateClock``), not hoped for from the host: the log has exactly these gaps."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import Session, StopSignals
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import Session, StopSignals
 
     config = load_machine(str(fourbar["machine"]))
     log = tmp_path / "gaps.pkl"
@@ -319,8 +319,8 @@ def test_replay_of_a_faulted_log_compares_the_cycles_before_the_fault(fourbar, t
     off): comparing it made the position difference NaN (null in JSON) and the torques differ,
     though the lockstep replay reproduces every controlled cycle exactly."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine(str(fourbar["machine"]))
     drives = open_drives(config)
@@ -342,7 +342,7 @@ def test_replay_of_a_log_that_lost_its_first_block_stays_aligned(fourbar, tmp_pa
     """A log whose first rows are missing (a bad first block) starts at loop cycle k0 > 0;
     the replay starts there at its own cycle 0, so the comparison must shift it by k0 (it
     compared the replay's cycle k with the original's cycle k: a k0-period time shift)."""
-    from pkrt.rt.runtime.logfile import LogWriter
+    from pkrt.rt.runtime.record.logfile import LogWriter
 
     orig = read_log(fourbar["log"])
     k0 = 300
@@ -368,8 +368,8 @@ def test_replay_runs_at_the_logged_rate(fourbar, tmp_path, capsys):
     import dataclasses
 
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = dataclasses.replace(load_machine(str(fourbar["machine"])), rate_hz=500.0)
     drives = open_drives(config)
@@ -393,8 +393,8 @@ def test_replay_of_a_realtime_log_that_stopped_moving_mid_motion(fourbar, tmp_pa
     import time
 
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine(str(fourbar["machine"]))
     log = tmp_path / "wd.pkl"

@@ -7,7 +7,7 @@ from pkrt.models.kinematics.report import check_report
 from pkrt.models.trees.summary import tree_depth, tree_summary
 from pkrt.models.trees.build import build_tree
 from pkrt.models.trees.settings import BuildSettings
-from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.runtime.machine.config import MACHINES_DIR
 from pkrt.rt.core.treefile import load_tree
 
 

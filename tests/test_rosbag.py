@@ -18,9 +18,9 @@ from rosbags.typesys import Stores, get_typestore
 from ruamel.yaml import YAML
 
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.logfile import LogWriter, read_log
-from pkrt.rt.runtime.replay import model_torques
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.record.logfile import LogWriter, read_log
+from pkrt.rt.runtime.logs.replay import model_torques
 from pkrt.rt.core.treefile import load_tree
 from tests.test_logfile import write_demo_log
 
@@ -270,7 +270,7 @@ def test_joint_state_reader_accepts_good_bags_and_names_the_first_defect(data):
     long, a NaN, a joint left out. The reader returns the machine's joints in its order, or one
     line naming the first defect in the order of the module docstring."""
     from pkrt.rt.core.errors import UserError
-    from pkrt.rt.runtime.rosbag import read_joint_states
+    from pkrt.rt.runtime.logs.rosbag import read_joint_states
 
     n = data.draw(st.integers(2, 12))
     steps = data.draw(st.lists(st.sampled_from([5_000_000] * 6 + [0, -1_000_000, 60_000_000]), min_size=n - 1,

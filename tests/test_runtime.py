@@ -10,11 +10,11 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.drivers.base import DriveState
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.run import run_session
-from pkrt.rt.runtime.trajectory import plan_moves
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.run import run_session
+from pkrt.rt.runtime.machine.trajectory import plan_moves
 
 from .plans import demo_reference as _demo
 
@@ -191,7 +191,7 @@ def test_run_closes_the_drives_and_the_socket_on_bad_options(monkeypatch, argv, 
     """Bad --inject / --telemetry values were found after the drives were opened, and left them
     open (a CAN bus or serial port stays claimed); the telemetry socket was never closed."""
     import pkrt.drivers
-    from pkrt.rt.runtime import telemetry as tel_mod
+    from pkrt.rt.runtime.record import telemetry as tel_mod
     from pkrt.rt.cli import main
 
     opened, sockets = [], []
@@ -280,7 +280,7 @@ def test_sim_sensor_settings_are_validated(config, field, value):
 def test_a_log_write_failure_is_reported_in_the_summary(config, tree, tmp_path, monkeypatch):
     """The writer thread records a failed write (disk full) in ``error``; the run's summary
     dropped it, so a run whose log lost its data looked complete."""
-    from pkrt.rt.runtime import logfile
+    from pkrt.rt.runtime.record import logfile
 
     real = logfile._pack
 
@@ -337,7 +337,7 @@ def test_sim_plant_integrates_skipped_periods_at_its_step(config):
 
 def test_controller_gains_are_named_rows_of_the_kernel_array(config, tree):
     """The kernel takes one (7, s) array (no per-call unboxing); ``Gains`` names its rows."""
-    from pkrt.rt.runtime.controller import COULOMB, KP, Controller, Gains
+    from pkrt.rt.runtime.cycle.controller import COULOMB, KP, Controller, Gains
 
     c = config.controller
     ctrl = Controller(tree, "ct", c.kp, c.kd, c.tau_max, c.viscous, c.coulomb)
@@ -355,7 +355,7 @@ def test_pinning_the_loop_moves_the_other_threads_off_its_cpu():
     import os
     import threading
 
-    from pkrt.rt.runtime.loop import apply_realtime, restore_realtime
+    from pkrt.rt.runtime.cycle.loop import apply_realtime, restore_realtime
 
     cpus = os.sched_getaffinity(0)
     if len(cpus) < 2:

@@ -14,8 +14,8 @@ import pytest
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.controller import FLAG_SATURATED
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.cycle.controller import FLAG_SATURATED
+from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.core.errors import Fault
 
 from .realtime import judge
@@ -42,7 +42,7 @@ def adept_hil(request, tmp_path_factory):
 
 
 def config_axes(config) -> list[str]:
-    from pkrt.rt.runtime.run import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
     return tree_axes(load_controller_tree(config))[0]
 

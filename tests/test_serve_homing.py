@@ -17,7 +17,7 @@ from pkrt.drivers.sim import Plant
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.rt.app.client import CommandRefused, MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import Fault
 
 from .realtime import RUN_PRIORITY, emulator_trips, judge

@@ -1,4 +1,4 @@
-"""What a served machine's clients read besides the status (``pkrt.rt.runtime.journal``),
+"""What a served machine's clients read besides the status (``pkrt.rt.runtime.machine.journal``),
 through the real socket of a lockstep Delta: ``info``, the event journal (``events`` after a
 number, alarms and their acknowledgement with ``ack``), the program's progress in ``status``
 (file, kind, progress, line) and the commanded torques."""
@@ -9,7 +9,7 @@ import pytest
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.journal import Journal
+from pkrt.rt.runtime.machine.journal import Journal
 
 
 @pytest.fixture(scope="module")

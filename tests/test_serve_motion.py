@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.controller import FLAG_SATURATED
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.machine import ServeSettings, soft_limits
-from pkrt.rt.runtime.states import State
+from pkrt.rt.runtime.cycle.controller import FLAG_SATURATED
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.settings import ServeSettings, soft_limits
+from pkrt.rt.runtime.machine.states import State
 
 
 def served(tmp_path, name="run", settings=None, machine="delta"):
@@ -54,7 +54,7 @@ def adept_of(machine: str):
     kinematics, dense path)."""
     from pkrt.models.kinematics.taskspace import TaskKinematics, adept_cycle, join, line
     from pkrt.rt.app.reference import machine_mechanism, plan_reference
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.core.plan import concatenate
 
     config = load_machine(machine)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.states import State
+from pkrt.rt.runtime.machine.states import State
 
 PAUSED = 12  # cycles in a row that end late (the Delta's watchdog: 5)
 

@@ -17,8 +17,8 @@ import pytest
 
 from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.core.hostprobe import PERIOD, RECORD_US
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.machine import ServeSettings
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.settings import ServeSettings
 from tests.realtime import judge, realtime_threads
 from tests.serving import ready_client, serving
 from tests.waiting import wait_for

@@ -15,7 +15,7 @@ import pytest
 
 from pkrt.rt.app.client import CommandRefused, MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.machine import ServeSettings
+from pkrt.rt.runtime.machine.settings import ServeSettings
 
 SLOW = 0.002  # a move at 0.2 % of the limits: tens of seconds of loop time
 
@@ -176,7 +176,7 @@ def test_a_jog_without_keep_alives_is_released(tmp_path):
             cl.enable()
             cl.jog(axis=0, velocity=0.01)
             cl.wait_state("standstill", timeout=30)  # the client stays connected but silent
-    from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.record.logfile import read_log
 
     msgs = [e["message"] for e in read_log(str(tmp_path / "d.pktlog")).events]
     assert any("dead-man: no keep-alive" in m for m in msgs), msgs
@@ -271,9 +271,9 @@ def test_task_space_motion_is_refused_until_homed_and_joint_jog_is_slow_before(t
 def test_the_state_reaches_telemetry(tmp_path):
     import msgpack
 
-    from pkrt.rt.runtime.machine import STATE_CODES
-    from pkrt.rt.runtime.states import State
-    from pkrt.rt.runtime.telemetry import Telemetry
+    from pkrt.rt.runtime.machine.states import STATE_CODES
+    from pkrt.rt.runtime.machine.states import State
+    from pkrt.rt.runtime.record.telemetry import Telemetry
 
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind(("127.0.0.1", 0))

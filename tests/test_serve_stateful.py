@@ -42,8 +42,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from pkrt.rt.app.client import MachineClient
 from pkrt.rt.app.serve import Served
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.machine import ServeSettings, soft_limits
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.machine.settings import ServeSettings, soft_limits
 
 EXAMPLES, STEPS = 40, 40
 TIMEOUT = 20.0  # s: a reply later than this is a hung socket

@@ -98,7 +98,7 @@ def test_clamped_and_nan_states_keep_their_status():
 def test_tau_along_the_demo_equals_reference(name):
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     machine = name.removesuffix(".pkt")
     tree = load_tree(MACHINES / name)

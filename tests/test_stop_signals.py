@@ -17,10 +17,10 @@ import pytest
 
 from pkrt.drivers import open_drives
 from pkrt.rt.app.reference import plan_reference
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.core.errors import Stopped
-from pkrt.rt.runtime.run import run_session
-from pkrt.rt.runtime.stopsignals import STOP_SIGNALS, StopSignals
+from pkrt.rt.runtime.machine.run import run_session
+from pkrt.rt.runtime.cycle.stopsignals import STOP_SIGNALS, StopSignals
 from tests.processes import child, log_has_cycles, stop, wait_until
 from tests.realtime import judge
 

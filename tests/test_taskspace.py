@@ -185,8 +185,9 @@ def test_runtime_consumes_a_task_space_plan_unchanged(machines):
     plant, computed torque) as any planned reference: no fault, tracking under 0.1 mm (10 um
     measured)."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("orthoglide")
     home = orthoglide_fk(np.full(3, -0.1), 0.31)

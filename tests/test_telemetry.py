@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.telemetry import Telemetry
+from pkrt.rt.runtime.record.telemetry import Telemetry
 from tests.test_replay import make_fourbar_machine
 
 SLICES = {"t": slice(0, 1), "pos": slice(1, 4), "tau": slice(4, 7), "flags": slice(7, 8)}
@@ -111,8 +111,8 @@ def test_lockstep_run_streams_at_the_configured_rate(tmp_path, listener):
     """A UDP listener receives decodable msgpack at the configured rate (in loop time) from a
     lockstep run, whose overruns stay at zero."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     m = make_fourbar_machine(tmp_path)
     config = load_machine(str(m["machine"]))
@@ -136,8 +136,8 @@ def test_run_without_a_log_still_streams(tmp_path, listener):
     """`pkrt run --no-log --telemetry HOST:PORT`: telemetry was sent from the log's staging row
     only, so a run without a log sent nothing."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.run import run_session
 
     m = make_fourbar_machine(tmp_path)
     config = load_machine(str(m["machine"]))

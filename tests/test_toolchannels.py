@@ -20,8 +20,8 @@ from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.taskspace import TaskKinematics, circle
 from pkrt.rt.cli import main
 from pkrt.rt.app.toolchannels import tool_channels, tool_error
-from pkrt.rt.runtime.config import MACHINES_DIR
-from pkrt.rt.runtime.logfile import LogWriter, read_log
+from pkrt.rt.runtime.machine.config import MACHINES_DIR
+from pkrt.rt.runtime.record.logfile import LogWriter, read_log
 from tests.orthoglide_oracle import orthoglide_fk
 from tests.test_delta_hexapod import HOME
 from tests.test_mcapexport import read_mcap

@@ -14,9 +14,9 @@ from pkrt.models.planning.geompath import Line, Motion, polyline_motions
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.taskspace import TaskKinematics
 from pkrt.models.planning.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics, forces
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.run import load_controller_tree
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 from tests.test_delta_hexapod import delta_fk
 
 RATE = 1000.0

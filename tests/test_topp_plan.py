@@ -17,8 +17,8 @@ from scipy.spatial import cKDTree
 from pkrt.models.planning.gcode import parse_program
 from pkrt.models.planning.geompath import Motion
 from pkrt.rt.cli import main
-from pkrt.rt.runtime.refstream import csv_source
-from pkrt.rt.runtime.trajectory import load_trajectory_csv
+from pkrt.rt.runtime.machine.refstream import csv_source
+from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 from tests.orthoglide_oracle import orthoglide_fk
 from tests.test_gcode import plan_refused
 
@@ -186,8 +186,8 @@ def test_adept_cycle_keeps_every_limit_at_any_margin(margin, smooth, tmp_path, c
     planning limit (the limits times 1 - margin): velocity and acceleration from the CSV,
     forces recomputed along it from the planner's own tree with the friction it feeds forward."""
     from pkrt.models.planning.topp import PlanLimits, TreeDynamics, forces
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     out = tmp_path / "adept.csv"
     code = main(["plan", "--adept", "--machine", "delta", "--margin", str(margin), "--smooth", str(smooth),

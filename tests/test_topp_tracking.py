@@ -11,10 +11,11 @@ import pytest
 from pkrt.drivers import open_drives
 from pkrt.models.kinematics.taskspace import TaskKinematics, adept_cycle
 from pkrt.rt.app.reference import machine_mechanism, path_planner, plan_adept
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.logstats import columns
-from pkrt.rt.runtime.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.logs.logstats import columns
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 
 @pytest.fixture(scope="module")

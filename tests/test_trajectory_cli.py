@@ -13,7 +13,7 @@ import pytest
 from pkrt.rt.cli import main
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import cartesian_path
-from pkrt.rt.runtime.trajectory import load_trajectory_csv, plan_moves, quintic_duration
+from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv, plan_moves, quintic_duration
 from tests.orthoglide_oracle import orthoglide_demo, orthoglide_fk, orthoglide_ik
 
 L = 0.31

@@ -10,7 +10,7 @@ sqrt(poses) for the number of poses (``observability``).
 
 The trajectory starts at the reference assembly, visits the poses (nearest first) by quintic
 moves timed within 80 % of the velocity and acceleration limits, rests ``dwell`` s at each
-(settling, then the instrument's reading: ``pkrt.rt.runtime.dwells``) and returns. Units:
+(settling, then the instrument's reading: ``pkrt.rt.runtime.machine.dwells``) and returns. Units:
 actuator units (m or rad), s.
 """
 

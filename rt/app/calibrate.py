@@ -1,7 +1,7 @@
 """Geometric calibration, wired together: ``pkrt calibrate plan`` (measurement poses chosen for
 observability, the trajectory that rests at each) and ``pkrt calibrate`` (a run's log and an
 instrument's readings at its dwells in, a calibrated description and a machine configuration
-on it out). The pieces are ``pkrt.models.calibration``; the dwells ``pkrt.rt.runtime.dwells``;
+on it out). The pieces are ``pkrt.models.calibration``; the dwells ``pkrt.rt.runtime.machine.dwells``;
 the readings' file ``pkrt.rt.app.measurements``. Units: m, rad, s."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.dwells import READING_S
+from pkrt.rt.runtime.machine.dwells import READING_S
 
 HELD_OUT = 0.2  # the readings pkrt calibrate keeps out of the fit by default
 RANDOM_DRAWS = 20  # random pose sets the chosen one is compared with
@@ -156,10 +156,10 @@ def log_dwells(log_path: str, mech) -> tuple[list, np.ndarray]:
     """The dwells of a run log of ``mech``'s machine and the measured actuator positions
     averaged over each dwell's reading (N, s); one-line errors for another machine's log, a
     faulted run, a log without its reference or without dwells."""
-    from pkrt.rt.runtime.dwells import MIN_DWELL_S, find_dwells
-    from pkrt.rt.runtime.identifylog import check_log_machine
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.machine.dwells import MIN_DWELL_S, find_dwells
+    from pkrt.rt.runtime.logs.identifylog import check_log_machine
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     log = read_log(log_path)
     check_log_machine(log, mech.actuator_names, mech.name, mech.ranges)

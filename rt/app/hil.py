@@ -47,7 +47,7 @@ def reference_of(traj: str | None = None, gcode: str | None = None):
     def reference(config):
         axes = None
         if traj is not None or gcode is not None:
-            from pkrt.rt.runtime.run import load_controller_tree, tree_axes
+            from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
 
             axes, _ = tree_axes(load_controller_tree(config))
         ref = plan_reference(config, traj, axes=axes, gcode=gcode)
@@ -123,8 +123,8 @@ def _contact(config, spec: str, reference):
 
 def _peak_force(log_path: str) -> list[float]:
     """The largest |commanded force| per actuator over the run's cycles (N or N m)."""
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     tau = columns(read_log(log_path).channels["tau"])
     tau = tau[np.all(np.isfinite(tau), axis=1)]

@@ -39,7 +39,7 @@ def _identify(config, logs: list[str], out: str, machine_out: str, *, window: fl
 
     from pkrt.rt.core.friction import V_EPS
     from pkrt.rt.core.errors import UserError
-    from pkrt.rt.runtime.identifylog import WINDOW_S, IdentifyInputError, load_samples
+    from pkrt.rt.runtime.logs.identifylog import WINDOW_S, IdentifyInputError, load_samples
 
     if estimator not in ESTIMATORS:
         raise UserError(f"estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")

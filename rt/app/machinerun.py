@@ -14,7 +14,7 @@ from pathlib import Path
 from pkrt.rt.core.errors import OutputError, UserError
 from pkrt.rt.core.outputs import check_outputs
 from pkrt.rt.core.plan import Planned
-from pkrt.rt.runtime.config import MachineConfig, load_machine
+from pkrt.rt.runtime.machine.config import MachineConfig, load_machine
 
 SIM_FAULTS = ("nan", "stale", "push", "freeze", "slow", "contact", "clamp")
 
@@ -104,15 +104,15 @@ class LiveViews:
     def __init__(self, opts: RunOptions, axes: list[str], units: list[str], extra=()):
         self.telemetry = self.foxglove = None
         if opts.telemetry:
-            from pkrt.rt.runtime.telemetry import Telemetry
+            from pkrt.rt.runtime.record.telemetry import Telemetry
 
             host, _, port = opts.telemetry.rpartition(":")
             if not host or not (port.isascii() and port.isdigit()):
                 raise UserError(f"--telemetry: expected HOST:PORT, got '{opts.telemetry}'")
             self.telemetry = Telemetry(host, int(port), opts.telemetry_rate, axes=axes)
         if opts.foxglove:
-            from pkrt.rt.runtime.foxglovelive import FoxgloveLive, announce, parse_address
-            from pkrt.rt.runtime.run import channel_list
+            from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive, announce, parse_address
+            from pkrt.rt.runtime.machine.runsetup import channel_list
 
             try:
                 self.foxglove = FoxgloveLive(*parse_address(opts.foxglove), opts.telemetry_rate, axes,
@@ -124,7 +124,7 @@ class LiveViews:
 
     def sink(self):
         """One telemetry sink for the loop (None, one view, or both behind a ``Fanout``)."""
-        from pkrt.rt.runtime.telemetry import Fanout
+        from pkrt.rt.runtime.record.telemetry import Fanout
 
         sinks = [x for x in (self.telemetry, self.foxglove) if x is not None]
         return sinks[0] if len(sinks) == 1 else Fanout(sinks) if sinks else None
@@ -159,10 +159,10 @@ def plant_mechanism(config: MachineConfig, mech):
 def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech=None):
     """The run's reference: a ROS 2 bag's joint states, or the demo / a task-space CSV / a G-code
     program planned from the model, or an actuator CSV's path (the runtime reads it)."""
-    from pkrt.rt.runtime.rosbag import is_bag
+    from pkrt.rt.runtime.logs.rosbag import is_bag
 
     if opts.traj and is_bag(opts.traj):
-        from pkrt.rt.runtime.rosbag import DEFAULT_TOPIC, trajectory_from_bag
+        from pkrt.rt.runtime.logs.rosbag import DEFAULT_TOPIC, trajectory_from_bag
 
         return trajectory_from_bag(opts.traj, config.rate_hz, axes, opts.topic or DEFAULT_TOPIC)
     if opts.topic:
@@ -174,7 +174,7 @@ def run_reference(config: MachineConfig, opts: RunOptions, axes: list[str], mech
 
 def run_outputs(config: MachineConfig, opts: RunOptions) -> tuple[str | None, str | None]:
     """The run's log and plot paths, checked before anything runs (never over an input)."""
-    from pkrt.rt.runtime.run import run_inputs
+    from pkrt.rt.runtime.machine.runsetup import run_inputs
 
     log = opts.log
     plot = (opts.plot or str(Path(log).with_suffix(".png"))) if log else None
@@ -218,7 +218,8 @@ def run_machine(opts: RunOptions) -> dict:
     ``lockstep_by``, ``exact_model_us``, live view figures, ``tool_channels``, ``tool_error``,
     ``plot``/``plot_error``). Drives, ports and sockets are released on every way out."""
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.run import load_controller_tree, run_session, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = machine_config(opts)
     overrides = {k: v for k, v in (("interface", opts.interface), ("channel", opts.channel),
@@ -240,7 +241,7 @@ def run_machine(opts: RunOptions) -> dict:
     try:
         plant_mech = plant_mechanism(config, mech) if contact and config.backend == "sim" else None
         slow = sim_fault(drives, opts.inject, config.rate_hz, plant_mech) if opts.inject is not None else None
-        from pkrt.rt.runtime.protect import run_channels
+        from pkrt.rt.runtime.machine.protect import run_channels
 
         views = LiveViews(opts, axes, units, run_channels(config, drives, len(axes)))  # the run's log channels
         traj, model, exact_figures = checked_reference(config, opts, axes, mech, lockstep)
@@ -300,7 +301,7 @@ def _measurements(config: MachineConfig, mech, log, plant_positions, measure: st
 
 def planned_reference(config: MachineConfig, traj, axes: list[str]) -> Planned:
     """The reference as planned arrays (an actuator CSV loaded as the runtime would)."""
-    from pkrt.rt.runtime.trajectory import load_trajectory_csv
+    from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
     return traj if isinstance(traj, Planned) else load_trajectory_csv(traj, config.rate_hz, axes)
 
@@ -321,8 +322,8 @@ def after_run(summary: dict, log: str, plot: str) -> None:
     (``plot_error``), never raised: the run and its log stand."""
     try:
         from pkrt.rt.app.toolchannels import tool_channels, tool_error
-        from pkrt.rt.runtime.logfile import read_log
-        from pkrt.rt.runtime.logstats import plot_log
+        from pkrt.rt.runtime.record.logfile import read_log
+        from pkrt.rt.runtime.logs.logstats import plot_log
 
         data = read_log(log)
         if data.n_cycles > TOOL_ROWS_AFTER_RUN:  # a long run (or one stopped by a signal) ends promptly

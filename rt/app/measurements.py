@@ -3,7 +3,7 @@ and the simulated instrument of ``pkrt run --measure``.
 
 The file is CSV: ``#`` lines are comments; the header is ``dwell,t,x,y,z`` or
 ``dwell,t,x,y,z,roll,pitch,yaw``; each row is the reading at one dwell of the run's log
-(``pkrt.rt.runtime.dwells``): its number (1 for the first dwell), a time inside it (s, the
+(``pkrt.rt.runtime.machine.dwells``): its number (1 for the first dwell), a time inside it (s, the
 log's clock: a run of ``pkrt calibrate plan``'s trajectory rests where its report says), the
 tool's position (m) and, from an instrument that measures it, the tool frame's orientation
 (rad, R = Rz(yaw) Ry(pitch) Rx(roll)), all in the instrument's own frame.
@@ -117,7 +117,7 @@ class PlantPositions:
     planned reference ``plan`` rests (held after its end)."""
 
     def __init__(self, drives, plan, then=None):
-        from pkrt.rt.runtime.dwells import resting
+        from pkrt.rt.runtime.machine.dwells import resting
 
         self.drives, self.then = drives, then
         self.rest = resting(plan.pos, np.arange(plan.n) / plan.rate_hz)
@@ -134,9 +134,9 @@ def measure_run(config, plant, log_path: str, plant_positions: PlantPositions, o
     """The simulated instrument's readings of the tool of ``plant`` (the plant's Mechanism) at
     every dwell of the run's log, written to ``out``."""
     from pkrt.models.kinematics.taskspace import tool_of
-    from pkrt.rt.runtime.dwells import find_dwells
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.machine.dwells import find_dwells
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     log = read_log(log_path)
     dwells = find_dwells(columns(log.channels["ref_pos"]), log.channels["t"])

@@ -13,11 +13,11 @@ import threading
 
 import numpy as np
 
-from pkrt.rt.runtime.config import MachineConfig
+from pkrt.rt.runtime.machine.config import MachineConfig
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned, concatenate, quintic_profile
-from pkrt.rt.runtime.motion import motion_limits
-from pkrt.rt.runtime.trajectory import plan_moves, quintic_duration, validate
+from pkrt.rt.runtime.machine.motion import motion_limits
+from pkrt.rt.runtime.machine.trajectory import plan_moves, quintic_duration, validate
 
 COARSE = 10          # task paths are solved every COARSE loop periods, then Hermite-resampled
 JOG_AHEAD_S = 2.0    # a continuous task-space jog is planned this far ahead (the jog ends there)
@@ -86,7 +86,7 @@ class Planner:
 
     def __init__(self, config: MachineConfig, settings, mech=None):
         self.config, self.settings = config, settings
-        from pkrt.rt.runtime.machine import soft_limits
+        from pkrt.rt.runtime.machine.settings import soft_limits
 
         self.lo, self.hi = soft_limits(config, settings)
         self.vmax, self.amax = motion_limits(config.limits, settings.limit_margin)

@@ -60,7 +60,7 @@ def plan_program(planner, file: str, theta0: np.ndarray, axes: list[str], speed:
         gcode = file if file != "demo" and is_gcode(file) else None
         ref = plan_reference(planner.config, None if gcode else file, mech=planner._mech, axes=axes, gcode=gcode)
     if not isinstance(ref, Planned):
-        from pkrt.rt.runtime.trajectory import load_trajectory_csv
+        from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
         ref = load_trajectory_csv(ref, planner.config.rate_hz, axes)
     return program_from(planner, ref, theta0, axes, speed)
@@ -133,7 +133,7 @@ class PlanWorker:
         server's threads may be real-time), its threads started here (they keep this thread's
         scheduling: at normal priority, ordinary load could hold one while it holds the
         interpreter lock the loop needs)."""
-        from pkrt.rt.runtime.loop import at_normal_priority
+        from pkrt.rt.runtime.cycle.loop import at_normal_priority
 
         def spawn() -> ProcessPoolExecutor:
             pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,

@@ -36,8 +36,8 @@ def normal_residuals(paths: list[str]) -> dict:
     """The residuals of normal motion in the logs: ``rows`` (n, s) stacked, ``blocks`` their
     per-actuator block maxima (m, s), the axes, the force unit, the observer's gain, the rate
     and per log what was used."""
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     axes = gain = rate = unit = None
     rows, blocks, used = [], [], []

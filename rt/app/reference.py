@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pkrt.rt.runtime.config import MachineConfig
+from pkrt.rt.runtime.machine.config import MachineConfig
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.inputs import excerpt, shorten_tokens
 from pkrt.rt.core.plan import Planned, csv_columns
@@ -47,7 +47,7 @@ def check_reference(config: MachineConfig, trajectory, axes: list[str], mech: "M
         return
     plan = trajectory
     if not isinstance(plan, Planned):
-        from pkrt.rt.runtime.trajectory import load_trajectory_csv
+        from pkrt.rt.runtime.machine.trajectory import load_trajectory_csv
 
         plan = load_trajectory_csv(trajectory, config.rate_hz, axes)
     check.path(plan.pos, plan.rate_hz, "trajectory refused: ")
@@ -143,7 +143,7 @@ def path_planner(config: MachineConfig, mech: "Mechanism | None" = None, model: 
     from pkrt.models.kinematics.taskspace import TaskKinematics
     from pkrt.models.planning.topp import ExactDynamics, PathPlanner, PlanLimits, TreeDynamics
 
-    from pkrt.rt.runtime.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     mech = mech or machine_mechanism(config)
     model = model or config.controller.model

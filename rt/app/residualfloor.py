@@ -1,5 +1,5 @@
 """The contact observer's noise floor on a machine's own logs with a model (``pkrt identify``
-reports it with the identified model): the observer of ``[protect]`` (``pkrt.rt.runtime.observer``)
+reports it with the identified model): the observer of ``[protect]`` (``pkrt.rt.runtime.cycle.observer``)
 replayed offline over each log's cycles, with H, D, p_ext from the exact reduction of the model
 and its friction. The exact model is evaluated every ``EVERY`` cycles and linearly interpolated
 between (H, D and p_ext are smooth in theta; at 1 kHz theta moves little in 5 ms), the logged
@@ -28,9 +28,9 @@ def log_residual(mech, log, viscous, coulomb, gain: float) -> np.ndarray:
     from pkrt.models.kinematics.mechanism import AssemblyError
     from pkrt.models.reduction.exact import ExactModel
     from pkrt.rt.core.friction import V_EPS
-    from pkrt.rt.runtime.controller import make_gains
-    from pkrt.rt.runtime.logstats import columns
-    from pkrt.rt.runtime.observer import observer_state, replay
+    from pkrt.rt.runtime.cycle.controller import make_gains
+    from pkrt.rt.runtime.logs.logstats import columns
+    from pkrt.rt.runtime.cycle.observer import observer_state, replay
 
     pos, tau = columns(log.channels["pos"]), columns(log.channels["tau"])
     vel = columns(log.channels["vel"]) if "vel" in log.channels else np.zeros_like(pos)
@@ -61,7 +61,7 @@ def log_residual(mech, log, viscous, coulomb, gain: float) -> np.ndarray:
 def noise_floor(mech, logs: list[str], viscous, coulomb, gain: float) -> dict:
     """Per actuator over the logs: RMS, p99.9 and max |residual| (the first 10 cycles of each log
     left out: the observer starting), with the gain used."""
-    from pkrt.rt.runtime.logfile import read_log
+    from pkrt.rt.runtime.record.logfile import read_log
 
     res = np.vstack([log_residual(mech, read_log(p), viscous, coulomb, gain)[10:] for p in logs])
     a = np.abs(res)

@@ -14,8 +14,9 @@ from pkrt.rt.app.machinerun import tool_force
 from pkrt.rt.app.planner import Planner
 from pkrt.rt.app.planworker import PlanWorker
 from pkrt.rt.app.server import Server
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.machine import Machine, ServeSettings
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.served import Machine
+from pkrt.rt.runtime.machine.settings import ServeSettings
 
 
 def default_socket() -> str:
@@ -48,7 +49,7 @@ class Served:
                  token: str | None = None, settings: ServeSettings | None = None, overrides: dict | None = None,
                  hil: str | None = None, plan_process: bool = True, inject: str | None = None):
         from pkrt.drivers import open_drives
-        from pkrt.rt.runtime.run import load_controller_tree
+        from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
         from pkrt.rt.core.errors import UserError
 

@@ -3,7 +3,7 @@ mode 0600) and, optionally, over TCP bound to loopback with a token.
 
 One request per line, a JSON object with ``cmd`` (status, enable, disable, home, jog,
 release, move, run, stream, hold, resume, override, stop, estop, reset, alive; info, events,
-ack: ``pkrt.rt.runtime.journal``; and ``check``, which answers without moving) and its
+ack: ``pkrt.rt.runtime.machine.journal``; and ``check``, which answers without moving) and its
 arguments; one reply per line: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``
 (one line, never a traceback). A TCP client's first line must be ``{"token": "..."}``.
 
@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.machine import PLANNING_REFUSES
+from pkrt.rt.runtime.machine.states import PLANNING_REFUSES
 from pkrt.rt.core.inputs import excerpt, shorten_tokens
-from pkrt.rt.runtime.motion import plan_peaks
-from pkrt.rt.runtime.states import refusal
+from pkrt.rt.runtime.machine.motion import plan_peaks
+from pkrt.rt.runtime.machine.states import refusal
 
 MAX_LINE = 1 << 16  # bytes: a longer request line is refused (a stream of garbage is not buffered)
 SIMPLE = ("status", "enable", "disable", "hold", "resume", "stop", "estop", "reset", "alive", "release", "info")

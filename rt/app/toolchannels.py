@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.runtime.config import model_file
+from pkrt.rt.runtime.machine.config import model_file
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import Log
+from pkrt.rt.runtime.record.logfile import Log
 
 CHANNELS = ("tool_ref", "tool")  # from ref_pos, from pos
 

@@ -140,7 +140,7 @@ def run_machine(name: str, folder: Path, truths: int) -> dict:
     from pkrt.models.calibration.poses import candidate_poses
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.rt.app.calibrate import calibration_problem, structure
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine(name)
     mech = load_mechanism(config.model_path)
@@ -207,8 +207,8 @@ def demo_error(config_path: Path, truth, fit_pose, true_pose, folder: Path, tag:
     from pkrt.models.identification.estimate import dump_toml
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.models.kinematics.taskspace import TaskKinematics
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     cfg = tomllib.loads(config_path.read_text())
     tree = folder / f"{tag}-domain.pkt"
@@ -242,7 +242,7 @@ def demo(folder: Path) -> dict:
     from pkrt.models.calibration.output import random_change
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.rt.app.calibrate import calibration_problem
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine("orthoglide")
     problem = calibration_problem(config, load_mechanism(config.model_path), False)

@@ -41,7 +41,7 @@ from pkrt.drivers.cia402 import CiA402Drives
 from pkrt.hil.can_hil import INTERFACES, run_can_hil, udp_channel
 from pkrt.hil.cia402_emulator import CiA402Emulator
 from pkrt.rt.app.reference import plan_reference
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 
 def _stats(x_s: np.ndarray) -> dict:

@@ -32,9 +32,9 @@ def _size(path: Path) -> int:
 
 
 def export_figures(log, tmp: Path, repeats: int = 3) -> dict:
-    from pkrt.rt.runtime.logstats import export_csv
-    from pkrt.rt.runtime.mcapexport import export_mcap
-    from pkrt.rt.runtime.rosbag import export_ros2
+    from pkrt.rt.runtime.logs.logstats import export_csv
+    from pkrt.rt.runtime.logs.mcapexport import export_mcap
+    from pkrt.rt.runtime.logs.rosbag import export_ros2
 
     out = {}
     for name, fn, suffix in (("mcap_json", export_mcap, ".mcap"), ("ros2_bag", export_ros2, ""),
@@ -102,8 +102,8 @@ class Client:
 
 def hook_cost(n: int = 20000) -> dict:
     """Seconds per ``maybe_send`` call: idle (no client) and staging a row at every call."""
-    from pkrt.rt.runtime.foxglovelive import FoxgloveLive
-    from pkrt.rt.runtime.run import channel_list
+    from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive
+    from pkrt.rt.runtime.machine.runsetup import channel_list
 
     live = FoxgloveLive("127.0.0.1", 0, 1e9, ["q1", "q2", "q3"], channel_list(3, "m"), n_slots=n + 2)
     row = np.zeros(live._ring.shape[1] - 2)  # the ring holds t and cycle before the row
@@ -125,10 +125,11 @@ def hook_cost(n: int = 20000) -> dict:
 
 def loop_figures(rounds: int = 3) -> dict:
     from pkrt.drivers import open_drives
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.foxglovelive import FoxgloveLive
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.logs.foxglovelive import FoxgloveLive
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.run import channel_list, load_controller_tree, run_session, tree_axes
+    from pkrt.rt.runtime.machine.runsetup import channel_list, load_controller_tree, tree_axes
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = load_machine("orthoglide")
     tree = load_controller_tree(config)
@@ -179,9 +180,10 @@ def loop_figures(rounds: int = 3) -> dict:
 def run_formats_bench() -> dict:
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     tmp = Path(tempfile.mkdtemp(prefix="pkrt-bench-formats-"))
     try:

@@ -21,7 +21,7 @@ def _timed_run(config, mech, plan, runs: int = 1, **kw) -> dict:
     """Medians over ``runs`` lockstep runs of the summary's p50 figures and of the wall time."""
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import ExactInLoop
-    from pkrt.rt.runtime.run import run_session
+    from pkrt.rt.runtime.machine.run import run_session
 
     rows = []
     for _ in range(runs):
@@ -39,7 +39,7 @@ def _timed_run(config, mech, plan, runs: int = 1, **kw) -> dict:
 
 def run_hexapod_bench(runs: int = 3) -> dict:
     from pkrt.rt.app.reference import exact_model, machine_mechanism, plan_reference
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine("hexapod")
     mech = machine_mechanism(config)

@@ -160,7 +160,7 @@ def run_machine(name: str, folder: Path, seeds: int = 100) -> dict:
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.models.identification.regressor import model_parameters
     from pkrt.rt.app.identify import identify_logs
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     out: dict = {}
     mech = load_mechanism(name)

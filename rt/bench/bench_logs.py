@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from pkrt.rt.runtime.logfile import LogWriter, read_log
-from pkrt.rt.runtime.loop import RealClock, percentiles_us
-from pkrt.rt.runtime.telemetry import Telemetry
+from pkrt.rt.runtime.record.logfile import LogWriter, read_log
+from pkrt.rt.runtime.cycle.loop import RealClock, percentiles_us
+from pkrt.rt.runtime.record.telemetry import Telemetry
 
 S = 3
 CHANNELS = [("t", 1, "s"), ("ref_pos", S, "m"), ("ref_vel", S, "m/s"), ("ref_acc", S, "m/s^2"),

@@ -19,7 +19,7 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int
     stepped inside read, model and law in one call, numpy staging; ``run_session(old_cycle=True)``)
     in the same process: the lockstep speed (``repeats`` runs each, alternated; wall clock and
     the loop thread's CPU time; also the cycle as it is with every cycle through Python,
-    ``compiled=False``, as lockstep ran before ``pkrt.rt.runtime.lockstep``), and one real-time run each (held at the demo's end up to
+    ``compiled=False``, as lockstep ran before ``pkrt.rt.runtime.cycle.lockstep``), and one real-time run each (held at the demo's end up to
     ``duration``) split per part (p50/p99 us), overruns; a bare sleep-then-spin loop for the
     same number of cycles beside them."""
     import dataclasses
@@ -28,10 +28,11 @@ def run_loop_bench(duration: float = 10.0, rate_hz: float = 1000.0, repeats: int
 
     from pkrt.drivers import open_drives
 
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.cycle.loop import apply_realtime, bare_loop_latency, percentiles_us, restore_realtime
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = dataclasses.replace(load_machine("orthoglide"), rate_hz=rate_hz)
     tree = load_controller_tree(config)

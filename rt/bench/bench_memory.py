@@ -2,7 +2,7 @@
 nothing.
 
 Each figure is measured on ``pkrt run`` as a child process, side by side for this code and for
-the code before the memory change (the parent of the commit that added ``rt/runtime/refstream.py``,
+the code before the memory change (the parent of the commit that added ``rt/runtime/machine/refstream.py``,
 extracted from this package's git repository with ``git archive`` and run from a temporary
 directory; reported unavailable outside a git checkout). The child's ``/proc/PID/status``
 (VmLck, VmRSS) and its main thread's minor faults (``/proc/PID/task/PID/stat``) are sampled
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIRST_FILE = "rt/runtime/refstream.py"  # the commit that added it is the first of the change
+FIRST_FILE = "rt/runtime/machine/refstream.py"  # the commit that added it is the first of the change
 SAMPLE_S = 0.05
 
 
@@ -99,7 +99,7 @@ def measured_run(argv: list[str], pythonpath: str | None = None) -> dict:
 def _csv(path: Path, seconds: float, rate_hz: float = 100.0) -> str:
     """An actuator CSV for the Orthoglide: slow strokes from its centre, 20 s each (``seconds`` a
     multiple of 20: at rest at both ends)."""
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     lim = load_machine("orthoglide").limits.position
     t = np.arange(0.0, seconds + 1e-9, 1.0 / rate_hz)

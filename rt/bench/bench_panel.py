@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.loop import percentiles_us
+from pkrt.rt.runtime.cycle.loop import percentiles_us
 
 PAGES = 10
 PHASE_S = 20.0  # s of loop per side of the comparison

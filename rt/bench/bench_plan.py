@@ -31,12 +31,13 @@ from pkrt.models.planning.geompath import Line, Motion, polyline_motions
 from pkrt.models.kinematics.taskspace import adept_cycle
 from pkrt.rt.app.reference import (gcode_setup, home_tool, machine_mechanism, path_planner, plan_adept,
                                    plan_gcode)
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import Planned
-from pkrt.rt.runtime.logfile import read_log
-from pkrt.rt.runtime.logstats import columns
-from pkrt.rt.runtime.run import load_controller_tree, run_session
+from pkrt.rt.runtime.record.logfile import read_log
+from pkrt.rt.runtime.logs.logstats import columns
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 MACHINES = ("delta", "orthoglide", "hexapod")
 

@@ -46,7 +46,7 @@ def measure(program: str, machine: str, interpreter: bool) -> dict:
     from pkrt.models.planning.gcode import canon_stream, read_lines
     from pkrt.models.planning.ngc_fast import FastReader
     from pkrt.rt.app.reference import check_gcode, gcode_setup, path_planner
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine(machine)
     planner, setup = path_planner(config), gcode_setup(config)

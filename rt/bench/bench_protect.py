@@ -133,8 +133,8 @@ def observer_cost(repeats: int = 30) -> dict:
     (best of ``repeats``), for 3 and 6 actuators; the loop beside it without the call."""
     from numba import njit
 
-    from pkrt.rt.runtime.controller import make_gains
-    from pkrt.rt.runtime.observer import observe, observer_state
+    from pkrt.rt.runtime.cycle.controller import make_gains
+    from pkrt.rt.runtime.cycle.observer import observe, observer_state
 
     @njit(cache=True)
     def loop(obs, td, H, D, p, w, gains, tau, on):
@@ -178,8 +178,9 @@ def loop_with_and_without(duration: float = 10.0, pairs: int = 2) -> dict:
     from pkrt.drivers import open_drives
     from pkrt.rt.app.reference import plan_reference
     from pkrt.rt.bench.protectcases import protected
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+    from pkrt.rt.runtime.machine.run import run_session
 
     base = load_machine("orthoglide")
     configs = {"without": base, "with": protected(base, np.full(3, 1e6))}
@@ -231,8 +232,8 @@ def contact_plot(path: str) -> dict:
     import matplotlib.pyplot as plt
 
     from pkrt.rt.bench.protectcases import protected
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.logstats import columns
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.logs.logstats import columns
 
     out = {}
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)

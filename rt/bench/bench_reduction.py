@@ -26,7 +26,7 @@ import numpy as np
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.assembly import Assembler
 from pkrt.models.reduction.exact import reduce_at
-from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.runtime.machine.config import MACHINES_DIR
 from pkrt.rt.core.tree import eval_outputs_w, n_outputs, work_size
 from pkrt.rt.core.treefile import load_tree
 

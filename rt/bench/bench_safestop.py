@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.runtime.machine.config import MACHINES_DIR
 
 THETA0 = (-0.1, -0.1, -0.1)  # the demo's start: where the emulated machine stands at power-up
 
@@ -119,7 +119,7 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
     the run stopped by itself before the kill."""
     from pkrt.hil.can_hil import CanEmulatorProcess, emulator_cpu, udp_channel
     from pkrt.hil.serial_hil import EmulatorProcess
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     sniffer = None
     if bus == "serial":
@@ -185,7 +185,7 @@ def kill_run(bus: str, directory: str | Path, watchdog_ms: int | None = None, cy
 def run_safestop_bench(repeats: int = 5) -> dict:
     """Kill-to-torque-off times (ms) per bus at the machines' default watchdog settings."""
     from pkrt.drivers.dynamixel import load_settings
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     out = {"repeats": repeats,
            "serial_bus_watchdog_ms": load_settings(load_machine("orthoglide-serial"), {}).bus_watchdog_ms,

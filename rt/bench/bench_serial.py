@@ -51,7 +51,7 @@ def _round_trips(config, cycles: int, rate_hz: float, prio: int, link: str) -> d
     unprioritised, P > 0: this thread at SCHED_FIFO P on the machine's ``[realtime]`` CPU, the
     emulator at SCHED_FIFO P - 10 on another CPU (each reported applied or not)."""
     from pkrt.hil.can_hil import emulator_cpu
-    from pkrt.rt.runtime.loop import apply_realtime, restore_realtime
+    from pkrt.rt.runtime.cycle.loop import apply_realtime, restore_realtime
 
     cpu = config.realtime.cpu if prio else -1
     emu = EmulatorProcess(os.path.abspath(config.path), None, None, rate_hz, emulator_cpu(cpu), max(prio - 10, 0),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.runtime.loop import percentiles_us
+from pkrt.rt.runtime.cycle.loop import percentiles_us
 
 
 def _round_trips(n: int = 400) -> dict:
@@ -48,7 +48,7 @@ def _round_trips(n: int = 400) -> dict:
 
 
 def _generator_cost(seconds: float = 60.0) -> dict:
-    from pkrt.rt.runtime.live import LiveTarget
+    from pkrt.rt.runtime.machine.live import LiveTarget
 
     dt = 1e-3
     n = int(seconds / dt)
@@ -85,12 +85,12 @@ def _stream_realtime(seconds: float = 60.0, priority: int = 0) -> dict:
 
     from pkrt.rt.app.client import MachineClient
     from pkrt.rt.app.serve import Served
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.live import LiveTarget
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.machine.live import LiveTarget
 
     with tempfile.TemporaryDirectory() as d:
         log = str(Path(d) / "s.pktlog")
-        from pkrt.rt.runtime.config import load_machine
+        from pkrt.rt.runtime.machine.config import load_machine
 
         config = load_machine("delta")
         config = dataclasses.replace(config, realtime=dataclasses.replace(config.realtime, priority=priority))
@@ -168,8 +168,8 @@ def _stream_lockstep(seconds: float = 60.0) -> dict:
     (targets submitted in the loop's thread): every reference sample within the soft limits,
     the run's compute time per cycle."""
     from pkrt.rt.app.serve import Served
-    from pkrt.rt.runtime.logfile import read_log
-    from pkrt.rt.runtime.states import State
+    from pkrt.rt.runtime.record.logfile import read_log
+    from pkrt.rt.runtime.machine.states import State
 
     with tempfile.TemporaryDirectory() as d:
         log = str(Path(d) / "l.pktlog")
@@ -258,7 +258,7 @@ def _task_motion(repeats: int = 5, plan_process: bool = True, priority: int = ST
 
     from pkrt.rt.app.client import MachineClient
     from pkrt.rt.app.serve import Served
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine("delta")
     config = dataclasses.replace(config, realtime=dataclasses.replace(config.realtime, priority=priority))

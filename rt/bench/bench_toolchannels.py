@@ -21,7 +21,7 @@ import numpy as np
 
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.kinematics.taskspace import TaskKinematics, circle, plan_demo
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.runtime.machine.config import load_machine
 
 RATE = 1000.0
 

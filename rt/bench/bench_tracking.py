@@ -16,8 +16,9 @@ from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.trees.build import build_tree
 from pkrt.models.trees.settings import BuildSettings
 from pkrt.rt.app.reference import plan_reference
-from pkrt.rt.runtime.config import load_machine
-from pkrt.rt.runtime.run import load_controller_tree, run_session
+from pkrt.rt.runtime.machine.config import load_machine
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+from pkrt.rt.runtime.machine.run import run_session
 
 
 def run_tracking_bench(jobs: int | None = None) -> dict:

@@ -17,7 +17,7 @@ from numba import njit
 
 from pkrt.models.kinematics.mechanism import load_mechanism
 from pkrt.models.reduction.exact import ExactModel
-from pkrt.rt.runtime.config import MACHINES_DIR
+from pkrt.rt.runtime.machine.config import MACHINES_DIR
 from pkrt.rt.core.tree import eval_tau_w
 from pkrt.rt.core.workspace import TreeWorkspace
 from pkrt.rt.core.treefile import load_tree
@@ -108,7 +108,7 @@ def run_tree_bench(n_states: int = 10 ** 6, reps: int = 5, exact_calls: int = 20
     from pkrt.models.trees.build import build_tree
     from pkrt.models.trees.settings import BuildSettings
     from pkrt.rt.app.reference import plan_reference
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     tree = load_tree(MACHINES / "orthoglide.pkt")
     mech = load_mechanism("orthoglide")

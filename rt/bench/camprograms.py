@@ -77,7 +77,7 @@ def placed_machine(path: str | Path, machine: str = "orthoglide", g54=(-0.04, -0
 
     from pkrt.models.identification.estimate import dump_toml
     from pkrt.rt.app.machinefile import absolute_paths
-    from pkrt.rt.runtime.config import resolve_machine_path
+    from pkrt.rt.runtime.machine.config import resolve_machine_path
 
     src = resolve_machine_path(machine)
     doc = absolute_paths(tomllib.loads(src.read_text(encoding="utf-8")), src.parent)

@@ -10,8 +10,8 @@ import numpy as np
 from pkrt.models.kinematics.mechanism import Mechanism
 from pkrt.models.reduction.exact import ExactModel
 from pkrt.rt.core.friction import V_EPS
-from pkrt.rt.runtime.logfile import LogWriter
-from pkrt.rt.runtime.run import channel_list
+from pkrt.rt.runtime.record.logfile import LogWriter
+from pkrt.rt.runtime.machine.runsetup import channel_list
 
 
 def fourier_motion(mech: Mechanism, duration: float, rate: float, seed: int = 0, harmonics: int = 5,

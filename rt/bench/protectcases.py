@@ -38,7 +38,7 @@ def protected(config, thresholds=None, reaction: str = "stop", **kw):
 def cad_config(name: str):
     """The machine as shipped, the hexapod on its plant tree (``hexapod-plant.pkt``: a CAD plant
     that runs without the exact reduction at every RK4 stage)."""
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     config = load_machine(name)
     if config.drives.plant == "exact":
@@ -91,7 +91,7 @@ class Case:
         return d
 
     def run(self, plan, seed: int = 0, contact=None, log: str | None = None, compiled: bool = True) -> dict:
-        from pkrt.rt.runtime.run import run_session
+        from pkrt.rt.runtime.machine.run import run_session
 
         return run_session(self.config, self.drives(seed, contact), trajectory=plan, lockstep=True, tree=self.tree,
                            model=self.model, tool_force=self.tool_force, log_path=log, compiled=compiled)
@@ -109,7 +109,7 @@ def cad_case(name: str, thresholds=None, reaction: str = "stop") -> Case:
     """The CAD model on a CAD plant, ``[protect]`` on (thresholds: the configuration's unless given)."""
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.models.kinematics.tooljacobian import ToolJacobian
-    from pkrt.rt.runtime.run import load_controller_tree
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     config = protected(cad_config(name), thresholds, reaction)
     mech = load_mechanism(config.model_path)
@@ -133,8 +133,8 @@ def identified_case(name: str, folder: Path, duration: float | None = None, thre
     from pkrt.rt.app.reference import ExactInLoop
     from pkrt.rt.bench.bench_identify import MACHINE_CONFIG, truth_levels, write_truth
     from pkrt.rt.bench.identifylog import write_log
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.run import load_controller_tree
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
 
     mech = load_mechanism(name)
     truth, cfg_path = write_truth(mech, MACHINES_DIR / MACHINE_CONFIG[name], folder)

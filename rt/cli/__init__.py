@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import re
 import sys
 import traceback
 
-import numpy as np
 
 from pkrt.rt.core.errors import CheckFailed, Fault, ModelFailure, OutputError, Stopped, UserError
-from pkrt.rt.core.inputs import excerpt, numeric_error, numeric_warnings_raised, shorten_tokens
-from pkrt.rt.core.plain import to_jsonable
+from pkrt.rt.core.inputs import numeric_error, numeric_warnings_raised, shorten_tokens
 
 # verb -> (module, one-line help). Two-word verbs are written "model check"; their first word is a
 # group with its own help (GROUPS).
@@ -85,42 +82,6 @@ def exit_code(error: BaseException) -> int:
 _NUM = re.compile(r"^-[0-9.]")
 
 
-def vector(text: str) -> np.ndarray:
-    """argparse type for comma-separated numbers."""
-    try:
-        v = np.array([float(x) for x in text.split(",") if x.strip() != ""], dtype=float)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {excerpt(text)}") from None
-    if v.size == 0:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return v
-
-
-def whole_number(lowest: int, highest: int = 10 ** 6):
-    """argparse type: an integer in [``lowest``, ``highest``]."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:  # not an integer, or of more digits than Python converts
-            v = None
-        if v is None or not lowest <= v <= highest:
-            raise argparse.ArgumentTypeError(f"expected a whole number in [{lowest}, {highest}], got {excerpt(text)}")
-        return v
-    return parse
-
-
-def positive_number(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {excerpt(text)}") from None
-    if not (np.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {excerpt(text)}")
-    return v
-
-
 def _join_negative_values(argv: list[str]) -> list[str]:
     """Turn ``--opt -0.1,0.2`` into ``--opt=-0.1,0.2`` so argparse accepts negative vectors."""
     out: list[str] = []
@@ -134,27 +95,6 @@ def _join_negative_values(argv: list[str]) -> list[str]:
             out.append(a)
             i += 1
     return out
-
-
-def emit(result: dict, as_json: bool, text: str | None = None) -> None:
-    """Print one JSON object (``--json``) or the human-readable text."""
-    if as_json:
-        print(json.dumps(to_jsonable(result)))
-    else:
-        print(text if text is not None else _plain(result))
-
-
-def _plain(d: dict, indent: str = "") -> str:
-    lines = []
-    for k, v in d.items():
-        if isinstance(v, dict):
-            lines.append(f"{indent}{k}:")
-            lines.append(_plain(v, indent + "  "))
-        else:
-            if isinstance(v, np.ndarray):
-                v = np.array2string(v, precision=6, suppress_small=False)
-            lines.append(f"{indent}{k}: {v}")
-    return "\n".join(lines)
 
 
 def _find_verb(argv: list[str]) -> str | None:

@@ -7,7 +7,7 @@ import importlib
 
 from pkrt.rt.bench import SECTIONS
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.cli import emit
+from pkrt.rt.cli.printing import emit
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pkrt.rt.cli import emit, positive_number, whole_number
+from pkrt.rt.cli.argtypes import positive_number, whole_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.cli.identify import add_plan_margins
 from pkrt.rt.core.errors import UserError
 
@@ -41,7 +42,7 @@ def run(args) -> int:
     from pkrt.models.calibration.fit import Bounds
     from pkrt.rt.app.calibrate import calibrate_log
     from pkrt.rt.core.outputs import check_outputs
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     if not 0.0 <= args.held_out <= 0.5:
         raise UserError("--held-out must be in [0, 0.5]")
@@ -116,7 +117,7 @@ def run_plan(args) -> int:
     from pkrt.models.calibration.poses import write_trajectory
     from pkrt.rt.app.calibrate import plan_poses
     from pkrt.rt.core.outputs import check_outputs
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     if not 0.0 <= args.margin < 0.4:
         raise UserError("--margin must be in [0, 0.4)")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 
 from pkrt.hil.result import HilResult
-from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.cli.argtypes import positive_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import CheckFailed, Fault, OutputError
 
 FAULTS = ("drop", "delay", "corrupt", "drive-fault", "bus-off", "sever", "nan")

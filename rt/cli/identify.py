@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.cli import emit, positive_number, whole_number
+from pkrt.rt.cli.argtypes import positive_number, whole_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.app.identify import ESTIMATORS, identify_logs
 from pkrt.rt.core.errors import UserError
 
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.core.outputs import check_outputs
 
     if not 0.0 < args.held_out < 0.9:
@@ -120,7 +121,7 @@ def run_plan(args) -> int:
     from pkrt.models.kinematics.mechanism import load_mechanism
     from pkrt.models.identification.regressor import model_parameters
 
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
     from pkrt.rt.core.outputs import check_outputs
     from pkrt.rt.core.treefile import load_tree
 

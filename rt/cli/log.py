@@ -1,15 +1,15 @@
 """CLI verbs ``pkrt log info|export|plot``: parse and print; statistics, exports and plots
-are ``pkrt.rt.runtime.logstats``."""
+are ``pkrt.rt.runtime.logs.logstats``."""
 
 from __future__ import annotations
 
 import sys
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
-from pkrt.rt.runtime.logstats import PLOT_SIZE_PX, _info_text, export_csv, export_trajectory, log_summary, plot_log
+from pkrt.rt.runtime.record.logfile import Log, LogFileError, read_log
+from pkrt.rt.runtime.logs.logstats import PLOT_SIZE_PX, _info_text, export_csv, export_trajectory, log_summary, plot_log
 from pkrt.rt.core.outputs import check_outputs
-from pkrt.rt.cli import emit
+from pkrt.rt.cli.printing import emit
 
 
 def add_info(p) -> None:
@@ -68,11 +68,11 @@ def export(args) -> int:
         result["traj"] = {"path": args.traj, "columns": export_trajectory(log, args.traj, args.measured),
                           "source": "pos" if args.measured else "ref_pos"}
     if args.mcap:
-        from pkrt.rt.runtime.mcapexport import export_mcap
+        from pkrt.rt.runtime.logs.mcapexport import export_mcap
 
         result["mcap"] = export_mcap(log, args.mcap)
     if args.ros2:
-        from pkrt.rt.runtime.rosbag import export_ros2
+        from pkrt.rt.runtime.logs.rosbag import export_ros2
 
         result["ros2"] = export_ros2(log, args.ros2)
     text = "\n".join(f"wrote {v['path']} ({log.n_cycles} rows, {len(v['columns'])} columns)"
@@ -80,7 +80,7 @@ def export(args) -> int:
     text = "\n".join([text] * bool(text) + [f"wrote {v['path']} ({v['messages']} messages on {len(v['topics'])} topics)"
                                              for k, v in result.items() if k in ("mcap", "ros2")])
     if args.mcap or args.ros2:
-        from pkrt.rt.runtime.mcapexport import damage_note
+        from pkrt.rt.runtime.logs.mcapexport import damage_note
 
         note = damage_note(log)
         result["note"] = note

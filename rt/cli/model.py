@@ -6,7 +6,8 @@ import argparse
 
 import numpy as np
 
-from pkrt.rt.cli import emit, vector
+from pkrt.rt.cli.argtypes import vector
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import CheckFailed, UserError
 from pkrt.rt.core.inputs import finite_result, quiet
 

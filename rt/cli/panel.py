@@ -11,7 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
-from pkrt.rt.cli import positive_number
+from pkrt.rt.cli.argtypes import positive_number
 from pkrt.rt.core.errors import UserError
 
 

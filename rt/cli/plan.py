@@ -10,8 +10,9 @@ import os
 
 import numpy as np
 
-from pkrt.rt.cli import emit, positive_number, vector, whole_number
-from pkrt.rt.runtime.config import load_machine
+from pkrt.rt.cli.argtypes import positive_number, vector, whole_number
+from pkrt.rt.cli.printing import emit
+from pkrt.rt.runtime.machine.config import load_machine
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import state_columns
 from pkrt.rt.core.outputs import atomic_write, check_outputs

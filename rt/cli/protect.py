@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.cli.argtypes import positive_number
+from pkrt.rt.cli.printing import emit
 
 
 def add_tune_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def run_tune(args) -> int:
     if args.machine is not None:
         if args.output is None:
             raise UserError("--machine needs -o (the machine configuration to write)")
-        from pkrt.rt.runtime.config import load_machine
+        from pkrt.rt.runtime.machine.config import load_machine
 
         machine = load_machine(args.machine)
     inputs = {f"log {p}": p for p in args.logs}

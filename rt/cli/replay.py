@@ -1,12 +1,12 @@
-"""CLI verb ``pkrt replay``: parse and print; the replay itself is ``pkrt.rt.runtime.replay``."""
+"""CLI verb ``pkrt replay``: parse and print; the replay itself is ``pkrt.rt.runtime.logs.replay``."""
 
 from __future__ import annotations
 
 from pkrt.rt.core.errors import Fault, UserError
-from pkrt.rt.runtime.logfile import read_log
+from pkrt.rt.runtime.record.logfile import read_log
 from pkrt.rt.core.outputs import check_outputs
-from pkrt.rt.runtime.replay import offline, replay
-from pkrt.rt.cli import emit
+from pkrt.rt.runtime.logs.replay import offline, replay
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.cli.log import warn_problems
 
 
@@ -63,7 +63,7 @@ def _text(r: dict) -> str:
 
 
 def run(args) -> int:
-    from pkrt.rt.runtime.rosbag import DEFAULT_TOPIC, is_bag, offline_bag
+    from pkrt.rt.runtime.logs.rosbag import DEFAULT_TOPIC, is_bag, offline_bag
 
     if is_bag(args.log):
         if not args.offline:

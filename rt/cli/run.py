@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from pkrt.rt.app.machinerun import SIM_FAULTS
-from pkrt.rt.cli import emit, positive_number
+from pkrt.rt.cli.argtypes import positive_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import OutputError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from pkrt.rt.app.machinerun import RunOptions, run_machine
-    from pkrt.rt.runtime.run import check_run
+    from pkrt.rt.runtime.machine.runsetup import check_run
 
     opts = RunOptions(machine=args.machine, traj=args.traj, gcode=args.gcode, topic=args.topic, rate=args.rate,
                       duration=args.duration, lockstep=args.lockstep, controller=args.controller,
@@ -105,7 +106,7 @@ def _timing_lines(r: dict) -> list[str]:
     """Microseconds: the exact model, the simulated plant, the loop's compute and wake-up."""
     lines = []
     hd = r.get("host_delays") or {}
-    if hd.get("count"):  # cycles that ended past the next deadline (rt/runtime/run.py, pacing)
+    if hd.get("count"):  # cycles that ended past the next deadline (rt/runtime/cycle/pacing.py)
         how = "schedule re-anchored" if r.get("pacing") == "delay" else "periods skipped"
         lines.append(f"  host delays: {hd['count']}, longest {hd['longest_ms']:.1f} ms at cycle {hd['longest_cycle']} "
                      f"({how})")
@@ -122,7 +123,7 @@ def _timing_lines(r: dict) -> list[str]:
         lines.append(f"  compute us: p50 {c['p50']:.1f}, p99 {c['p99']:.1f}, max {c['max']:.1f}; "
                      f"wake latency us: p50 {w['p50']:.1f}, p99 {w['p99']:.1f}, max {w['max']:.1f}")
     parts = (r.get("cycle_parts") or {}).get("p50_p99_max_us") or {}
-    if parts.get("compute", [None])[0] is not None:  # rt/runtime/cycleparts.py
+    if parts.get("compute", [None])[0] is not None:  # rt/runtime/cycle/cycleparts.py
         each = ", ".join(f"{n} {parts[n][0]:.1f}/{parts[n][1]:.1f}" for n in
                          ("read", "safety", "tree", "law", "write", "bookkeeping", "stage"))
         lines.append(f"  cycle parts us p50/p99: {each}; plant step after write {parts['plant'][0]:.1f}/"

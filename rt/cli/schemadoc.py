@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pkrt.drivers import BACKENDS
 from pkrt.rt.core import schema
-from pkrt.rt.runtime.config import tables_of
+from pkrt.rt.runtime.machine.config import tables_of
 
 PREAMBLE = """\
 # Configuration reference

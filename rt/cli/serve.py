@@ -11,7 +11,8 @@ import signal
 import sys
 import time
 
-from pkrt.rt.cli import emit, positive_number, vector
+from pkrt.rt.cli.argtypes import positive_number, vector
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import CheckFailed, UserError
 
 ACTIONS = ("status", "enable", "disable", "home", "jog", "release", "move", "run", "stream", "hold", "resume",
@@ -69,7 +70,7 @@ def serve(args) -> int:
             token = write_token(str(tf))
     telemetry = None
     if args.telemetry:
-        from pkrt.rt.runtime.telemetry import Telemetry
+        from pkrt.rt.runtime.record.telemetry import Telemetry
 
         host, _, port = args.telemetry.rpartition(":")
         if not host or not (port.isascii() and port.isdigit()):

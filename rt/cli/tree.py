@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pkrt.rt.cli import emit, positive_number, vector, whole_number
+from pkrt.rt.cli.argtypes import positive_number, vector, whole_number
+from pkrt.rt.cli.printing import emit
 from pkrt.rt.core.errors import CheckFailed, UserError
 from pkrt.rt.core.outputs import check_outputs
 from pkrt.rt.core.treefile import check_tree_matches_model, load_tree, save_tree

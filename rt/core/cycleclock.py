@@ -1,7 +1,7 @@
 """A clock readable inside numba kernels: the CPU's time-stamp counter (``llvm.readcyclecounter``,
 RDTSC on x86-64: about 10 ns a read, no system call), and its period in ns measured once per
 process against ``time.perf_counter_ns``. Used to split one kernel call into timed parts
-(``pkrt.rt.runtime.cycleparts``); the counter is constant-rate on hosts that flag
+(``pkrt.rt.runtime.cycle.cycleparts``); the counter is constant-rate on hosts that flag
 ``constant_tsc`` (checked here on Linux: ``TSC_STEADY``).
 """
 

@@ -1,5 +1,5 @@
 """A reference sampled at the loop rate, and the pure path maths shared by the offline
-planners (``pkrt.models.kinematics.taskspace``) and the runtime's trajectories (``pkrt.rt.runtime.trajectory``).
+planners (``pkrt.models.kinematics.taskspace``) and the runtime's trajectories (``pkrt.rt.runtime.machine.trajectory``).
 
 Part of the core: imports nothing of pkrt but the errors and file kinds. Arrays ``pos``,
 ``vel``, ``acc`` have shape (n, s) in actuator units (m or rad and their derivatives).

@@ -654,17 +654,3 @@ def spline_face_jumps(T, scale, per_face):
                         worst = j
                         best[:] = th
     return worst, faces, best
-
-
-
-
-def __getattr__(name: str):
-    """Deprecated names (until 2026-11-28 in this module): forwarded to ``workspace`` with a
-    DeprecationWarning, looked up by name at the first use (``workspace`` imports this module)."""
-    if name in ("TreeWorkspace", "entry_point"):
-        import importlib
-        import warnings
-
-        warnings.warn(f"pkrt.rt.core.tree.{name} moved to pkrt.rt.core.workspace", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module("pkrt.rt.core.workspace"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

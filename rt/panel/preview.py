@@ -41,7 +41,7 @@ class Previews:
         stamp = os.stat(config).st_mtime_ns
         if self.machines.get(config, (None,))[0] != stamp:
             from pkrt.rt.app.reference import gcode_setup, path_planner
-            from pkrt.rt.runtime.config import load_machine
+            from pkrt.rt.runtime.machine.config import load_machine
 
             c = load_machine(config)
             self.machines[config] = (stamp, path_planner(c), gcode_setup(c), c.limits.position)

@@ -22,7 +22,7 @@ class ToolReadout:
     def load(cls, config_path: str) -> tuple["ToolReadout | None", str | None]:
         """The readout of the machine configured at ``config_path``, or None and why not."""
         from pkrt.rt.app.reference import machine_mechanism
-        from pkrt.rt.runtime.config import load_machine
+        from pkrt.rt.runtime.machine.config import load_machine
 
         try:
             mech = machine_mechanism(load_machine(config_path))

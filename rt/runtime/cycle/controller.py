@@ -16,15 +16,15 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from pkrt.rt.runtime.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
+from pkrt.rt.runtime.cycle.flags import FLAG_NONFINITE, FLAG_OVERRUN, FLAG_SATURATED, FLAG_STALE, FLAG_TREE
 from pkrt.rt.core.cycleclock import rdtsc
 from pkrt.rt.core.friction import V_EPS
 from pkrt.rt.core.tree import CLAMPED, OUT_OF_DOMAIN, Tree, eval_model_w, quad_velocities, work_size
 from pkrt.rt.core.workspace import entry_point
-from pkrt.rt.runtime import observer
-from pkrt.rt.runtime.observer import observe, observer_state
-from pkrt.rt.runtime.safety import OK, check_feedback
-from pkrt.rt.runtime.staging import stage_row
+from pkrt.rt.runtime.cycle import observer
+from pkrt.rt.runtime.cycle.observer import observe, observer_state
+from pkrt.rt.runtime.cycle.safety import OK, check_feedback
+from pkrt.rt.runtime.cycle.staging import stage_row
 
 CT, PD = 0, 1
 
@@ -190,7 +190,7 @@ class Controller:
         self._no_row = np.zeros(1)
 
     def protect(self, gain: float, period: float, thresholds) -> None:
-        """Enable the contact observer (``pkrt.rt.runtime.observer``): gain K_O (1/s), the loop's
+        """Enable the contact observer (``pkrt.rt.runtime.cycle.observer``): gain K_O (1/s), the loop's
         period (s), thresholds per actuator (N or N m). Before ``bind``: the state array is
         replaced."""
         self.obs = observer_state(self.tree.s, gain, period, thresholds, enabled=True)

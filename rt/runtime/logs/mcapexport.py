@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.flags import FLAG_BITS
-from pkrt.rt.runtime.logfile import Log, channel_slices
-from pkrt.rt.runtime.logstats import columns, loop_cycles
+from pkrt.rt.runtime.cycle.flags import FLAG_BITS
+from pkrt.rt.runtime.record.logfile import Log, channel_slices
+from pkrt.rt.runtime.logs.logstats import columns, loop_cycles
 from pkrt.rt.core.plain import to_jsonable
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

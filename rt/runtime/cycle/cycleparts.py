@@ -27,10 +27,10 @@ from numba import njit
 from pkrt.drivers.base import DriveError, Drives
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
 from pkrt.rt.core.cycleclock import ns_per_tick
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
-from pkrt.rt.runtime.observer import observe_staged
-from pkrt.rt.runtime.safety import OK, Supervisor
-from pkrt.rt.runtime.staging import stage_row
+from pkrt.rt.runtime.cycle.controller import FLAG_NONFINITE, FLAG_STALE, Controller, checked_control
+from pkrt.rt.runtime.cycle.observer import observe_staged
+from pkrt.rt.runtime.cycle.safety import OK, Supervisor
+from pkrt.rt.runtime.cycle.staging import stage_row
 
 PARTS = ("read", "safety", "tree", "law", "write", "bookkeeping", "stage", "plant")
 # derived groups, each a set of parts: the compute (all but the plant) and the older summary's split
@@ -141,7 +141,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     keeps 0). Returns (fault reason or None, controller flags, whether ``row`` and ``err`` were
     staged); the feedback is ``drives.feedback``.
 
-    With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.staging``) safety,
+    With the tree in the loop and a ``row`` (1 + 7 s + 3, ``pkrt.rt.runtime.cycle.staging``) safety,
     tree, law and the staging of ``row`` and ``err`` (ref - pos) are one kernel call
     (``Controller.checked``: ``checked_control``) split by the time-stamp counter: safety also holds the call's entry
     and exit, and the staging's time is moved to the stage part (``ts[9]``). ``split=False``:
@@ -149,7 +149,7 @@ def timed_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_
     model and law counted together as ``tree``); the exact model: three calls.
 
     ``k``: the cycle's number (the contact observer's, ``Controller.protect``). A contact it
-    detects calls ``on_contact(axis)`` (``pkrt.rt.runtime.protect``) before the write: a reason
+    detects calls ``on_contact(axis)`` (``pkrt.rt.runtime.machine.protect``) before the write: a reason
     returned (a torque-off reaction) ends the cycle as a fault, without writing the command."""
     clock = time.perf_counter_ns
     flags = 0
@@ -235,3 +235,22 @@ def _step_unfused(sup: Supervisor, ctrl: Controller, fb, ref_pos, ref_vel, ref_a
 
 
 __all__ = ["CycleParts", "PARTS", "GROUPS", "ROWS", "record", "record_fill", "timed_step", "warm_up"]
+
+
+def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
+                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None, k: int = 0,
+                 on_contact=None) -> tuple[str | None, int, float, float, float]:
+    """One read -> safety -> controller -> write at loop time t (s) towards the reference
+    (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
+    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
+    a served machine (``pkrt.rt.runtime.machine.served``); a run stamps each part (``timed_step``).
+    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
+    ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
+    if ts is None:
+        ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
+    ts[:] = 0
+    ts[0] = time.perf_counter_ns()
+    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False, k=k,
+                                  on_contact=on_contact)
+    record_fill(ts)
+    return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9

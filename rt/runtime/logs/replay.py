@@ -4,7 +4,7 @@ model against the logged motion.
 Replay: the log's reference (``ref_pos``, ``ref_vel``, ``ref_acc``, sample for sample when the
 rates agree, periods a real-time run skipped filled by quintic Hermite segments; otherwise a
 cubic spline of ``ref_pos``) runs through
-``pkrt.rt.runtime.run.run_session`` on the machine the log names (or ``--machine``), with the logged
+``pkrt.rt.runtime.machine.run.run_session`` on the machine the log names (or ``--machine``), with the logged
 sim plant settings unless overridden; the replay's log is compared cycle by cycle with the
 original: per axis RMS and max of the position and commanded torque differences.
 
@@ -33,8 +33,8 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.friction import V_EPS
-from pkrt.rt.runtime.logfile import Log, LogFileError, read_log
-from pkrt.rt.runtime.logstats import columns, loop_cycles
+from pkrt.rt.runtime.record.logfile import Log, LogFileError, read_log
+from pkrt.rt.runtime.logs.logstats import columns, loop_cycles
 
 SIM_PLANT_KEYS = ("mass_scale", "viscous", "coulomb", "force_limit", "substeps", "noise", "force_noise",
                   "quantization", "delay_cycles", "seed")
@@ -61,7 +61,7 @@ def log_rate(log: Log) -> float:
 def machine_for_log(log: Log, machine: str | None):
     """The machine configuration: ``--machine``, else the log's ``machine_path``, else the
     configuration named in the logged ``[machine]`` table."""
-    from pkrt.rt.runtime.config import load_machine
+    from pkrt.rt.runtime.machine.config import load_machine
 
     if machine:
         return load_machine(machine)
@@ -206,7 +206,9 @@ def replay(log: Log, *, machine: str | None = None, lockstep: bool | None = None
     """Run the log's reference again and compare with the log (see the module docstring)."""
     from pkrt.drivers import open_drives
 
-    from pkrt.rt.runtime.run import load_controller_tree, run_session
+    from pkrt.rt.runtime.machine.runsetup import load_controller_tree
+
+    from pkrt.rt.runtime.machine.run import run_session
 
     config = machine_for_log(log, machine)
     rate = log_rate(log)  # the run's own rate (pkrt run --rate), not the configuration's

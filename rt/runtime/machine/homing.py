@@ -1,4 +1,4 @@
-"""Homing of a served machine (``pkrt.rt.runtime.machine.Machine``), in its loop's thread:
+"""Homing of a served machine (``pkrt.rt.runtime.machine.served.Machine``), in its loop's thread:
 ``home`` runs the command (the simulated plant: at once; Dynamixel: the Homing Offset written
 within the cycle; CiA 402: homing mode 6 in a helper thread while the loop waits in
 ``homing``), ``home_cycle`` ends a CiA 402 homing when the drives are done. Units: actuator
@@ -12,8 +12,8 @@ import threading
 
 import numpy as np
 
-from pkrt.rt.runtime.motion import Hold
-from pkrt.rt.runtime.states import State
+from pkrt.rt.runtime.machine.motion import Hold
+from pkrt.rt.runtime.machine.states import State
 
 
 def home(m, cmd: dict) -> dict:
@@ -52,6 +52,7 @@ def home(m, cmd: dict) -> dict:
     m.set_state(State.HOMING, f"home (CiA 402 method {method})")
     return {"ok": True, "method": method}
 
+
 def home_dynamixel(m, cmd: dict) -> dict:
     """Dynamixel servos (absolute encoders): the Homing Offset (address 20) set so that
     where the machine stands reads ``offset`` (actuator units, default 0), with torque off
@@ -73,7 +74,6 @@ def home_dynamixel(m, cmd: dict) -> dict:
         return {"ok": False, "error": f"homing failed: {e}"}
     homed(m, result, fb.position)
     return {"ok": True, "homed": True, **result}
-
 
 
 def home_cycle(m) -> None:
@@ -102,3 +102,10 @@ def homed(m, result: dict, position: np.ndarray) -> None:
     m.sup.stale = m.sup.late = 0
     m.source = Hold(position.copy())
     m.event("homed", json.dumps(result, default=str))
+
+
+def abort(m, why: str) -> None:
+    """Halt the drives' homing (controlword bit 8); the homing ends in error stop."""
+    if m.homing is not None:
+        m.homing["halt"].set()
+        m.homing["why"] = why

@@ -28,10 +28,10 @@ from pkrt.drivers.base import Drives
 from pkrt.drivers.sim import SimDrives, plant_step
 from pkrt.rt.core.cycleclock import ns_per_tick, rdtsc
 from pkrt.rt.core.tree import OUT_OF_DOMAIN
-from pkrt.rt.runtime.controller import FLAG_NONFINITE, checked_control, workspace_views
-from pkrt.rt.runtime.cycleparts import MEMBERS, record
-from pkrt.rt.runtime.errorstats import accumulate_error
-from pkrt.rt.runtime.safety import OK
+from pkrt.rt.runtime.cycle.controller import FLAG_NONFINITE, checked_control, workspace_views
+from pkrt.rt.runtime.cycle.cycleparts import MEMBERS, record
+from pkrt.rt.runtime.cycle.errorstats import accumulate_error
+from pkrt.rt.runtime.cycle.safety import OK
 
 FREE_ROWS = 256  # cycles per call without a log (a stop signal is seen between calls)
 

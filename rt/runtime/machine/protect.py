@@ -1,5 +1,5 @@
 """Contact detection in a run or a served machine: the observer armed from ``[protect]``, the event
-of a contact and the reaction to it (the observer itself: ``pkrt.rt.runtime.observer``).
+of a contact and the reaction to it (the observer itself: ``pkrt.rt.runtime.cycle.observer``).
 
 A contact is a residual beyond its actuator's threshold (in the fused kernel, every cycle). Its
 event (``event``): detection cycle and time, the onset estimated from the residual's last two
@@ -34,8 +34,9 @@ import numpy as np
 
 from pkrt.rt.core.plan import Planned, hermite_at
 from pkrt.rt.core.schema import ProtectTable
-from pkrt.rt.runtime.motion import Program, Source
-from pkrt.rt.runtime.observer import onset_cycles, residual, step_force, thresholds
+from pkrt.rt.runtime.machine import programs
+from pkrt.rt.runtime.machine.motion import Program, Source
+from pkrt.rt.runtime.cycle.observer import onset_cycles, residual, step_force, thresholds
 
 REACTION_TEXT = {"stop": "stop (category 1)", "reflex": "reflex", "torque-off": "torque off (category 0)"}
 
@@ -237,7 +238,7 @@ class NoProtection:
 
 
 class RunProtection(Protection):
-    """The contact detection of a run (``pkrt.rt.runtime.run.Session``): the log's channels
+    """The contact detection of a run (``pkrt.rt.runtime.machine.run.Session``): the log's channels
     (``residual``, and for a simulated contact the truth: ``contact_force`` at the actuators and
     ``contact_tool`` at the tool), the hook the cycle calls on a detection (``hook``, with the
     cycle ``k`` and its reference ``refs`` set before), the truth staged and the reaction followed
@@ -319,7 +320,7 @@ class RunProtection(Protection):
 
 
 class MachineProtection(Protection):
-    """The contact detection of a served machine (``pkrt.rt.runtime.machine.Machine``): a contact
+    """The contact detection of a served machine (``pkrt.rt.runtime.machine.served.Machine``): a contact
     (the first since the last reset) logs its event, makes the machine's own motion source stop
     (``stop``) or replaces it by the reflex, with the machine in ``stopping``; the reaction's end
     is its error stop (``cycle_end``: the reason, and whether it holds: after a reflex)."""
@@ -339,7 +340,7 @@ class MachineProtection(Protection):
     def warm_up(self, views: dict) -> None:
         """The unfused path's observer kernel compiled (or loaded) before the loop, on a copy of
         the state; ``views``: the log row's channels (the residual's is staged each cycle)."""
-        from pkrt.rt.runtime.observer import observe_staged
+        from pkrt.rt.runtime.cycle.observer import observe_staged
 
         c = self.machine.ctrl
         z = np.zeros(self.s)
@@ -349,7 +350,7 @@ class MachineProtection(Protection):
     def hook(self, axis: int) -> str | None:
         """A contact on ``axis`` in cycle ``k``: ignored while a reaction runs or the machine is in
         error stop; else its event and reaction (a reason: torque off now)."""
-        from pkrt.rt.runtime.states import State
+        from pkrt.rt.runtime.machine.states import State
 
         m = self.machine
         if self.source is not None and self.source is not m.source:
@@ -362,7 +363,7 @@ class MachineProtection(Protection):
         reason = self.begin(self.k, src, (src.pos, src.vel, src.acc), fb)
         if reason is None:
             m.source, m.owner = self.source, None
-            m._cancel_planning(f"cancelled: {self.reason()}")
+            programs.cancel_planning(m, f"cancelled: {self.reason()}")
             m.set_state(State.STOPPING, self.reason())
         return reason
 

@@ -56,6 +56,12 @@ WHY_NOT: dict[State, str] = {
 }
 
 
+STATE_CODES = {s: i for i, s in enumerate(State)}  # the ``state`` channel of logs and telemetry
+# the server's internal commands -> the command whose allowed states they have
+INTERNAL = {"plan": "run", "planned": "status"}
+PLANNING_REFUSES = ("jog", "move", "run", "plan", "stream", "home")  # while a program is planned
+
+
 def refusal(cmd: str, state: State) -> str | None:
     """Why ``cmd`` is refused in ``state`` (None: allowed by the state)."""
     allowed = ALLOWED.get(cmd)

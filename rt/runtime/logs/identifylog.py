@@ -3,7 +3,7 @@ and decimated (``pkrt identify``).
 
 Per contiguous stretch of a log (split where rows or periods were skipped), the positions go
 through the Savitzky-Golay smoothing filter of ``pkrt replay --offline``
-(``pkrt.rt.runtime.replay.derivatives``: zero phase, a local cubic over ``window`` samples), and
+(``pkrt.rt.runtime.logs.replay.derivatives``: zero phase, a local cubic over ``window`` samples), and
 theta_dot, theta_ddot are central differences of the filtered positions, so that they carry
 exactly the filter's response (the Savitzky-Golay derivative filters have another response:
 their accelerations against filtered forces bias the masses by percents at a 51 ms window);
@@ -27,9 +27,9 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.friction import V_EPS
-from pkrt.rt.runtime.logfile import Log, read_log
-from pkrt.rt.runtime.logstats import columns
-from pkrt.rt.runtime.replay import derivatives, log_rate, savgol_cutoff_hz
+from pkrt.rt.runtime.record.logfile import Log, read_log
+from pkrt.rt.runtime.logs.logstats import columns
+from pkrt.rt.runtime.logs.replay import derivatives, log_rate, savgol_cutoff_hz
 
 
 WINDOW_S = 0.031  # s: short enough that filtering the positions before the (nonlinear) regressor

@@ -1,5 +1,5 @@
 """A command submitted to a served machine's loop from another thread, waiting for its reply
-(``pkrt.rt.runtime.machine.Machine.submit``)."""
+(``pkrt.rt.runtime.machine.served.Machine.submit``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``pkrt log info | export | plot``: summaries, CSV export and plots of run logs.
 
-Channel names are the runtime's (``pkrt.rt.runtime.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
+Channel names are the runtime's (``pkrt.rt.runtime.record.logfile``): ``t``, ``ref_pos``, ``ref_vel``,
 ``ref_acc``, ``pos``, ``vel``, ``tau``, ``tau_model``, ``wake_us``, ``compute_us``, ``flags``;
 and the tool channels ``tool_ref`` and ``tool`` (task coordinates, column labels in
 ``Log.labels``) when the CLI computed them after the run (``pkrt.rt.app.toolchannels``).
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.plan import state_columns
-from pkrt.rt.runtime.flags import FLAG_BITS
-from pkrt.rt.runtime.logfile import Log, LogFileError
+from pkrt.rt.runtime.cycle.flags import FLAG_BITS
+from pkrt.rt.runtime.record.logfile import Log, LogFileError
 from pkrt.rt.core.outputs import atomic_write
 
 

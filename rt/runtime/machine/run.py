@@ -1,202 +1,35 @@
-"""One controlled run of a machine: plan, then the fixed-rate read -> safety -> control ->
-write -> log cycle, then a summary. The same cycle code runs in real time and in lockstep.
+"""One controlled run of a machine (``run_session``, ``Session``): the reference checked
+(``runsetup``), then the fixed-rate read -> safety -> control -> write -> log cycle, then a
+summary (``runrecord``). The same cycle code runs in real time and in lockstep.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import time
-from pathlib import Path
 
 import numpy as np
-from numba import njit
 
 from pkrt.drivers.base import Drives
-
-from pkrt.rt.runtime.config import MachineConfig
-from pkrt.rt.runtime.controller import FLAG_OVERRUN, Controller
-from pkrt.rt.runtime.cycleparts import PARTS, CycleParts, record_fill, timed_step, warm_up
-from pkrt.rt.runtime.errorstats import ErrorStats
-from pkrt.rt.runtime.lockstep import LockstepBlock
-from pkrt.rt.core.errors import Fault, Stopped, UserError
-from pkrt.rt.runtime.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused, reserve_heap,
-                                     reserve_objects, status, thread_faults)
-from pkrt.rt.runtime.programevents import Outputs, due
-from pkrt.rt.runtime.protect import RunProtection
-from pkrt.rt.runtime.refstream import RefStream
-from pkrt.rt.runtime.stopsignals import StopSignals
-from pkrt.rt.runtime.loop import RealClock, VirtualClock, apply_realtime, percentiles_us, restore_realtime
-from pkrt.rt.runtime.safety import Supervisor
-from pkrt.rt.runtime.trajectory import Planned, load_trajectory_csv, validate
-from pkrt.rt.runtime.staging import ROW_ORDER, stage_row
-from pkrt.rt.core.tree import Tree, find_leaf
-from pkrt.rt.core.versions import software_versions
-
-
-@njit(cache=True)
-def domain_mask(T, pos):
-    """True where each row of pos lies in an in-domain leaf of the tree's box."""
-    out = np.empty(pos.shape[0], dtype=np.bool_)
-    th = np.empty(pos.shape[1])
-    for k in range(pos.shape[0]):
-        leaf, status = find_leaf(T, pos[k], th)
-        out[k] = status == 0
-    return out
-
-
-def load_controller_tree(config: MachineConfig) -> Tree:
-    """The configuration's tree, checked against its model file's content hash (its bytes
-    without the passive-joint limits and radii: ``pkrt.rt.core.protection``)."""
-    from pkrt.rt.core.protection import dynamics_hash
-    from pkrt.rt.core.treefile import TreeFileError, check_tree_matches_model, load_tree
-
-    tree = load_tree(config.tree)
-    try:
-        have = dynamics_hash(Path(config.model_path).read_bytes(), config.model_path)
-    except OSError:
-        raise UserError(f"{config.path}: [machine], field 'model': cannot read {config.model_path}") from None
-    try:
-        check_tree_matches_model(tree, have, Path(config.model_path).stem)
-    except TreeFileError as e:
-        raise TreeFileError(f"{config.tree}: {e}") from None
-    return tree
-
-
-def tree_axes(tree: Tree) -> tuple[list[str], list[str]]:
-    """Actuator names and units recorded in a tree's header."""
-    a = tree.header.get("actuators", {})
-    s = tree.s
-    return (list(a.get("names", [f"q{i + 1}" for i in range(s)])), list(a.get("units", ["m"] * s)))
-
-
-def plan_trajectory(config: MachineConfig, tree: Tree, traj: str | Planned | None,
-                    duration: float | None) -> Planned:
-    """The reference at the loop rate: a plan made before (the demo and task-space paths are
-    planned from the model in the CLI layer, ``pkrt.rt.app.reference``) or an actuator CSV file;
-    validated against ranges, domain and limits before anything moves."""
-    rate = config.rate_hz
-    axes, _ = tree_axes(tree)
-    if isinstance(traj, Planned):
-        plan = traj
-    elif traj is None or traj == "demo":
-        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
-                        f"run (pkrt.rt.app.reference.plan_reference)")
-    else:
-        plan = load_trajectory_csv(traj, rate, axes)
-    if abs(plan.rate_hz - rate) > 1e-9:
-        raise UserError(f"trajectory planned at {plan.rate_hz} Hz, loop runs at {rate} Hz")
-    if duration is not None:
-        if duration <= 0:
-            raise UserError("--duration must be positive")
-        plan = plan.extended(duration)
-    lim = config.limits
-    T = tree.arrays
-    validate(plan, lim.position[:, 0], lim.position[:, 1], lim.velocity, lim.acceleration, axes,
-             in_domain=lambda pos: domain_mask(T, np.ascontiguousarray(pos)))
-    return plan
-
-
-def reference_source(config: MachineConfig, tree: Tree, traj, duration: float | None):
-    """The run's reference as a streamed source (``pkrt.rt.runtime.refstream``): a ``Planned``
-    made before, or an actuator CSV evaluated per block from its spline; cut or held to
-    ``duration``; checked whole, block by block, against ranges, domain and limits before
-    anything moves (memory: one block, whatever the duration)."""
-    from pkrt.rt.runtime.refstream import PlannedSource, blocks_of, csv_source, with_duration
-
-    rate = config.rate_hz
-    axes, _ = tree_axes(tree)
-    if isinstance(traj, Planned):
-        src = PlannedSource(traj)
-    elif traj is None or traj == "demo":
-        raise UserError(f"{config.path}: no reference given: the demo is planned from the model before the "
-                        f"run (pkrt.rt.app.reference.plan_reference)")
-    elif hasattr(traj, "fill"):  # a source already
-        src = traj
-    else:
-        src = csv_source(traj, rate, axes)
-    if abs(src.rate_hz - rate) > 1e-9:
-        raise UserError(f"trajectory planned at {src.rate_hz} Hz, loop runs at {rate} Hz")
-    if duration is not None:
-        src = with_duration(src, duration)
-    lim, T = config.limits, tree.arrays
-    for k0, pos, vel, acc in blocks_of(src):
-        validate(Planned(rate, pos, vel, acc), lim.position[:, 0], lim.position[:, 1], lim.velocity,
-                 lim.acceleration, axes, in_domain=lambda p: domain_mask(T, np.ascontiguousarray(p)), k0=k0)
-    return src
-
-
-CHANNELS = [("t", 1, "s"), ("ref_pos", None, "pos"), ("ref_vel", None, "vel"), ("ref_acc", None, "acc"),
-            ("pos", None, "pos"), ("vel", None, "vel"), ("tau", None, "force"),
-            ("tau_model", None, "force"), ("wake_us", 1, "us"), ("compute_us", 1, "us"),
-            ("flags", 1, "bits")]
-assert tuple(c[0] for c in CHANNELS) == ROW_ORDER  # the staging kernel's layout
-
-
-def channel_list(s: int, unit: str, extra=()) -> list[tuple[str, int, str]]:
-    """The run log's channels (``CHANNELS``), then ``extra`` ones (``pkrt.rt.runtime.protect.channels``)."""
-    force = "N" if unit == "m" else "N m"
-    names = {"pos": unit, "vel": f"{unit}/s", "acc": f"{unit}/s^2", "force": force}
-    return [(n, w or s, names.get(u, u)) for n, w, u in [*CHANNELS, *extra]]
-
-
-def _file_hash(path: str) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def run_inputs(config: MachineConfig, trajectory=None) -> dict[str, str | None]:
-    """The files a run reads (label -> path), which no output of it may overwrite."""
-    return {"machine configuration": config.path, "model": config.model_path, "tree": config.tree,
-            "trajectory": trajectory if isinstance(trajectory, (str, Path)) and trajectory != "demo" else None}
-
-
-def control_step(drives: Drives, sup: Supervisor, ctrl: Controller, t: float, ref_pos: np.ndarray,
-                 ref_vel: np.ndarray, ref_acc: np.ndarray, ts: np.ndarray | None = None, k: int = 0,
-                 on_contact=None) -> tuple[str | None, int, float, float, float]:
-    """One read -> safety -> controller -> write at loop time t (s) towards the reference
-    (actuator units). Returns (fault reason or None, controller flags, seconds in the drive
-    read, in the controller, in the drive write); the feedback is ``drives.feedback``. Used by
-    a served machine (``pkrt.rt.runtime.machine``); a run stamps each part (``timed_step``).
-    ``ts``: the caller's preallocated stamps (``len(PARTS) + 2`` int64), so the cycle allocates none.
-    ``k``, ``on_contact``: the cycle's number and the contact hook (``timed_step``)."""
-    if ts is None:
-        ts = np.zeros(len(PARTS) + 2, dtype=np.int64)
-    ts[:] = 0
-    ts[0] = time.perf_counter_ns()
-    reason, flags, _ = timed_step(drives, sup, ctrl, t, ref_pos, ref_vel, ref_acc, ts, split=False, k=k,
-                                  on_contact=on_contact)
-    record_fill(ts)
-    return reason, flags, (ts[1] - ts[0]) * 1e-9, (ts[4] - ts[2]) * 1e-9, (ts[5] - ts[4]) * 1e-9
-
-
-def next_cycle(clock, k: int, period: float, pacing: str = "skip") -> tuple[int, float]:
-    """The cycle after k and how late k ended (s past the next deadline; 0.0 on time). On a
-    real clock past the next deadline: pacing ``skip`` goes on at the next boundary (skipped
-    periods are not made up), ``delay`` re-anchors the clock so that the next cycle runs now
-    and every later one as late (a run delayed, not broken). A lockstep clock never runs late."""
-    nxt = k + 1
-    if clock.lockstep:
-        return nxt, 0.0
-    now = clock.now()
-    late = now - nxt * period
-    if late <= 0.0:
-        return nxt, 0.0
-    if pacing == "delay":
-        clock.t0 += late
-        return nxt, late
-    return int(math.floor(now / period)) + 1, late
-
-
-PACINGS = ("skip", "delay")
-
-
-def default_pacing(drives: Drives) -> str:
-    """``delay`` for the simulated plant (it runs in the loop's process and pauses with it: a
-    host pause is no plant event), ``skip`` for every real drive (the machine does not pause)."""
-    return "delay" if drives.backend == "sim" else "skip"
+from pkrt.rt.core.errors import Stopped, UserError
+from pkrt.rt.core.tree import Tree
+from pkrt.rt.runtime.cycle.controller import FLAG_OVERRUN, Controller
+from pkrt.rt.runtime.cycle.cycleparts import CycleParts, timed_step, warm_up
+from pkrt.rt.runtime.cycle.errorstats import ErrorStats
+from pkrt.rt.runtime.cycle.lockstep import LockstepBlock
+from pkrt.rt.runtime.cycle.loop import RealClock, VirtualClock, apply_realtime, restore_realtime
+from pkrt.rt.runtime.cycle.memory import (bound_arenas, keep_freed_heap, kernel_moves, prefault, release_unused,
+                                          reserve_heap, reserve_objects, status, thread_faults)
+from pkrt.rt.runtime.cycle.pacing import PACINGS, HostDelays, default_pacing, next_cycle
+from pkrt.rt.runtime.cycle.safety import Supervisor
+from pkrt.rt.runtime.cycle.staging import stage_row
+from pkrt.rt.runtime.cycle.stopsignals import StopSignals
+from pkrt.rt.runtime.machine import runrecord
+from pkrt.rt.runtime.machine.config import MachineConfig
+from pkrt.rt.runtime.machine.programevents import Outputs, due
+from pkrt.rt.runtime.machine.protect import RunProtection
+from pkrt.rt.runtime.machine.refstream import RefStream
+from pkrt.rt.runtime.machine.runsetup import load_controller_tree, reference_source, tree_axes
+from pkrt.rt.runtime.machine.trajectory import Planned
 
 
 def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, duration=None,
@@ -231,10 +64,10 @@ def run_session(config: MachineConfig, drives: Drives, *, trajectory=None, durat
     staged by numpy slice assignments -- for a side-by-side comparison in one process.
 
     ``compiled`` (lockstep only): the plain cycles of a lockstep run on the simulated plant run
-    in one compiled loop (``pkrt.rt.runtime.lockstep``), with the results of the Python cycle;
+    in one compiled loop (``pkrt.rt.runtime.cycle.lockstep``), with the results of the Python cycle;
     False: every cycle through ``Session.cycle`` (tests and benchmarks compare the two).
 
-    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.protect``); a contact
+    ``[protect]`` enabled: contact detection every cycle (``pkrt.rt.runtime.machine.protect``); a contact
     ends the run by its reaction. ``tool_force(theta, tau) -> dict``: its estimate at the tool
     (built from the model outside the runtime).
     """
@@ -288,7 +121,7 @@ class Session:
         N = self.window = min(ref.n, WINDOW)
         self.wake = np.zeros(N)
         self.comp = np.zeros(N)
-        self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycleparts.py)
+        self.parts = CycleParts()  # the cycle's work per part (rt/runtime/cycle/cycleparts.py)
         self.tau_cols, self.wake_col = slice(1 + 5 * s, 1 + 6 * s), 1 + 7 * s  # in the staging row (CHANNELS)
         self.old_cycle = old_cycle
         self.err = np.zeros((N, s))
@@ -301,32 +134,7 @@ class Session:
         self.mem_report = ({"malloc_arenas": bound_arenas()}
                            if realtime and not lockstep and config.realtime.mlockall else {})
         heap = keep_freed_heap()  # before the reference's first blocks: their temporaries
-        self.writer = None
-        self.row = self.slices = self.views = None
-        if log_path:
-            from pkrt.rt.runtime.logfile import LogWriter
-            from pkrt.rt.core.outputs import check_output
-
-            check_output(log_path, "log", run_inputs(config, trajectory))
-            stop.abort = False  # a signal only asks while the log opens: a half-made writer cannot be closed
-            header = {"machine": config.raw, "machine_path": config.path,
-                      "model_name": tree.header.get("model", {}).get("name"),
-                      "model_hash": tree.header.get("model", {}).get("content_hash"), "tree_path": config.tree,
-                      "tree_hash": _file_hash(config.tree), "rate_hz": config.rate_hz, "axes": axes,
-                      "units": units, "controller": {"kind": kind, "model": self.model_kind, "kp": c.kp.tolist(),
-                                                     "kd": c.kd.tolist(), "tau_max": c.tau_max.tolist()},
-                      "trajectory": ref.description, "lockstep": lockstep,
-                      "versions": software_versions(("pkrt", "numpy", "numba")), "plant": drives.describe()}
-            self.writer = LogWriter(log_path, header, channel_list(s, units[0], extra))
-            self.row, self.slices, self.views = self.writer.row, self.writer.slices, self.writer.views
-        elif telemetry is not None:  # no log: the same staging row, for telemetry only
-            sl, n = {}, 0
-            for name, width, _ in channel_list(s, units[0], extra):
-                sl[name], n = slice(n, n + width), n + width
-            self.row, self.slices = np.zeros(n), sl
-            self.views = {name: self.row[x] for name, x in sl.items()}
-        else:  # neither: the staging kernel still records the error
-            self.row = np.zeros(4 + 7 * s + sum(w for _, w, _ in extra))
+        runrecord.open_log(self, tree, trajectory, extra)  # the log writer (or a plain row) and its views
         self.rt_report: dict = {}
         self.fault_reason: str | None = None
         self.fault_cycle = self.torque_off_cycle = None
@@ -458,7 +266,7 @@ class Session:
         if self.old_cycle:
             np.subtract(ref_pos, fb.position, out=err)
             if self.views is not None:
-                self._stage(k, t, fb, wake_s, flags, refs, comp)
+                runrecord.stage_views(self, k, t, fb, wake_s, flags, refs, comp)
         else:
             row = self.row
             if staged:  # the vectors are in (checked_control): the scalars, and tau 0 with the torque off
@@ -494,24 +302,6 @@ class Session:
     def going(self, k: int) -> bool:
         """Cycle k is to run: within the reference, or a contact's reaction runs past its end."""
         return k < self.ref.n or self.protect.reacting
-
-    def _stage(self, k: int, t: float, fb, wake_s: float, flags: int, refs: tuple, comp: float) -> None:
-        """The cycle's log row and telemetry sample by numpy slice assignments (``old_cycle``);
-        ``refs``: the cycle's reference (pos, vel, acc), ``comp``: the cycle's compute time (s)."""
-        v = self.views
-        v["t"][0] = t
-        v["ref_pos"][...], v["ref_vel"][...], v["ref_acc"][...] = refs
-        v["pos"][...] = fb.position
-        v["vel"][...] = fb.velocity
-        v["tau"][...] = self.ctrl.tau if self.drives.torque_on else 0.0
-        v["tau_model"][...] = self.ctrl.tau_model
-        v["wake_us"][0] = wake_s * 1e6
-        v["compute_us"][0] = comp * 1e6
-        v["flags"][0] = flags
-        if self.writer:
-            self.writer.commit()
-        if self.telemetry is not None:
-            self.telemetry.maybe_send(k, t, self.row, self.slices)
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -552,7 +342,7 @@ class Session:
             raise
         finally:
             self.stop(wall0)
-        return self.summary()
+        return runrecord.summary(self)
 
     def _events(self, k: int) -> None:
         """The program's events due at cycle k: the drives' outputs set, each logged."""
@@ -573,87 +363,7 @@ class Session:
         if self.rt_report:
             restore_realtime(self.rt_report)
 
-    def summary(self) -> dict:
-        """The run's summary; the log is closed with it."""
-        ran, period, cycles, wall, parts = self.ran, self.period, self.cycles, self.wall, self.parts
-        fault, errs = self.fault_reason, self.errs
-        compute, wake = percentiles_us(self.comp[ran]), percentiles_us(self.wake[ran])
-        if cycles:  # the ring keeps the last cycles' percentiles; the maxima are the whole run's
-            compute["max"], wake["max"] = self.comp_max * 1e6, self.wake_max * 1e6
-        summary = {
-            "machine": self.config.name, "controller": self.kind, "model": self.model_kind,
-            "lockstep": self.lockstep,
-            "compiled_cycles": self.block.cycles if self.block is not None else 0,
-            "rate_hz": self.config.rate_hz,
-            "duration_s": cycles and (self.last_k * period), "cycles": cycles,
-            "overruns": self.overruns, "faults": int(fault is not None), "fault": fault,
-            "fault_cycle": self.fault_cycle, "fault_time": self.fault_time, "torque_off_cycle": self.torque_off_cycle,
-            "pacing": "lockstep" if self.lockstep else self.pacing, "host_delays": self.delays.summary(),
-            **errs.summary(),
-            "units": self.units, "saturated_cycles": self.saturated,
-            "compute_us": compute, "wake_latency_us": wake,
-            "timing_window_cycles": min(cycles, self.window),  # the percentiles' sample: the last cycles
-            # the cycle's parts: drivers (read + write + the simulated plant's step), controller
-            # (model + law), the loop's own overhead (safety, bookkeeping, log and telemetry
-            # staging); each part in ``cycle_parts`` (p50, p99, max and mean, us), over the whole run
-            "drive_us": parts.percentiles_us("drives"), "controller_us": parts.percentiles_us("controller"),
-            "loop_overhead_us": parts.percentiles_us("overhead"),
-            "cycle_without_drives_us": parts.percentiles_us("without_drives"),
-            "cycle_parts": parts.summary(),
-            # loop time covered (skipped periods included: the loop kept the wall clock's pace) per wall second
-            "realtime_factor": ((self.last_k + 1) * period / wall) if wall > 0 else None,
-            # the same per second of the loop thread's CPU time (what a loaded host does not change)
-            "realtime_factor_cpu": ((self.last_k + 1) * period / self.cpu) if self.cpu > 0 else None,
-            "realtime": self.rt_report or {"mode": "lockstep" if self.lockstep else "not requested"},
-            "trajectory": self.ref.description.get("kind"), "reference_stream": self.ref.figures(),
-            "log": self.log_path, "program_events": self.next_event, "outputs": self.drives.output_changes,
-            "drives": self.drives.describe(), "memory": self.memory,
-            "protect": self.protect.summary(),
-        }
-        if self.writer:
-            counts = self.writer.close({k2: v2 for k2, v2 in summary.items() if k2 != "realtime"})
-            summary["log_dropped_blocks"] = counts.get("dropped_blocks")
-            summary["log_rows_written"] = counts.get("rows_written")
-            summary["log_error"] = counts.get("error")  # e.g. disk full: says where the log stops
-        return summary
-
-
 WINDOW = 1 << 16  # cycles whose timings the summary's percentiles cover (65.5 s at 1 kHz)
-
-
-class HostDelays:
-    """Cycles that ended past the next deadline (the host held the process, or the cycle
-    overran): how many, the longest, and the first ``KEEP`` with their loop cycle and
-    ``time.monotonic()`` (the clock of the host-pause probe, rt/core/hostprobe.py)."""
-
-    KEEP = 50
-
-    def __init__(self):
-        self.count = 0
-        self.longest = 0.0  # s
-        self.longest_at: tuple[int, float] | None = None
-        self.first: list[tuple[int, float, float]] = []  # (cycle, monotonic time at the cycle's end, delay s)
-
-    def add(self, k: int, delay: float, at: float) -> None:
-        self.count += 1
-        if delay > self.longest:
-            self.longest, self.longest_at = delay, (k, at)
-        if len(self.first) < self.KEEP:
-            self.first.append((k, at, delay))
-
-    def summary(self) -> dict:
-        """count, longest_ms, longest_cycle, longest_at (monotonic s) and ``at``: [cycle,
-        monotonic s, ms] of the first delays."""
-        return {"count": self.count, "longest_ms": round(self.longest * 1e3, 3),
-                "longest_cycle": self.longest_at[0] if self.longest_at else None,
-                "longest_at": self.longest_at[1] if self.longest_at else None,
-                "at": [[k, round(t, 6), round(d * 1e3, 3)] for k, t, d in self.first]}
-
-    def text(self) -> str:
-        """One line for a summary: 'none' or 'N (longest X ms at cycle K)'."""
-        if not self.count:
-            return "none"
-        return f"{self.count} (longest {self.longest * 1e3:.1f} ms at cycle {self.longest_at[0]})"
 
 
 class _Probe:
@@ -663,7 +373,3 @@ class _Probe:
         self.position, self.velocity, self.fresh = pos, vel, True
 
 
-def check_run(summary: dict) -> None:
-    """Raise Fault (exit 1) when a run ended on a fault."""
-    if summary.get("fault"):
-        raise Fault(f"run stopped at cycle {summary['fault_cycle']}: {summary['fault']}")

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig, Synchronization
 
-from pkrt.rt.runtime.motion import Source, guarded
+from pkrt.rt.runtime.machine.motion import Source, guarded
 
 JERK_PER_ACCEL = 20.0  # 1/s: the jerk limit is this times the acceleration limit (a 50 ms ramp)
 COST_RING = 1 << 17  # generator costs kept (131 s at 1 kHz)

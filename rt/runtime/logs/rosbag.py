@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import Log
+from pkrt.rt.runtime.record.logfile import Log
 
 DEFAULT_TOPIC = "/joint_states"
 REFERENCE_TOPIC = "/pkrt/reference/joint_states"
@@ -71,7 +71,7 @@ def export_ros2(log: Log, out_dir: str) -> dict:
     from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
     from rosbags.rosbag2.errors import WriterError
 
-    from pkrt.rt.runtime.mcapexport import _text, cycle_times, damage
+    from pkrt.rt.runtime.logs.mcapexport import _text, cycle_times, damage
 
     if Path(out_dir).exists():
         raise UserError(f"{out_dir}: exists already; a ROS 2 bag is written into a new directory")
@@ -290,11 +290,11 @@ def log_from_bag(path: str, axes: list[str], units: list[str], topic: str = DEFA
 def offline_bag(path: str, *, machine: str | None, tree_path: str | None, window: int | None,
                 topic: str = DEFAULT_TOPIC) -> dict:
     """``replay --offline`` for a bag: the model's torques at the recorded states against the
-    recorded efforts (``pkrt.rt.runtime.replay.offline``), on the machine given (default the
+    recorded efforts (``pkrt.rt.runtime.logs.replay.offline``), on the machine given (default the
     Orthoglide, as ``pkrt run``)."""
-    from pkrt.rt.runtime.config import load_machine
-    from pkrt.rt.runtime.replay import offline
-    from pkrt.rt.runtime.run import tree_axes
+    from pkrt.rt.runtime.machine.config import load_machine
+    from pkrt.rt.runtime.logs.replay import offline
+    from pkrt.rt.runtime.machine.runsetup import tree_axes
     from pkrt.rt.core.treefile import load_tree
 
     config = load_machine(machine or "orthoglide")

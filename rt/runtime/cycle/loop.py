@@ -88,7 +88,7 @@ def apply_realtime(priority: int = 0, cpu: int = -1, mlockall: bool = False,
     else:
         rep["cpu_affinity"] = "not requested"
     if mlockall:  # what the process has touched and will touch, not every mapped page (memory.py)
-        from pkrt.rt.runtime.memory import lock_memory
+        from pkrt.rt.runtime.cycle.memory import lock_memory
 
         rep["mlockall"] = lock_memory()
         rep["compaction"] = _compaction()

@@ -1,12 +1,12 @@
 """Live view: a run served over the Foxglove WebSocket protocol (subprotocol
 ``foxglove.sdk.v1``) through ``foxglove-sdk`` (``pip install pkrt[foxglove]``).
 
-Topics and messages are those of the MCAP export (``pkrt.rt.runtime.mcapexport``: ``/pkrt/reference``,
+Topics and messages are those of the MCAP export (``pkrt.rt.runtime.logs.mcapexport``: ``/pkrt/reference``,
 ``/pkrt/measured``, ``/pkrt/torque``, ``/pkrt/tracking_error``, ``/pkrt/safety``,
 ``/pkrt/timing``, JSON with a JSON Schema each); log time is the cycle's loop time in ns.
 
 Nothing of the SDK runs in the loop's process: the server, the JSON and the SDK's ``log`` calls
-live in a child process, ``python -m pkrt.rt.runtime.foxglovelive`` (measured: with them in a thread of
+live in a child process, ``python -m pkrt.rt.runtime.logs.foxglovelive`` (measured: with them in a thread of
 the loop's process, ``log`` held the GIL long enough to delay the loop's wake-ups by
 milliseconds). The loop's ``maybe_send`` (the telemetry hook) costs one float comparison per
 cycle; at most ``rate_hz`` times per second of loop time, and only while a client is
@@ -31,10 +31,10 @@ import threading
 import numpy as np
 
 from pkrt.rt.core.errors import UserError
-from pkrt.rt.runtime.logfile import channel_slices
-from pkrt.rt.runtime.loop import normal_scheduling
-from pkrt.rt.runtime.mcapexport import json_schema, layout, message
-from pkrt.rt.runtime.telemetry import RateGate
+from pkrt.rt.runtime.record.logfile import channel_slices
+from pkrt.rt.runtime.cycle.loop import normal_scheduling
+from pkrt.rt.runtime.logs.mcapexport import json_schema, layout, message
+from pkrt.rt.runtime.record.telemetry import RateGate
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -67,7 +67,7 @@ class FoxgloveLive:
         self._started = threading.Event()
         self._start: dict = {}
         spec = json.dumps({"host": host, "port": port, "axes": list(axes), "channels": [list(c) for c in channels]})
-        self._proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.runtime.foxglovelive", spec], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "pkrt.rt.runtime.logs.foxglovelive", spec], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, bufsize=0)
         self._reader = threading.Thread(target=self._read, name="pkrt-foxglove-status", daemon=True)
         self._reader.start()

@@ -1,5 +1,5 @@
 """The cycle's log row staged in one numba call (a dozen numpy slice assignments cost
-microseconds a cycle). The row layout is ``pkrt.rt.runtime.run.CHANNELS``: t, ref_pos, ref_vel,
+microseconds a cycle). The row layout is ``pkrt.rt.runtime.machine.runsetup.CHANNELS``: t, ref_pos, ref_vel,
 ref_acc, pos, vel, tau, tau_model (s each), wake_us, compute_us, flags.
 """
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from pkrt.rt.core.errors import UserError
 from pkrt.rt.core.plan import MAX_SAMPLES, Planned, hermite_at, read_csv_table, sample_count
-from pkrt.rt.runtime.memory import prefault
+from pkrt.rt.runtime.cycle.memory import prefault
 
 BLOCK = 512  # rows a block (0.5 s at 1 kHz)
 BLOCKS = 8   # blocks in the ring: the producer runs up to 4 s ahead at 1 kHz
@@ -185,7 +185,7 @@ class RefStream:
     def rows(self, k: int, m: int) -> Planned:
         """A copy of rows k .. k + m - 1 (fewer at the reference's end, or as far as the producer
         has computed in real time; at least row k), as a plan at the loop rate: the path ahead of
-        a contact's stop (``pkrt.rt.runtime.protect``; allocates, once, at the event). The
+        a contact's stop (``pkrt.rt.runtime.machine.protect``; allocates, once, at the event). The
         reader's mark stays at k."""
         end = min(k + m, self.n)
         if not self.threaded:

@@ -22,7 +22,7 @@ from pkrt.rt.core.filekind import MACHINE, expect
 from pkrt.rt.core.inputs import excerpt, read_toml
 from pkrt.rt.core.schema import ConfigError, ControllerConfig, Limits, RealtimeConfig  # noqa: F401 (re-exported)
 
-MACHINES_DIR = Path(__file__).resolve().parents[2] / "models" / "machines"
+MACHINES_DIR = Path(__file__).resolve().parents[3] / "models" / "machines"
 
 
 @dataclass(frozen=True)

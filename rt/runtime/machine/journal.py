@@ -1,5 +1,5 @@
-"""What a served machine's clients read besides ``status`` (an operator panel, ``pkrt ctl``):
-the journal of its recent events with the alarms' acknowledgement, its fixed description
+"""What a served machine's clients read (an operator panel, ``pkrt ctl``): its ``status``, the
+journal of its recent events with the alarms' acknowledgement, its fixed description
 (``info``) and the progress of the program it runs. Kept in the machine, so a client holds
 nothing the machine does not (a panel restarted reads them again).
 
@@ -51,6 +51,25 @@ def run_status(program) -> dict | None:
         return None
     file, src = program
     return {**src.program_status(), "file": file}
+
+
+def machine_status(m) -> dict:
+    """A served machine's state as ``status`` reports it: the state and why, homed, cycle and
+    time, positions, references and torques (actuator units), the motion source's status,
+    override, the fault, timing counts, outputs, the program's progress, the contact."""
+    return {"state": m.state.value, "state_reason": m.state_reason, "homed": m.homed, "cycle": m.k, "time_s": m.t,
+            "axes": m.axes, "units": m.units, "position": m.pos_now.tolist(),
+            "reference": m.ref_now.tolist(), "reference_velocity": m.source.vel.tolist(), "motion": m.source.status(),
+            "override": m.override, "fault": m.fault_reason, "fault_time": m.fault_time, "overruns": m.overruns,
+            "long_cycles": m.long_cycles,
+            "long_cycles_cpu": m.long_cycles_cpu, "pacing": "lockstep" if m.lockstep else m.pacing,
+            "lockstep": m.lockstep,
+            "torque_on": bool(m.drives.torque_on), "home_result": m.home_result,
+            "planning": m.planning, "plan_result": m.plan_result, "events": m.journal.status(),
+            **m.outputs.status(),
+            "torque": (m.ctrl.tau if m.drives.torque_on else 0 * m.ctrl.tau).tolist(),
+            "program": run_status(m.program), "holding": m.holding,
+            "contact": m.protect.event if m.protect else None}
 
 
 def machine_info(m) -> dict:

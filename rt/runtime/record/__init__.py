@@ -1,0 +1,1 @@
+"""What the cycle records: the run log's writer, telemetry."""
