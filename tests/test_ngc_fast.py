@@ -47,7 +47,7 @@ def _bits(x):
 
 def key(c) -> tuple:
     return (c.kind, c.line, _bits(c.end), _bits(c.start), _bits(c.feed), _bits(c.blend), _bits(c.units),
-            _bits(c.offset), _bits(c.centre), c.turn, c.plane, _bits(c.value))
+            _bits(c.offset), _bits(c.centre), c.turn, c.plane, _bits(c.value), _bits(getattr(c, "naive", None)))  # G64 Q, where the canon has it
 
 
 def outcome(fn):

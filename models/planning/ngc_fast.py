@@ -32,6 +32,7 @@ BLOCK = 1 << 20  # bytes read at a time
 ROWS = 1 << 15  # rows of a batch at most
 MOTION_KINDS = ("traverse", "feed", "arc")
 _BLENDS = {sc.B_PATH: None, sc.B_STOP: "stop"}
+_NAIVE = "naive" in getattr(Canon, "__dataclass_fields__", {})  # the interpreter's canon carries G64's Q
 
 
 @dataclass
@@ -41,7 +42,8 @@ class CanonBatch:
     ``start`` and ``end`` (n, 3: program coordinates, program units), ``feed`` (program units
     per minute, inf for a traverse), ``blend_mode`` (``ngc_scan.B_PATH``, ``B_STOP``,
     ``B_TOL``) and ``blend`` (the tolerance), ``centre`` (n, 2: in the plane's axes), ``turn``,
-    ``plane`` (170, 180, 190), ``value`` (the plane's code, the S word). ``units`` (mm per
+    ``plane`` (170, 180, 190), ``value`` (the plane's code, the S word), ``naive`` (G64's Q, the
+    naive-CAM tolerance: P where Q is not given, NaN outside G64). ``units`` (mm per
     program unit) and ``offset`` (work plus tool length offset, program units) hold for every
     row (they change only in lines the interpreter runs)."""
     kind: np.ndarray
@@ -55,6 +57,7 @@ class CanonBatch:
     turn: np.ndarray
     plane: np.ndarray
     value: np.ndarray
+    naive: np.ndarray
     units: float
     offset: np.ndarray
 
@@ -78,11 +81,13 @@ class CanonBatch:
             else:
                 mode = int(self.blend_mode[i])
                 arc = k == sc.K_ARC
+                extra = {"naive": None if mode != sc.B_TOL else float(self.naive[i])} if _NAIVE else {}
                 out.append(Canon(MOTION_KINDS[k], ln, end=self.end[i].copy(), start=self.start[i].copy(),
                                  feed=float(self.feed[i]), blend=_BLENDS.get(mode, float(self.blend[i])),
                                  units=self.units, offset=self.offset.copy(),
                                  centre=(float(self.centre[i, 0]), float(self.centre[i, 1])) if arc else None,
-                                 turn=int(self.turn[i]) if arc else 0, plane=int(self.plane[i]) if arc else 170))
+                                 turn=int(self.turn[i]) if arc else 0, plane=int(self.plane[i]) if arc else 170,
+                                 **extra))
         return out
 
 
@@ -93,7 +98,7 @@ class _Rows:
         self.cap = cap
         self.out = (np.zeros(cap, np.int8), np.zeros(cap, np.int64), np.zeros((cap, 3)), np.zeros((cap, 3)),
                     np.zeros(cap), np.zeros(cap, np.int8), np.zeros(cap), np.zeros((cap, 2)),
-                    np.zeros(cap, np.int32), np.zeros(cap, np.int16), np.zeros(cap))
+                    np.zeros(cap, np.int32), np.zeros(cap, np.int16), np.zeros(cap), np.zeros(cap))
         self.scratch = (np.zeros(26), np.zeros(26, np.uint8), np.zeros(5, np.int64), np.zeros(3))
 
     def batch(self, r: int, units: float, offset: np.ndarray, keep: bool) -> CanonBatch:
@@ -143,6 +148,8 @@ class FastReader:
         fst[sc.POS:sc.POS + 3] = ip.pos
         fst[sc.FEED], fst[sc.SPEED] = ip.feed, ip.speed
         fst[sc.BLEND] = ip.blend if ist[sc.BLEND_MODE] == sc.B_TOL else 0.0
+        naive = getattr(ip, "naive", None)
+        fst[sc.NAIVE] = fst[sc.BLEND] if naive is None else naive
         fst[sc.RADIUS_TOL], fst[sc.SPIRAL_TOL], fst[sc.SPIRAL_REL] = RADIUS_TOL[ip.units], SPIRAL_TOL[ip.units], SPIRAL_REL
         probe = ip.emit("traverse", end=np.zeros(3))  # the interpreter's own units and offset of a motion
         ip.out.pop()
@@ -157,6 +164,8 @@ class FastReader:
         ip.absolute, ip.ijk_absolute = bool(ist[sc.ABSOLUTE]), bool(ist[sc.IJK_ABS])
         mode = int(ist[sc.BLEND_MODE])
         ip.blend = _BLENDS.get(mode, float(fst[sc.BLEND]))
+        if hasattr(ip, "naive"):
+            ip.naive = float(fst[sc.NAIVE]) if mode == sc.B_TOL else None
         ip.feed, ip.speed = float(fst[sc.FEED]), float(fst[sc.SPEED])
         if ist[sc.MOVED]:
             ip.cycle["il"] = None  # any motion but a cycle forgets the cycles' initial level

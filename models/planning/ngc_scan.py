@@ -32,8 +32,8 @@ NEED_MORE, FULL, FALLBACK, AT_END = 0, 1, 2, 3
 MOTION, PLANE, ABSOLUTE, IJK_ABS, BLEND_MODE, LINE, RAW, MOVED, ENABLED = range(9)
 N_IST = 9
 # fst: float state (POS .. POS + 2: the position)
-POS, FEED, SPEED, BLEND, RADIUS_TOL, SPIRAL_TOL, SPIRAL_REL = 0, 3, 4, 5, 6, 7, 8
-N_FST = 9
+POS, FEED, SPEED, BLEND, RADIUS_TOL, SPIRAL_TOL, SPIRAL_REL, NAIVE = 0, 3, 4, 5, 6, 7, 8, 9
+N_FST = 10
 # row kinds
 K_TRAVERSE, K_FEED, K_ARC, K_PLANE, K_SPEED = range(5)
 # blend modes: G61 exact path (None), G61.1 exact stop ("stop"), G64 (a tolerance)
@@ -389,6 +389,7 @@ def execute_line(line, ist, fst, out, r, val, have, g, end):
     if g[GC] >= 0:
         ist[BLEND_MODE] = B_PATH if g[GC] == 610 else B_STOP if g[GC] == 611 else B_TOL
         fst[BLEND] = val[_P] if g[GC] == 640 and have[_P] else 0.0
+        fst[NAIVE] = val[_Q] if have[_Q] else fst[BLEND]  # G64's Q (naive CAM), P without it, as LinuxCNC
     ist[ABSOLUTE], ist[IJK_ABS] = absolute, ijk_abs
     if motion >= 0:
         kind = K_TRAVERSE if motion == 0 else K_FEED if motion == 10 else K_ARC
@@ -399,6 +400,7 @@ def execute_line(line, ist, fst, out, r, val, have, g, end):
         out[4][r] = math.inf if motion == 0 else feed
         out[5][r] = ist[BLEND_MODE]
         out[6][r] = fst[BLEND]
+        out[11][r] = fst[NAIVE] if ist[BLEND_MODE] == B_TOL else math.nan
         out[7][r, 0], out[7][r, 1] = k1, k2
         out[8][r] = turn
         out[9][r] = 170 + 10 * plane
