@@ -298,3 +298,36 @@ def test_a_port_in_use_is_one_line():
         s.listen(1)
         r = pkrt("panel", "--port", str(s.getsockname()[1]))
     assert r.returncode == 2 and r.stderr.startswith("pkrt: error: cannot listen on 127.0.0.1:") and r.stderr.count("\n") == 1
+
+
+def test_a_gcode_programs_tool_path_preview_by_name(machine, tmp_path):
+    """``preview``: a listed G-code program checked whole in the panel's process (its points and
+    their lines), the check's refusal in one line naming the line, none for a CSV path or the
+    demo, a name not in the directory refused."""
+    srv, c, _ = machine
+    folder = tmp_path / "programs"
+    folder.mkdir()
+    (folder / "square.ngc").write_text("G21 G90 F600\nG1 X10\nG1 Y10\nG2 X0 Y0 R10\nG0 Z5\nM2\n")
+    (folder / "far.ngc").write_text("G21 G90 F600\nG1 X10\nG1 X900\nM2\n")
+    (folder / "p.csv").write_text("t,theta1,theta2,theta3\n0,0,0,0\n1,0.1,0.1,0.1\n")
+    p = Panel(srv.socket_path, str(folder), "127.0.0.1", PORT, readout=False)
+    with TestClient(p.app, base_url=BASE) as client:
+        session(p, client)
+        with client.websocket_connect(WS, headers=ORIGIN) as ws:
+            snapshot(ws)
+            ws.send_json({"id": 1, "cmd": "preview", "name": "square.ngc"})
+            m = reply(ws, 1)
+            pv = m["reply"]["preview"]
+            assert m["ok"] and pv["lines_total"] == 6 and pv["motions"] == {"traverse": 1, "feed": 2, "arc": 1}
+            assert len(pv["points_um"]) == 3 * len(pv["lines"]) == 3 * len(pv["kinds"]) and set(pv["lines"]) <= {2, 3, 4, 5}
+            assert pv["kinds"][-1] == 0 and max(pv["kinds"]) == 1  # the last piece a traverse, feeds before
+            ws.send_json({"id": 2, "cmd": "preview", "name": "far.ngc"})
+            m = reply(ws, 2)
+            assert m["ok"] is False and m["error"].startswith(f"{folder / 'far.ngc'}: line 3: "), m
+            for i, name in enumerate(("p.csv", "demo"), start=3):
+                ws.send_json({"id": i, "cmd": "preview", "name": name})
+                m = reply(ws, i)
+                assert m["ok"] and m["reply"]["preview"] is None
+            ws.send_json({"id": 5, "cmd": "preview", "name": "../far.ngc"})
+            m = reply(ws, 5)
+            assert m["ok"] is False and m["error"].startswith("no program")

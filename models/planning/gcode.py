@@ -95,15 +95,22 @@ def read_lines(path: str) -> Iterator[str]:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         for n, raw in enumerate(f, start=1):
-            if b"\x00" in raw:
-                raise UserError(f"{path}: not a text G-code program (binary data at line {n})")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UserError(f"{path}: not a text G-code program (not UTF-8 at line {n})") from None
-            text = text[:-1] if text.endswith("\n") else text
-            text = text[:-1] if text.endswith("\r") else text
-            yield from text.split("\r") if "\r" in text else (text,)
+            yield from text_lines(raw, n, path)
+
+
+def text_lines(raw: bytes, n: int, path: str) -> list[str]:
+    """The program lines of the file's line ``n`` (its bytes ``raw``, with or without the LF):
+    one, or more where lone CRs end lines. Raises UserError naming the file (binary data, not
+    UTF-8)."""
+    if b"\x00" in raw:
+        raise UserError(f"{path}: not a text G-code program (binary data at line {n})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text G-code program (not UTF-8 at line {n})") from None
+    text = text[:-1] if text.endswith("\n") else text
+    text = text[:-1] if text.endswith("\r") else text
+    return text.split("\r") if "\r" in text else [text]
 
 
 class _Items:

@@ -77,10 +77,11 @@ def _warm() -> float:
     """Imports and the machine's model loaded in the worker (s it took)."""
     t0 = time.perf_counter()
     import pkrt.models.kinematics.taskspace  # noqa: F401 (the planning modules, imported once)
-    from pkrt.rt.app.reference import machine_mechanism
+    from pkrt.rt.app.reference import machine_mechanism, warm_gcode_check
 
     try:
         _PLANNER._mech = machine_mechanism(_PLANNER.config)
+        warm_gcode_check(_PLANNER.config, _PLANNER._mech)  # the G-code check's kernels loaded
     except Exception:  # noqa: BLE001 - a machine without a model plans only actuator CSVs
         pass
     return time.perf_counter() - t0

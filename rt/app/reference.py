@@ -5,6 +5,7 @@ with a ``[tool]``; an actuator CSV or a ROS 2 bag goes to the runtime as given."
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -59,7 +60,7 @@ def plan_reference(config: MachineConfig, trajectory=None, mech: "Mechanism | No
     G-code program (``gcode``, timed in minimum time); anything else (a ``Planned``, an
     actuator CSV's path) is returned unchanged."""
     if gcode is not None:
-        return plan_gcode(path_planner(config, mech), gcode, setup=gcode_setup(config))[0]
+        return plan_gcode(path_planner(config, mech), gcode, setup=gcode_setup(config), ranges=config.limits.position)[0]
     if isinstance(trajectory, Planned):
         return trajectory
     if trajectory is None or trajectory == "demo":
@@ -177,22 +178,90 @@ def gcode_setup(config: MachineConfig):
     return Setup(tools, offsets, g.block_delete, g.optional_stop, table)
 
 
-def plan_gcode(planner, path: str, origin=None, setup=None):
-    """A G-code program (``setup``: its tool table and work offsets, ``gcode_setup``),
-    interpreted and checked whole, timed: (Planned, report)."""
-    from pkrt.models.planning.gcode import read_program
-    from pkrt.models.planning.items import plan_items
-
+def gcode_origin(planner, path: str, origin=None) -> np.ndarray:
+    """Machine zero of G-code programs on the planner's machine (task coordinates, m): ``origin``,
+    or the tool at the reference assembly; refused for a tool that is not in x, y, z."""
     home = home_tool(planner)
     if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
         raise UserError(f"{path}: G-code needs a tool in x, y, z ({planner.mech.name}'s tool has "
                         f"{', '.join(planner.kin.tool.coordinates)})")
-    origin = home if origin is None else np.asarray(origin, float)
+    return home if origin is None else np.asarray(origin, float)
+
+
+_REACH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def program_reach(planner, ranges=None):
+    """The workspace test of the planner's machine (``pkrt.models.kinematics.reach.Reach``): its
+    closed-form legs, the model's actuator ranges narrowed to ``ranges`` ((s, 2): the
+    configuration's [limits] position, which the loop's reference check applies), the
+    controller tree's domain when the planner's forces come from a tree; built once per
+    planner and ranges."""
+    from pkrt.models.kinematics.reach import Reach
+
+    lim = planner.mech.ranges.copy()
+    if ranges is not None:
+        r = np.asarray(ranges, float)
+        lim = np.column_stack([np.maximum(lim[:, 0], r[:, 0]), np.minimum(lim[:, 1], r[:, 1])])
+    key = lim.tobytes()
+    got = _REACH.get(planner)
+    if got is None or got[0] != key:
+        got = _REACH[planner] = (key, Reach(planner.kin, lim, getattr(planner.dyn, "T", None), planner.legs))
+    return got[1]
+
+
+def check_gcode(planner, path: str, origin=None, setup=None, ranges=None, preview_points: int = 20_000):
+    """The whole-program check of the G-code program file ``path`` before anything moves
+    (``pkrt.models.planning.precheck.check_program``: what the interpreter refuses, every end
+    point and arc inside the workspace and the actuator ranges, ``program_reach``): its
+    ``ProgramCheck`` (figures and the path preview), or one ``UserError`` line naming the file
+    and the program line. Every G-code consumer calls it first (``plan_gcode``; the streaming
+    pipeline)."""
+    from pkrt.models.planning.precheck import check_program
+
+    return check_program(path, program_reach(planner, ranges), setup, gcode_origin(planner, path, origin),
+                         preview_points=preview_points)
+
+
+def warm_gcode_check(config: MachineConfig, mech: "Mechanism | None" = None) -> None:
+    """The check's compiled kernels loaded (numba's cache: about 0.25 s the first time in a
+    process) by checking a three-line program, for a process that will check programs later
+    (a served machine's planning worker); nothing for a machine that runs no G-code."""
+    import os
+    import tempfile
+
+    mech = mech or machine_mechanism(config)
+    if mech.description.tool is None:
+        return
+    planner = path_planner(config, mech)
+    if tuple(planner.kin.tool.coordinates) != ("x", "y", "z"):
+        return
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "warm.ngc")
+        with open(p, "w") as f:
+            f.write("G21 G91 F600\nG1 X0.1\nG2 X0.1 Y0.1 I0 J0.1\nG0 X-0.2 Y-0.1\nM2\n")
+        try:
+            check_gcode(planner, p, setup=gcode_setup(config), ranges=config.limits.position, preview_points=16)
+        except UserError:
+            pass  # a machine whose start is outside its own workspace: its programs say so later
+
+
+def plan_gcode(planner, path: str, origin=None, setup=None, ranges=None):
+    """A G-code program (``setup``: its tool table and work offsets, ``gcode_setup``; ``ranges``:
+    see ``program_reach``), checked whole (``check_gcode``: its figures in the report's
+    ``precheck``), interpreted and timed: (Planned, report)."""
+    from pkrt.models.planning.gcode import read_program
+    from pkrt.models.planning.items import plan_items
+
+    checked = check_gcode(planner, path, origin, setup, ranges, preview_points=0)
+    origin = gcode_origin(planner, path, origin)
     prog = read_program(path, origin, setup)
     try:
-        return plan_items(planner, prog.items, {**prog.description, "origin": origin.tolist()})
+        plan, report = plan_items(planner, prog.items, {**prog.description, "origin": origin.tolist()})
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
+    report["precheck"] = checked.summary()
+    return plan, report
 
 
 def plan_path_csv(planner, path: str):

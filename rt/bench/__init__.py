@@ -37,7 +37,10 @@ over 100 clicks; error stop to the page).
 lockstep along a 60 s and a 600 s actuator CSV), ``protect`` (contact detection: contacts and clamps
 at random times of each machine's motions, with the CAD and the identified model; false alarms over
 minutes of normal motion; the observer's cost per cycle and the loop's compute p99 with and
-without it; machines from ``PKRT_BENCH_PROTECT``, minutes from ``PKRT_BENCH_PROTECT_MINUTES``).
+without it; machines from ``PKRT_BENCH_PROTECT``, minutes from ``PKRT_BENCH_PROTECT_MINUTES``),
+``precheck`` (the G-code pre-check before motion on relief and finishing programs of 10^5 and 10^6
+lines, each in a fresh process: lines per second, the fast reader alone, the interpreter beside it,
+the first check's kernel loading, peak memory).
 """
 
 from __future__ import annotations
@@ -63,4 +66,5 @@ SECTIONS = {
     "memory": ("pkrt.rt.bench.bench_memory", "run_memory_bench"),
     "panel": ("pkrt.rt.bench.bench_panel", "run_panel_bench"),
     "protect": ("pkrt.rt.bench.bench_protect", "run_protect_bench"),
+    "precheck": ("pkrt.rt.bench.bench_precheck", "run_precheck_bench"),
 }

@@ -66,3 +66,23 @@ def finishing(path: str | Path, segments: int = 160_000, segment_mm: float = 0.1
     out += ["G0 Z5", "M5", "M30", "%"]
     path.write_text("\n".join(out) + "\n")
     return path
+
+
+def placed_machine(path: str | Path, machine: str = "orthoglide", g54=(-0.04, -0.04, -0.12)) -> Path:
+    """A copy of the machine configuration ``machine`` at ``path`` with ``[gcode] g54`` (m) set,
+    so that the programs above (about their zero) sit inside its workspace: with the default,
+    an 80 mm relief inside the Orthoglide's. Its files (model, tree, tool table) are the
+    original's."""
+    import tomllib
+
+    from pkrt.models.identification.estimate import dump_toml
+    from pkrt.rt.app.machinefile import absolute_paths
+    from pkrt.rt.runtime.machine.config import resolve_machine_path
+
+    src = resolve_machine_path(machine)
+    doc = absolute_paths(tomllib.loads(src.read_text(encoding="utf-8")), src.parent)
+    doc.setdefault("gcode", {})["g54"] = [float(v) for v in g54]
+    path = Path(path)
+    path.write_text(dump_toml(doc, f"{src.name} with [gcode] g54 = {list(g54)} (pkrt.rt.bench.camprograms)"),
+                    encoding="utf-8")
+    return path

@@ -39,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--smooth", type=float, default=0.002,
                    help="jerk smoothing window in s (0: none, the bang-bang time-optimal profile; default: %(default)s)")
     p.add_argument("--plot", help="plot PNG: path speed against its limits, forces against theirs")
+    p.add_argument("--check", action="store_true",
+                   help="G-code: only the whole-program check before motion (syntax, unsupported words, modal "
+                        "errors, every end point and arc inside the workspace and the actuator ranges): its "
+                        "figures, no timing (fast: millions of lines a second)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -66,6 +70,35 @@ def plan_from_args(args, config, mech=None):
     return plan_gcode(planner, args.file, args.origin, gcode_setup(config))
 
 
+def check_from_args(args, config) -> dict:
+    """``pkrt plan FILE --check``: the G-code program's pre-check figures (``check_gcode``)."""
+    from pkrt.rt.app.reference import check_gcode, gcode_setup, path_planner
+
+    if args.adept or not args.file:
+        raise UserError("--check: give FILE, a G-code program")
+    if args.output or args.plot:
+        raise UserError("--check writes no reference or plot (it does not time the program): drop -o / --plot")
+    if args.origin is not None and (len(args.origin) != 3 or not np.all(np.isfinite(args.origin))):
+        raise UserError("--origin: expected three finite numbers x,y,z (m)")
+    if not os.path.isfile(args.file):
+        raise UserError(f"{args.file}: no such file")
+    if args.file.lower().endswith(".csv"):
+        raise UserError(f"{args.file}: --check is for G-code programs (a CSV path is checked when planned)")
+    planner = path_planner(config, None, args.model)
+    return check_gcode(planner, args.file, args.origin, gcode_setup(config), config.limits.position,
+                       preview_points=0).summary()
+
+
+def _check_text(r: dict) -> str:
+    m, box = r["motions"], np.array(r["box_m"]) * 1e3
+    span = ", ".join(f"{a} [{lo:.3f}, {hi:.3f}]" for a, lo, hi in zip("xyz", box[0], box[1]))
+    return (f"{r['path']}: accepted: {r['lines']} lines ({r['interpreted_lines']} by the interpreter), "
+            f"{m['traverse']} traverses, {m['feed']} feeds, {m['arc']} arcs, {r['points_checked']} points inside "
+            f"{r['machine']}'s workspace ({span} mm); feed path {r['feed_length_m']:.4g} m, "
+            f"{r['feed_time_s']:.1f} s at the programmed feeds; checked in {r['seconds'] * 1e3:.0f} ms "
+            f"({r['lines_per_s'] / 1e6:.2f} million lines/s)")
+
+
 def write_csv(plan, names: list[str], path: str) -> None:
     """t, the actuators' positions, then their velocities and accelerations (``<name>_vel``,
     ``<name>_acc``: the planned ones, which ``pkrt run --traj`` reads back exactly at the loop
@@ -81,6 +114,10 @@ def write_csv(plan, names: list[str], path: str) -> None:
 
 def run(args) -> int:
     config = load_machine(args.machine)
+    if args.check:
+        report = {**check_from_args(args, config), "machine": config.name}
+        emit(report, args.json, _check_text(report))
+        return 0
     if not args.output and not args.json and not args.plot:
         raise UserError("nothing to write: give -o planned.csv, --plot or --json")
     check_outputs({"-o": args.output, "--plot": args.plot}, {"FILE": args.file})
@@ -112,6 +149,9 @@ def _text(r: dict) -> str:
         for f in r["feeds"]:
             lines.append(f"    line {f['line']}: F {f['feed_m_s'] * 6e4:.6g} mm/min, peak {f['peak_speed_m_s'] * 6e4:.6g} "
                          f"mm/min{'' if f['feed_reachable'] else ' (feed not reachable: limits bind first)'}")
+    if r.get("precheck"):
+        c = r["precheck"]
+        lines.append(f"  checked whole before planning: {c['lines']} lines in {c['seconds'] * 1e3:.0f} ms")
     for e in r.get("events", []):
         lines.append(f"  at {e['t_s']:.3f} s: {e['text']}")
     for k in ("output", "plot"):

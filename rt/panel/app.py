@@ -6,9 +6,10 @@ Page -> panel, one JSON object per frame: ``{"id": n, "cmd": C, ...}`` with C a 
 command forwarded over the page's own connection (``FORWARD``: the machine checks the
 arguments and the state), ``run`` with ``program`` (a name from the programs directory, never
 a path), ``read`` (a program's text), ``estop`` (straight to the machine on the emergency
-stop's connection). Panel -> page: ``snapshot`` (the whole view), ``update`` (changed fields),
-``reply`` (to a command: ok, error, the machine's reply), ``error`` (a frame that is not a
-command). Every request is refused unless its Host is the panel's; the WebSocket and the POST
+stop's connection), ``preview`` (a G-code program's tool-path preview, checked whole in the
+panel's process: ``preview``). Panel -> page: ``snapshot`` (the whole view), ``update`` (changed
+fields), ``reply`` (to a command: ok, error, the machine's reply), ``error`` (a frame that is not
+a command). Every request is refused unless its Host is the panel's; the WebSocket and the POST
 also need this panel's Origin and the session cookie (``access``).
 """
 
@@ -32,6 +33,7 @@ from pkrt.rt.panel import programs as progs
 from pkrt.rt.panel.access import Access
 from pkrt.rt.panel.hub import Hub, Page
 from pkrt.rt.panel.link import EstopLink, PageLink, Poller
+from pkrt.rt.panel.preview import Previews
 
 STATIC = Path(__file__).parent / "static"
 FORWARD = ("enable", "disable", "home", "jog", "release", "alive", "move", "hold", "resume", "override", "stop",
@@ -57,6 +59,7 @@ class Panel:
         self.hub: Hub | None = None
         self.poller: Poller | None = None
         self.estop = EstopLink(socket_path)
+        self.previews = Previews()
         routes = [Route("/", self.index), Route("/estop", self.estop_post, methods=["POST"]),
                   WebSocketRoute("/ws", self.ws), Mount("/static", StaticFiles(directory=STATIC), name="static")]
         self.app = Guard(Starlette(routes=routes, lifespan=self._lifespan), self.access)
@@ -73,6 +76,7 @@ class Panel:
         finally:
             self.poller.stop()
             self.estop.stop()
+            self.previews.close()
 
     # -- HTTP ---------------------------------------------------------------------------------------
     async def index(self, request: Request):
@@ -145,16 +149,29 @@ class Panel:
         try:
             if cmd == "read":
                 return reply_of(msg, {"ok": True, "text": progs.text_of(self.folder, progs.resolve(self.folder, msg.get("name")))})
+            if cmd == "preview":
+                return self.preview(msg, to_page)
             if cmd == "run":
                 req = {"cmd": "run", "file": progs.resolve(self.folder, msg.get("program")),
                        **({"speed": msg["speed"]} if "speed" in msg else {})}
             elif cmd not in FORWARD:
-                raise UserError(f"unknown command {cmd!r} ({', '.join(FORWARD + ('run', 'read', 'estop'))})")
+                raise UserError(f"unknown command {cmd!r} ({', '.join(FORWARD + ('run', 'read', 'preview', 'estop'))})")
         except UserError as e:
             return reply_of(msg, {"ok": False, "error": str(e)})
         req["_id"] = rid
         if not link.submit(req):
             return reply_of(msg, {"ok": False, "error": "too many commands waiting for the machine"})
+        return None
+
+    def preview(self, msg: dict, to_page) -> dict | None:
+        """The preview of a listed G-code program, replied when computed (None: later); the demo
+        and CSV paths have none."""
+        file = progs.resolve(self.folder, msg.get("name"))
+        if file == "demo" or file.lower().endswith(".csv"):
+            return reply_of(msg, {"ok": True, "file": file, "preview": None})
+        if self.poller.config is None:
+            raise UserError("machine not reachable: its configuration is not known yet")
+        self.previews.get(self.poller.config, file, lambda r: to_page(reply_of(msg, r)))
         return None
 
 

@@ -46,6 +46,7 @@ class Poller(threading.Thread):
         self._poke, self._stop = threading.Event(), threading.Event()
         self.readouts: dict[str, tuple] = {}  # configuration path -> (ToolReadout or None, why)
         self.polls = 0
+        self.config: str | None = None  # the machine's configuration file (its ``info``)
 
     def poke(self) -> None:
         self._poke.set()
@@ -74,6 +75,7 @@ class Poller(threading.Thread):
 
     def _serve(self, c: MachineClient) -> None:
         info = c.call("info")["info"]
+        self.config = info.get("config")
         link = {"up": True, "error": None, "socket": self.path}
         events: list[dict] = []
         seen = -1

@@ -10,6 +10,8 @@
   const stats = {snapshots: 0, updates: 0, replies: 0};  // messages received (read by the benchmark)
   const now = () => performance.timeOrigin + performance.now();  // ms since the epoch
   let ws = null, nextId = 1, retry = 0, jog = null, lastEstop = 0, overrideSent = 0, overrideValue = null, shown = null;
+  let previewAsked = null;  // the program whose tool path was asked for last
+  const toolpath = new window.PkrtToolpath($("toolpath"));
   const plot = new window.PkrtPlot($("plot"), [
     {key: "error", title: "following error", unit: "axis units"},
     {key: "torque", title: "force / torque", unit: "N, N m"},
@@ -54,6 +56,7 @@
 
   function onReply(m) {
     if (m.cmd === "read") { if (m.ok) showProgram(m.reply.text, true); else say(`read: ${m.error}`, true); return; }
+    if (m.cmd === "preview") { onPreview(m); return; }
     if (!m.ok) { say(`${m.cmd}: ${m.error}`, true); return; }
     if (m.cmd === "estop") $("estop").dataset.repliedAt = now().toFixed(1);
     if (m.cmd !== "release") say(`${m.cmd}: ok${m.reply && m.reply.planning ? " (planning)" : ""}`);
@@ -107,9 +110,9 @@
     },
     joint() { renderJoints(); samplePlot(); },
     torque() { renderJoints(); },
-    task() { renderTask(); },
+    task() { renderTask(); toolpath.setTool(view.task && view.task.reference); },
     programs() { renderPrograms(); },
-    program() { renderProgress(); highlight(); },
+    program() { renderProgress(); highlight(); followProgram(); },
     program_text() { if (view.program_text) showProgram(view.program_text, false); },
     planning() { renderProgress(); },
     plan_result() { renderProgress(); },
@@ -273,6 +276,32 @@
     code.dataset.line = line || "";
   }
 
+  // -- the tool path ------------------------------------------------------------------------
+  function askPreview(name) {
+    if (!name || name === previewAsked) return;
+    previewAsked = name;
+    toolpath.set(null);
+    toolpath.setNote(`checking ${name} ...`);
+    send("preview", {name});
+  }
+
+  function onPreview(m) {
+    const name = m.reply && m.reply.file ? m.reply.file.split("/").pop() : previewAsked;
+    if (name !== previewAsked) return;  // an answer to an earlier question
+    if (!m.ok) { toolpath.set(null); toolpath.setNote(`not runnable: ${m.error}`); return; }
+    toolpath.set(m.reply.preview, name);
+    toolpath.setNote(m.reply.preview ? "" : `${name}: no tool path (not a G-code program)`);
+    followProgram();
+  }
+
+  function followProgram() {
+    /* the running G-code program's path (if it is one of the listed programs), its current line */
+    const p = view.program, name = p && p.file ? p.file.split("/").pop() : null;
+    if (p && p.kind === "gcode" && (view.programs || []).includes(name) && p.progress < 1) askPreview(name);
+    const ours = p && name === previewAsked;
+    toolpath.setProgress(ours && p.line ? p.line : null, !!(ours && p.progress >= 1));
+  }
+
   function renderProgress() {
     const p = view.program, st = $("program-status");
     $("progress").value = p ? p.progress : 0;
@@ -315,7 +344,8 @@
   for (const cmd of ["enable", "disable", "home", "stop", "reset", "hold", "resume"]) $(cmd).addEventListener("click", () => send(cmd));
   $("ack").addEventListener("click", () => { if (view.alarms) send("ack", {seq: view.alarms.last}); });
   $("run").addEventListener("click", () => send("run", {program: $("programs").value}));
-  $("programs").addEventListener("change", () => send("read", {name: $("programs").value}));
+  $("programs").addEventListener("change", () => { send("read", {name: $("programs").value}); askPreview($("programs").value); });
+  $("toolpath-view").addEventListener("change", () => toolpath.setView($("toolpath-view").value));
   $("move-space").addEventListener("change", buildMoveInputs);
   $("move-go").addEventListener("click", () => {
     const inputs = [...$("move-inputs").querySelectorAll("input")];
@@ -345,6 +375,7 @@
   document.addEventListener("visibilitychange", () => { if (document.hidden) endJog(true); });
 
   setInterval(() => plot.draw(), 250);
-  window.pkrtPanel = {view, send, stats};
+  setInterval(() => toolpath.draw(), 100);
+  window.pkrtPanel = {view, send, stats, toolpath};
   connect();
 })();
